@@ -1,0 +1,89 @@
+#include "vrnic/ctl_io.h"
+
+#include <cerrno>
+#include <cstring>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+namespace vrnic::ctl {
+
+void Message::close_fds() {
+  for (int fd : fds) ::close(fd);
+  fds.clear();
+}
+
+int send_message(int sock, Op op, int32_t status, const void *body, size_t len, const int *fds,
+                 size_t nfds) {
+  if (len > kMaxMessageBytes || nfds > kMaxFdsPerMessage) return EMSGSIZE;
+  MsgHeader hdr{kMagic, uint16_t(op), uint16_t(nfds), uint32_t(len), status};
+  iovec iov[2] = {{&hdr, sizeof(hdr)}, {const_cast<void *>(body), len}};
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)];
+  msghdr mh{};
+  mh.msg_iov = iov;
+  mh.msg_iovlen = len ? 2 : 1;
+  if (nfds) {
+    mh.msg_control = cbuf;
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+    cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+  }
+  for (;;) {
+    ssize_t n = ::sendmsg(sock, &mh, MSG_NOSIGNAL);
+    if (n >= 0) return size_t(n) == sizeof(hdr) + len ? 0 : EPROTO;
+    if (errno != EINTR) return errno;
+  }
+}
+
+int recv_message(int sock, Message *msg) {
+  msg->fds.clear();
+  iovec iov[2] = {{&msg->header, sizeof(msg->header)}, {msg->body, sizeof(msg->body)}};
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)];
+  msghdr mh{};
+  mh.msg_iov = iov;
+  mh.msg_iovlen = 2;
+  mh.msg_control = cbuf;
+  mh.msg_controllen = sizeof(cbuf);
+  ssize_t n;
+  do {
+    n = ::recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return errno == ECONNRESET ? ECONNRESET : errno;
+  if (n == 0) return ECONNRESET;
+  for (cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; i++) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      msg->fds.push_back(fd);
+    }
+  }
+  if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || size_t(n) < sizeof(MsgHeader) ||
+      msg->header.magic != kMagic || msg->header.length != size_t(n) - sizeof(MsgHeader) ||
+      msg->header.nfds != msg->fds.size()) {
+    msg->close_fds();
+    return EPROTO;
+  }
+  return 0;
+}
+
+int connect_daemon(const char *path) {
+  sockaddr_un addr{};
+  if (std::strlen(path) >= sizeof(addr.sun_path)) return -ENAMETOOLONG;
+  int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (s < 0) return -errno;
+  addr.sun_family = AF_UNIX;
+  std::strcpy(addr.sun_path, path);
+  if (::connect(s, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0) {
+    int err = errno;
+    ::close(s);
+    return -err;
+  }
+  return s;
+}
+
+}  // namespace vrnic::ctl

@@ -1,0 +1,717 @@
+#include "server.h"
+
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "dataplane/transport.h"
+#include "qp_state_machine.h"
+
+namespace vrnic {
+namespace {
+
+// A memfd of `bytes`, mapped read-write here; returns the fd or -errno.
+int make_region(const char *name, size_t bytes, void **map) {
+  int fd = ::memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0) return -errno;
+  if (::ftruncate(fd, off_t(bytes)) < 0) {
+    int err = errno;
+    ::close(fd);
+    return -err;
+  }
+  void *p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    ::close(fd);
+    return -err;
+  }
+  *map = p;
+  return fd;
+}
+
+void erase_handle(std::vector<uint32_t> &v, uint32_t h) { std::erase(v, h); }
+bool owns(const std::vector<uint32_t> &v, uint32_t h) {
+  return std::find(v.begin(), v.end(), h) != v.end();
+}
+
+constexpr uint32_t kValidAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                                  IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+                                  IBV_ACCESS_RELAXED_ORDERING;
+
+uint32_t mtu_bytes(uint32_t mtu) { return 128u << std::clamp<uint32_t>(mtu, 1, 5); }
+
+}  // namespace
+
+CompletionChannel::~CompletionChannel() {
+  if (fd >= 0) ::close(fd);
+}
+
+Session::~Session() {
+  if (shm) ::munmap(shm, sizeof(shm::SessionShared));
+  if (shm_fd >= 0) ::close(shm_fd);
+  if (async_fd >= 0) ::close(async_fd);
+  if (sock >= 0) ::close(sock);
+}
+
+Server::Server(std::string socket_path, uint32_t workers)
+    : path_(std::move(socket_path)), nworkers_(workers) {}
+
+Server::~Server() {
+  while (!sessions_.empty()) close_session(sessions_.begin()->first);
+  for (auto &w : workers_) w->stop();
+  workers_.clear();
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+    ::unlink(path_.c_str());
+  }
+  if (daemon_shm_) ::munmap(daemon_shm_, sizeof(shm::DaemonShared));
+  if (daemon_shm_fd_ >= 0) ::close(daemon_shm_fd_);
+}
+
+absl::Status Server::start() {
+  if (nworkers_ < 1 || nworkers_ > shm::kMaxWorkers)
+    return absl::InvalidArgumentError("--workers must be between 1 and 8");
+  sockaddr_un addr{};
+  if (path_.size() >= sizeof(addr.sun_path))
+    return absl::InvalidArgumentError("socket path too long: " + path_);
+  void *map;
+  daemon_shm_fd_ = make_region("vrnic-daemon", sizeof(shm::DaemonShared), &map);
+  if (daemon_shm_fd_ < 0) return absl::ErrnoToStatus(-daemon_shm_fd_, "memfd");
+  daemon_shm_ = static_cast<shm::DaemonShared *>(map);
+
+  listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0) return absl::ErrnoToStatus(errno, "socket");
+  addr.sun_family = AF_UNIX;
+  std::strcpy(addr.sun_path, path_.c_str());
+  // A socket file nobody listens on is a leftover from a crashed vrnicd: replace it.
+  int probe = ctl::connect_daemon(path_.c_str());
+  if (probe >= 0) {
+    ::close(probe);
+    return absl::AlreadyExistsError("another vrnicd is listening on " + path_);
+  }
+  ::unlink(path_.c_str());
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0)
+    return absl::ErrnoToStatus(errno, "bind " + path_);
+  if (::listen(listen_fd_, 64) < 0) return absl::ErrnoToStatus(errno, "listen");
+
+  dev_.info.num_workers = nworkers_;
+  for (uint32_t i = 0; i < nworkers_; i++) {
+    workers_.push_back(std::make_unique<Worker>(dev_, i, daemon_shm_));
+    workers_.back()->start();
+  }
+  return absl::OkStatus();
+}
+
+void Server::serve(const std::atomic<bool> &stop) {
+  std::vector<pollfd> pfds;
+  std::vector<uint32_t> ids;
+  while (!stop.load()) {
+    pfds.assign(1, {listen_fd_, POLLIN, 0});
+    ids.assign(1, 0);
+    for (auto &[id, s] : sessions_) {
+      pfds.push_back({s->sock, POLLIN, 0});
+      ids.push_back(id);
+    }
+    int n = ::poll(pfds.data(), pfds.size(), 100);
+    if (n <= 0) continue;
+    if (pfds[0].revents & POLLIN) accept_client();
+    for (size_t i = 1; i < pfds.size(); i++) {
+      if (!pfds[i].revents) continue;
+      auto it = sessions_.find(ids[i]);
+      if (it == sessions_.end()) continue;
+      if (!handle(*it->second)) close_session(ids[i]);
+    }
+  }
+}
+
+void Server::accept_client() {
+  int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return;
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+      (cred.uid != ::geteuid() && cred.uid != 0 && ::geteuid() != 0)) {
+    ::close(fd);  // another user's process: the NIC is not theirs
+    return;
+  }
+  auto s = std::make_unique<Session>();
+  s->id = next_session_++;
+  s->sock = fd;
+  s->pid = cred.pid;
+  s->uid = cred.uid;
+  sessions_[s->id] = std::move(s);
+}
+
+bool Server::handle(Session &s) {
+  auto m = std::make_unique<ctl::Message>();
+  int err = ctl::recv_message(s.sock, m.get());
+  if (err) return false;  // closed or malformed: the client is gone or broken
+  auto op = ctl::Op(m->header.op);
+  if (op != ctl::Op::kHello && !s.shm) {
+    m->close_fds();
+    ctl::send_message(s.sock, op, EPROTO, nullptr, 0);
+    return false;
+  }
+  auto reply = [&](int status, const void *body, size_t len, const std::vector<int> &fds = {}) {
+    ctl::send_message(s.sock, op, status, status ? nullptr : body, status ? 0 : len,
+                      fds.data(), status ? 0 : fds.size());
+  };
+  auto handle_of = [&]() -> uint32_t {
+    auto *r = m->as<ctl::HandleReq>();
+    return r ? r->handle : 0;
+  };
+  switch (op) {
+    case ctl::Op::kHello: {
+      auto resp = std::make_unique<ctl::HelloResp>();
+      std::vector<int> fds;
+      int st = hello(s, *m, *resp, fds);
+      reply(st, resp.get(), sizeof(*resp), fds);
+      return st == 0;
+    }
+    case ctl::Op::kAllocPd: {
+      ctl::HandleResp resp{};
+      reply(alloc_pd(s, resp), &resp, sizeof(resp));
+      break;
+    }
+    case ctl::Op::kDeallocPd:
+      reply(dealloc_pd(s, handle_of()), nullptr, 0);
+      break;
+    case ctl::Op::kRegMr: {
+      ctl::RegMrResp resp{};
+      int st = reg_mr(s, *m, resp);
+      m->close_fds();
+      reply(st, &resp, sizeof(resp));
+      break;
+    }
+    case ctl::Op::kDeregMr:
+      reply(dereg_mr(s, handle_of()), nullptr, 0);
+      break;
+    case ctl::Op::kCreateChannel: {
+      ctl::HandleResp resp{};
+      reply(create_channel(s, *m, resp), &resp, sizeof(resp));
+      break;
+    }
+    case ctl::Op::kDestroyChannel:
+      reply(destroy_channel(s, handle_of()), nullptr, 0);
+      break;
+    case ctl::Op::kCreateCq: {
+      ctl::CreateCqResp resp{};
+      std::vector<int> fds;
+      auto *req = m->as<ctl::CreateCqReq>();
+      int st = req ? create_cq(s, *req, resp, fds) : EINVAL;
+      reply(st, &resp, sizeof(resp), fds);
+      for (int fd : fds) ::close(fd);
+      break;
+    }
+    case ctl::Op::kDestroyCq:
+      reply(destroy_cq(s, handle_of()), nullptr, 0);
+      break;
+    case ctl::Op::kCreateQp: {
+      ctl::CreateQpResp resp{};
+      std::vector<int> fds;
+      auto *req = m->as<ctl::CreateQpReq>();
+      int st = req ? create_qp(s, *req, resp, fds) : EINVAL;
+      reply(st, &resp, sizeof(resp), fds);
+      for (int fd : fds) ::close(fd);
+      break;
+    }
+    case ctl::Op::kModifyQp: {
+      auto *req = m->as<ctl::ModifyQpReq>();
+      reply(req ? modify_qp(s, *req) : EINVAL, nullptr, 0);
+      break;
+    }
+    case ctl::Op::kQueryQp: {
+      ctl::QueryQpResp resp{};
+      reply(query_qp(s, handle_of(), resp), &resp, sizeof(resp));
+      break;
+    }
+    case ctl::Op::kDestroyQp:
+      reply(destroy_qp(s, handle_of()), nullptr, 0);
+      break;
+    case ctl::Op::kCreateAh: {
+      ctl::HandleResp resp{};
+      auto *req = m->as<ctl::CreateAhReq>();
+      reply(req ? create_ah(s, *req, resp) : EINVAL, &resp, sizeof(resp));
+      break;
+    }
+    case ctl::Op::kDestroyAh:
+      reply(destroy_ah(s, handle_of()), nullptr, 0);
+      break;
+    case ctl::Op::kStats: {
+      ctl::StatsResp resp{};
+      stats(resp);
+      reply(0, &resp, sizeof(resp));
+      break;
+    }
+    default:
+      m->close_fds();
+      reply(EOPNOTSUPP, nullptr, 0);
+  }
+  m->close_fds();
+  return true;
+}
+
+int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp,
+                  std::vector<int> &fds) {
+  auto *req = m.as<ctl::HelloReq>();
+  if (!req || m.fds.size() != 1) return EINVAL;
+  if (req->version != ctl::kProtocolVersion) return EPROTONOSUPPORT;
+  if (s.shm) return EEXIST;
+  void *map;
+  int fd = make_region("vrnic-session", sizeof(shm::SessionShared), &map);
+  if (fd < 0) return -fd;
+  s.shm_fd = fd;
+  s.shm = static_cast<shm::SessionShared *>(map);
+  for (auto &ring : s.shm->doorbells) ring.init();
+  s.async_fd = ::dup(m.fds[0]);
+  ::fcntl(s.async_fd, F_SETFL, O_NONBLOCK);
+  for (auto &w : workers_) {
+    shm::DoorbellRing *ring = &s.shm->doorbells[w->index()];
+    w->execute([&] { w->add_session(s.id, ring); });
+  }
+  resp.version = ctl::kProtocolVersion;
+  resp.session_id = s.id;
+  resp.device = dev_.info;
+  fds.push_back(s.shm_fd);
+  fds.push_back(daemon_shm_fd_);
+  for (auto &w : workers_) fds.push_back(w->wake_fd());
+  return 0;
+}
+
+int Server::alloc_pd(Session &s, ctl::HandleResp &resp) {
+  uint32_t h = pds_.insert(std::make_unique<ProtectionDomain>(ProtectionDomain{s.id}));
+  if (!h) return ENOMEM;
+  s.pds.push_back(h);
+  resp.handle = h;
+  return 0;
+}
+
+int Server::dealloc_pd(Session &s, uint32_t handle) {
+  ProtectionDomain *pd = pds_.get(handle);
+  if (!pd || pd->session != s.id) return EINVAL;
+  if (pd->refs) return EBUSY;
+  pds_.remove(handle);
+  erase_handle(s.pds, handle);
+  return 0;
+}
+
+int Server::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp) {
+  auto *req = m.as<ctl::RegMrReq>();
+  if (!req || req->npieces == 0 || req->npieces > ctl::kMaxMrPieces) return EINVAL;
+  ProtectionDomain *pd = pds_.get(req->pd);
+  if (!pd || pd->session != s.id) return EINVAL;
+  if ((req->access & ~kValidAccess) || req->length == 0) return EINVAL;
+  if ((req->access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(req->access & IBV_ACCESS_LOCAL_WRITE))
+    return EINVAL;
+  if (req->length > dev_.info.max_mr_size) return ENOMEM;
+  auto mr = std::make_unique<MemoryRegion>();
+  mr->pd = req->pd;
+  mr->access = req->access;
+  mr->session = s.id;
+  mr->pid = s.pid;
+  mr->addr = req->addr;
+  mr->iova = req->iova;
+  mr->length = req->length;
+  uint64_t expect = req->addr;
+  for (uint32_t i = 0; i < req->npieces; i++) {
+    const ctl::MrPiece &p = req->pieces[i];
+    if (p.va != expect || p.length == 0) return EINVAL;
+    expect += p.length;
+    MrPieceMap piece{p.va, p.length, nullptr};
+    if (p.kind == uint32_t(ctl::PieceKind::kMemfd)) {
+      if (p.fd_index >= m.fds.size()) return EINVAL;
+      int fd = m.fds[p.fd_index];
+      struct stat st;
+      if (::fstat(fd, &st) < 0 || p.fd_offset + p.length > uint64_t(st.st_size)) return EINVAL;
+      uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+      uint64_t base = p.fd_offset & ~(page - 1);
+      size_t len = size_t(p.fd_offset + p.length - base);
+      void *map = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(base));
+      if (map == MAP_FAILED) return errno;
+      mr->mappings.push_back({map, len});
+      piece.local = static_cast<uint8_t *>(map) + (p.fd_offset - base);
+    } else if (p.kind == uint32_t(ctl::PieceKind::kProcessVm)) {
+      // Can we reach it? (a client of another user, or memory that is not there)
+      uint8_t probe;
+      iovec local{&probe, 1}, remote{reinterpret_cast<void *>(p.va), 1};
+      if (::process_vm_readv(s.pid, &local, 1, &remote, 1, 0) != 1)
+        return errno == EPERM ? EPERM : EFAULT;
+    } else {
+      return EINVAL;
+    }
+    mr->pieces.push_back(piece);
+  }
+  if (expect != req->addr + req->length) return EINVAL;
+  uint32_t handle = 0, key = 0;
+  MemoryRegion *raw = mr.get();
+  workers_[0]->execute([&] {
+    handle = dev_.mrs.insert(std::move(mr));
+    if (handle) key = handle << 8 | dev_.mrs.generation(handle);
+    if (handle) raw->handle = handle, raw->key = key;
+  });
+  if (!handle) return ENOMEM;
+  pd->refs++;
+  s.mrs.push_back(handle);
+  resp.handle = handle;
+  resp.lkey = resp.rkey = key;
+  return 0;
+}
+
+int Server::dereg_mr(Session &s, uint32_t handle) {
+  if (!owns(s.mrs, handle)) return EINVAL;
+  uint32_t pd = 0;
+  workers_[0]->execute([&] {
+    if (auto mr = dev_.mrs.remove(handle)) pd = mr->pd;
+  });
+  if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
+  erase_handle(s.mrs, handle);
+  return 0;
+}
+
+int Server::create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp) {
+  if (m.fds.size() != 1) return EINVAL;
+  int fd = ::dup(m.fds[0]);
+  if (fd < 0) return errno;
+  ::fcntl(fd, F_SETFL, O_NONBLOCK);
+  uint32_t h = channels_.insert(std::make_unique<CompletionChannel>(CompletionChannel{s.id, fd}));
+  if (!h) {
+    ::close(fd);
+    return ENOMEM;
+  }
+  s.channels.push_back(h);
+  resp.handle = h;
+  return 0;
+}
+
+int Server::destroy_channel(Session &s, uint32_t handle) {
+  CompletionChannel *ch = channels_.get(handle);
+  if (!ch || ch->session != s.id) return EINVAL;
+  if (ch->refs) return EBUSY;
+  channels_.remove(handle);
+  erase_handle(s.channels, handle);
+  return 0;
+}
+
+int Server::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::CreateCqResp &resp,
+                      std::vector<int> &fds) {
+  if (req.cqe < 1 || req.cqe > dev_.info.max_cqe) return EINVAL;
+  CompletionChannel *ch = nullptr;
+  if (req.channel) {
+    ch = channels_.get(req.channel);
+    if (!ch || ch->session != s.id) return EINVAL;
+  }
+  uint32_t slots = std::bit_ceil(req.cqe);
+  size_t bytes = shm::cq_region_bytes(slots);
+  void *map;
+  int fd = make_region("vrnic-cq", bytes, &map);
+  if (fd < 0) return -fd;
+  auto cq = std::make_unique<CompletionQueue>();
+  cq->session = s.id;
+  cq->cookie = req.cookie;
+  cq->channel_fd = ch ? ch->fd : -1;
+  cq->channel = req.channel;
+  cq->async_fd = s.async_fd;
+  cq->shared = static_cast<shm::CqShared *>(map);
+  cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
+  cq->mask = slots - 1;
+  uint32_t handle = 0;
+  workers_[0]->execute([&] {
+    handle = dev_.cqs.insert(std::move(cq));
+    if (handle) dev_.cqs.get(handle)->handle = handle;
+  });
+  if (!handle) {
+    ::munmap(map, bytes);
+    ::close(fd);
+    return ENOMEM;
+  }
+  if (ch) ch->refs++;
+  s.cqs.push_back(handle);
+  resp.handle = handle;
+  resp.slots = slots;
+  fds.push_back(fd);
+  return 0;
+}
+
+int Server::destroy_cq(Session &s, uint32_t handle) {
+  if (!owns(s.cqs, handle)) return EINVAL;
+  int st = 0;
+  uint32_t channel = 0;
+  workers_[0]->execute([&] {
+    CompletionQueue *cq = dev_.cqs.get(handle);
+    if (cq->refs) {
+      st = EBUSY;
+      return;
+    }
+    channel = cq->channel;
+    ::munmap(cq->shared, shm::cq_region_bytes(cq->mask + 1));
+    dev_.cqs.remove(handle);
+  });
+  if (st) return st;
+  if (CompletionChannel *ch = channels_.get(channel)) ch->refs--;
+  erase_handle(s.cqs, handle);
+  return 0;
+}
+
+Worker &Server::worker_for_new_qp() { return *workers_[0]; }
+
+int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp &resp,
+                      std::vector<int> &fds) {
+  ProtectionDomain *pd = pds_.get(req.pd);
+  if (!pd || pd->session != s.id) return EINVAL;
+  if (!owns(s.cqs, req.send_cq) || !owns(s.cqs, req.recv_cq)) return EINVAL;
+  if (req.qp_type == IBV_QPT_UC || req.qp_type == IBV_QPT_UD) return EOPNOTSUPP;
+  if (req.qp_type != IBV_QPT_RC) return EINVAL;
+  const ctl::QpCaps &c = req.caps;
+  if (c.max_send_wr > dev_.info.max_qp_wr || c.max_recv_wr > dev_.info.max_qp_wr ||
+      c.max_send_sge > shm::kMaxSge || c.max_recv_sge > shm::kMaxSge ||
+      c.max_inline_data > shm::kMaxInline)
+    return EINVAL;
+  if (s.qps.size() >= shm::kMaxQpsPerSession) return ENOMEM;
+  uint32_t sq_slots = std::bit_ceil(std::max(c.max_send_wr, 1u));
+  uint32_t rq_slots = std::bit_ceil(std::max(c.max_recv_wr, 1u));
+  size_t bytes = shm::qp_region_bytes(sq_slots, rq_slots);
+  void *map;
+  int fd = make_region("vrnic-qp", bytes, &map);
+  if (fd < 0) return -fd;
+  auto qp = std::make_unique<QueuePair>();
+  qp->session = s.id;
+  qp->pd = req.pd;
+  qp->type = uint8_t(req.qp_type);
+  qp->sq_sig_all = req.sq_sig_all;
+  qp->cookie = req.cookie;
+  qp->async_fd = s.async_fd;
+  qp->shared = static_cast<shm::QpShared *>(map);
+  auto *base = static_cast<uint8_t *>(map);
+  qp->sq = reinterpret_cast<shm::SendWqe *>(base + shm::kQpHeaderBytes);
+  qp->rq = reinterpret_cast<shm::RecvWqe *>(base + shm::kQpHeaderBytes +
+                                            sq_slots * sizeof(shm::SendWqe));
+  qp->sq_mask = sq_slots - 1;
+  qp->rq_mask = rq_slots - 1;
+  qp->meta.reset(new WqeMeta[sq_slots]());
+  qp->attr.qp_state = IBV_QPS_RESET;
+  qp->attr.cap = {sq_slots, rq_slots, shm::kMaxSge, shm::kMaxSge, shm::kMaxInline, 0};
+  qp->attr.port_num = 1;
+  qp->shared->state.store(IBV_QPS_RESET);
+  Worker &w = worker_for_new_qp();
+  uint32_t handle = 0;
+  w.execute([&] {
+    qp->send_cq = dev_.cqs.get(req.send_cq);
+    qp->recv_cq = dev_.cqs.get(req.recv_cq);
+    QueuePair *raw = qp.get();
+    handle = dev_.qps.insert(std::move(qp));
+    if (!handle) return;
+    raw->handle = handle;
+    raw->qpn = Device::qpn_of_handle(handle);
+    raw->send_cq->refs++;
+    raw->recv_cq->refs++;
+  });
+  if (!handle) {
+    ::munmap(map, bytes);
+    ::close(fd);
+    return ENOMEM;
+  }
+  pd->refs++;
+  s.qps.push_back(handle);
+  qp_owners_[handle] = {req.pd, req.send_cq, req.recv_cq};
+  resp.handle = handle;
+  resp.qpn = Device::qpn_of_handle(handle);
+  resp.sq_slots = sq_slots;
+  resp.rq_slots = rq_slots;
+  resp.worker = w.index();
+  resp.caps = {sq_slots, rq_slots, shm::kMaxSge, shm::kMaxSge, shm::kMaxInline, 0};
+  fds.push_back(fd);
+  return 0;
+}
+
+int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
+  if (!owns(s.qps, req.handle)) return EINVAL;
+  const ctl::QpAttrWire &a = req.attr;
+  uint32_t mask = req.attr_mask;
+  int st = 0;
+  workers_[0]->execute([&] {
+    QueuePair &qp = *dev_.qps.get(req.handle);
+    uint32_t cur = qp.attr.qp_state;
+    if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) {
+      st = EINVAL;
+      return;
+    }
+    uint32_t next = (mask & IBV_QP_STATE) ? a.qp_state : cur;
+    if ((st = check_qp_transition(qp.type, cur, next, mask))) return;
+    // Attribute values (EINVAL as the kernel answers them).
+    if (((mask & IBV_QP_PORT) && a.port_num != 1) ||
+        ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) ||
+        ((mask & IBV_QP_PATH_MTU) &&
+         (a.path_mtu < IBV_MTU_256 || a.path_mtu > dev_.info.port_active_mtu)) ||
+        ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > kMaxRdAtomic) ||
+        ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxRdAtomic) ||
+        ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) ||
+        ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) ||
+        ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) ||
+        ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) ||
+        ((mask & IBV_QP_ACCESS_FLAGS) &&
+         (a.qp_access_flags & ~uint32_t(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                        IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE))) ||
+        ((mask & IBV_QP_AV) &&
+         (a.ah.sgid_index >= ctl::kGidTableLen ||
+          dev_.info.gids[a.ah.sgid_index].type == ctl::kGidEmpty || !a.ah.is_global))) {
+      st = EINVAL;
+      return;
+    }
+    ctl::QpAttrWire &q = qp.attr;
+    if (mask & IBV_QP_ACCESS_FLAGS) q.qp_access_flags = a.qp_access_flags;
+    if (mask & IBV_QP_PKEY_INDEX) q.pkey_index = a.pkey_index;
+    if (mask & IBV_QP_PORT) q.port_num = a.port_num;
+    if (mask & IBV_QP_QKEY) q.qkey = a.qkey;
+    if (mask & IBV_QP_AV) q.ah = a.ah;
+    if (mask & IBV_QP_PATH_MTU) {
+      q.path_mtu = a.path_mtu;
+      qp.mtu = mtu_bytes(a.path_mtu);
+    }
+    if (mask & IBV_QP_TIMEOUT) q.timeout = a.timeout;
+    if (mask & IBV_QP_RETRY_CNT) q.retry_cnt = a.retry_cnt;
+    if (mask & IBV_QP_RNR_RETRY) q.rnr_retry = a.rnr_retry;
+    if (mask & IBV_QP_RQ_PSN) q.rq_psn = a.rq_psn & wire::kPsnMask;
+    if (mask & IBV_QP_SQ_PSN) q.sq_psn = a.sq_psn & wire::kPsnMask;
+    if (mask & IBV_QP_MAX_QP_RD_ATOMIC) q.max_rd_atomic = a.max_rd_atomic;
+    if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) q.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    if (mask & IBV_QP_MIN_RNR_TIMER) q.min_rnr_timer = a.min_rnr_timer;
+    if (mask & IBV_QP_DEST_QPN) q.dest_qp_num = a.dest_qp_num & wire::kQpnMask;
+    if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) q.en_sqd_async_notify = a.en_sqd_async_notify;
+
+    Worker &w = *workers_[0];
+    if (next == IBV_QPS_RESET) {
+      qp_reset_transport(qp);
+      w.forget_qp(qp);
+      qp.in_run_queue = qp.in_ack_list = qp.in_timer_list = false;
+    } else if (next == IBV_QPS_ERR) {
+      qp_enter_error(w, qp);  // flushes every outstanding WR
+      return;
+    }
+    if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
+      qp.resp = ResponderState{};
+      qp.resp.psn = q.rq_psn;
+    }
+    if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
+      qp.req.psn = q.sq_psn;
+      qp.comp.acked_psn = wire::psn_add(q.sq_psn, -1u);
+      qp.comp.retry_left = q.retry_cnt;
+      qp.comp.rnr_left = q.rnr_retry;
+    }
+    q.qp_state = next;
+    qp.shared->state.store(next, std::memory_order_release);
+    if (next == IBV_QPS_RTS) w.schedule(qp);  // WQEs posted before RTS may now go
+  });
+  return st;
+}
+
+int Server::query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp) {
+  if (!owns(s.qps, handle)) return EINVAL;
+  workers_[0]->execute([&] {
+    QueuePair &qp = *dev_.qps.get(handle);
+    resp.attr = qp.attr;
+    resp.attr.cur_qp_state = qp.attr.qp_state;
+    resp.attr.sq_draining = 0;
+  });
+  return 0;
+}
+
+int Server::destroy_qp(Session &s, uint32_t handle) {
+  if (!owns(s.qps, handle)) return EINVAL;
+  workers_[0]->execute([&] {
+    QueuePair *qp = dev_.qps.get(handle);
+    workers_[0]->forget_qp(*qp);
+    qp->send_cq->refs--;
+    qp->recv_cq->refs--;
+    ::munmap(qp->shared, shm::qp_region_bytes(qp->sq_mask + 1, qp->rq_mask + 1));
+    dev_.qps.remove(handle);
+  });
+  if (ProtectionDomain *pd = pds_.get(qp_owners_[handle].pd)) pd->refs--;
+  qp_owners_.erase(handle);
+  erase_handle(s.qps, handle);
+  return 0;
+}
+
+int Server::create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &resp) {
+  ProtectionDomain *pd = pds_.get(req.pd);
+  if (!pd || pd->session != s.id) return EINVAL;
+  if (req.av.port_num != 1) return EINVAL;
+  if (req.av.is_global && (req.av.sgid_index >= ctl::kGidTableLen ||
+                           dev_.info.gids[req.av.sgid_index].type == ctl::kGidEmpty))
+    return EINVAL;
+  uint32_t h = ahs_.insert(std::make_unique<AddressHandle>(AddressHandle{s.id, req.pd, req.av}));
+  if (!h) return ENOMEM;
+  pd->refs++;
+  s.ahs.push_back(h);
+  resp.handle = h;
+  return 0;
+}
+
+int Server::destroy_ah(Session &s, uint32_t handle) {
+  AddressHandle *ah = ahs_.get(handle);
+  if (!ah || ah->session != s.id) return EINVAL;
+  if (ProtectionDomain *pd = pds_.get(ah->pd)) pd->refs--;
+  ahs_.remove(handle);
+  erase_handle(s.ahs, handle);
+  return 0;
+}
+
+void Server::stats(ctl::StatsResp &resp) {
+  resp.sessions = uint32_t(sessions_.size());
+  resp.pds = pds_.size();
+  resp.channels = channels_.size();
+  resp.ahs = ahs_.size();
+  workers_[0]->execute([&] {
+    resp.mrs = dev_.mrs.size();
+    resp.cqs = dev_.cqs.size();
+    resp.qps = dev_.qps.size();
+    resp.packets_sent = dev_.counters.packets_sent;
+    resp.packets_received = dev_.counters.packets_received;
+    resp.packets_dropped = dev_.counters.packets_dropped;
+    resp.retransmits = dev_.counters.retransmits;
+    resp.rnr_naks_sent = dev_.counters.rnr_naks_sent;
+    resp.naks_sent = dev_.counters.naks_sent;
+  });
+}
+
+// Everything a client created goes when its connection does (process exit or SIGKILL):
+// QPs first (they reference CQs, MRs and PDs), then the rest.
+void Server::close_session(uint32_t id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  Session &s = *it->second;
+  while (!s.qps.empty()) destroy_qp(s, s.qps.back());
+  while (!s.mrs.empty()) dereg_mr(s, s.mrs.back());
+  while (!s.ahs.empty()) destroy_ah(s, s.ahs.back());
+  while (!s.cqs.empty()) {
+    if (destroy_cq(s, s.cqs.back())) break;
+  }
+  while (!s.channels.empty()) {
+    CompletionChannel *ch = channels_.get(s.channels.back());
+    if (ch) ch->refs = 0;
+    destroy_channel(s, s.channels.back());
+  }
+  while (!s.pds.empty()) {
+    if (ProtectionDomain *pd = pds_.get(s.pds.back())) pd->refs = 0;
+    dealloc_pd(s, s.pds.back());
+  }
+  if (s.shm) {
+    for (auto &w : workers_) w->execute([&] { w->remove_session(id); });
+  }
+  sessions_.erase(it);
+}
+
+}  // namespace vrnic

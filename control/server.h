@@ -1,0 +1,107 @@
+// vrnicd's control plane: the command interface of the NIC. Accepts client connections on a
+// Unix socket, runs their verbs commands against the dataplane, and reclaims everything a
+// client owned when its connection closes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "dataplane/device.h"
+#include "dataplane/slot_table.h"
+#include "dataplane/worker.h"
+#include "vrnic/ctl_io.h"
+
+namespace vrnic {
+
+struct ProtectionDomain {
+  uint32_t session;
+  uint32_t refs = 0;  // MRs, QPs and AHs in it
+};
+
+struct CompletionChannel {
+  uint32_t session;
+  int fd;  // write end of the client's pipe
+  uint32_t refs = 0;
+  ~CompletionChannel();
+};
+
+struct AddressHandle {
+  uint32_t session;
+  uint32_t pd;
+  ctl::AddressVector av;
+};
+
+struct QpOwner {
+  uint32_t pd, send_cq, recv_cq;
+};
+
+struct Session {
+  uint32_t id = 0;
+  int sock = -1;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  int async_fd = -1;
+  int shm_fd = -1;
+  shm::SessionShared *shm = nullptr;
+  std::vector<uint32_t> pds, mrs, cqs, qps, ahs, channels;
+  ~Session();
+};
+
+class Server {
+ public:
+  Server(std::string socket_path, uint32_t workers);
+  ~Server();
+  absl::Status start();
+  // Serves until *stop becomes true (checked at least every 100 ms).
+  void serve(const std::atomic<bool> &stop);
+
+ private:
+  void accept_client();
+  // Returns false when the session must close.
+  bool handle(Session &s);
+  void close_session(uint32_t id);
+
+  int hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::vector<int> &fds);
+  int alloc_pd(Session &s, ctl::HandleResp &resp);
+  int dealloc_pd(Session &s, uint32_t handle);
+  int reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp);
+  int dereg_mr(Session &s, uint32_t handle);
+  int create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp);
+  int destroy_channel(Session &s, uint32_t handle);
+  int create_cq(Session &s, const ctl::CreateCqReq &req, ctl::CreateCqResp &resp,
+                std::vector<int> &fds);
+  int destroy_cq(Session &s, uint32_t handle);
+  int create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp &resp,
+                std::vector<int> &fds);
+  int modify_qp(Session &s, const ctl::ModifyQpReq &req);
+  int query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp);
+  int destroy_qp(Session &s, uint32_t handle);
+  int create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &resp);
+  int destroy_ah(Session &s, uint32_t handle);
+  void stats(ctl::StatsResp &resp);
+
+  Worker &worker_for_new_qp();
+
+  std::string path_;
+  int listen_fd_ = -1;
+  int daemon_shm_fd_ = -1;
+  shm::DaemonShared *daemon_shm_ = nullptr;
+  uint32_t nworkers_;
+  Device dev_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::map<uint32_t, std::unique_ptr<Session>> sessions_;
+  uint32_t next_session_ = 1;
+  SlotTable<ProtectionDomain> pds_{1u << 16};
+  SlotTable<CompletionChannel> channels_{1u << 16};
+  SlotTable<AddressHandle> ahs_{1u << 16};
+  std::map<uint32_t, QpOwner> qp_owners_;
+};
+
+}  // namespace vrnic

@@ -1,0 +1,61 @@
+// vrnicctl: asks vrnicd about its state over the control protocol.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "vrnic/ctl_io.h"
+#include "vrnic/socket_path.h"
+
+namespace {
+
+int stats(int sock) {
+  int err = vrnic::ctl::send_message(sock, vrnic::ctl::Op::kStats, 0, nullptr, 0);
+  vrnic::ctl::Message m;
+  if (!err) err = vrnic::ctl::recv_message(sock, &m);
+  if (!err) err = m.header.status;
+  const auto *r = m.as<vrnic::ctl::StatsResp>();
+  if (err || !r) {
+    std::fprintf(stderr, "vrnicctl: stats failed: %s\n", std::strerror(err ? err : EPROTO));
+    return 1;
+  }
+  std::printf(
+      "sessions=%u\npds=%u\nmrs=%u\ncqs=%u\nqps=%u\nahs=%u\nchannels=%u\n"
+      "packets_sent=%llu\npackets_received=%llu\npackets_dropped=%llu\nretransmits=%llu\n"
+      "rnr_naks_sent=%llu\nnaks_sent=%llu\n",
+      r->sessions, r->pds, r->mrs, r->cqs, r->qps, r->ahs, r->channels,
+      (unsigned long long)r->packets_sent, (unsigned long long)r->packets_received,
+      (unsigned long long)r->packets_dropped, (unsigned long long)r->retransmits,
+      (unsigned long long)r->rnr_naks_sent, (unsigned long long)r->naks_sent);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  std::string path = vrnic::default_socket_path();
+  std::string cmd;
+  for (int i = 1; i < argc; i++) {
+    if (!std::strcmp(argv[i], "--socket") && i + 1 < argc) {
+      path = argv[++i];
+    } else if (cmd.empty()) {
+      cmd = argv[i];
+    } else {
+      cmd = "?";
+    }
+  }
+  if (cmd != "stats") {
+    std::fprintf(stderr, "usage: vrnicctl [--socket PATH] stats\n");
+    return 2;
+  }
+  int sock = vrnic::ctl::connect_daemon(path.c_str());
+  if (sock < 0) {
+    std::fprintf(stderr, "vrnicctl: cannot reach vrnicd at %s: %s (start it with: vrnicd)\n",
+                 path.c_str(), std::strerror(-sock));
+    return 1;
+  }
+  int rc = stats(sock);
+  ::close(sock);
+  return rc;
+}

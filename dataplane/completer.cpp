@@ -1,0 +1,255 @@
+// Completer: consumes ACKs, NAKs, read responses and atomic ACKs; retires WQEs in order with
+// their completions; owns the local ACK timeout and RNR timer and rewinds the requester for
+// go-back-N retransmission.
+#include <infiniband/verbs.h>
+
+#include "sge_io.h"
+#include "transport.h"
+#include "worker.h"
+
+namespace vrnic {
+namespace {
+
+using namespace wire;
+
+// IB spec table 45: RNR NAK timer field -> microseconds.
+constexpr uint32_t kRnrTimerUs[32] = {655360, 10,    20,    30,    40,    60,     80,
+                                      120,    160,   240,   320,   480,   640,    960,
+                                      1280,   1920,  2560,  3840,  5120,  7680,   10240,
+                                      15360,  20480, 30720, 40960, 61440, 81920,  122880,
+                                      163840, 245760, 327680, 491520};
+
+bool is_read_or_atomic(uint8_t op) {
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+uint8_t wc_opcode(uint8_t wr_op) {
+  switch (wr_op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+bool outstanding(const QueuePair &qp) { return qp.comp.wqe != qp.req.started; }
+
+void restart_ack_timer(Worker &w, QueuePair &qp) {
+  if (outstanding(qp) && qp.attr.timeout) {
+    qp.comp.ack_deadline = w.now + (4096ull << qp.attr.timeout);
+    w.watch_timers(qp);
+  } else {
+    qp.comp.ack_deadline = 0;
+  }
+}
+
+// Go-back-N: send again from the oldest unretired WQE.
+void rewind_requester(QueuePair &qp) {
+  RequesterState &req = qp.req;
+  req.wqe = qp.comp.wqe;
+  req.offset = req.sge = req.sge_offset = 0;
+  req.rd_atomic_outstanding = 0;
+  if (qp.comp.wqe != req.started) req.psn = qp.wqe_meta(qp.comp.wqe).first_psn;
+}
+
+void fail_oldest(Worker &w, QueuePair &qp, uint8_t status) {
+  if (outstanding(qp)) qp.wqe_meta(qp.comp.wqe).status = status;
+  completer_retire(w, qp);
+}
+
+// The ACK acknowledges every PSN up to and including psn.
+void acknowledge(Worker &w, QueuePair &qp, uint32_t psn) {
+  if (psn_diff(psn, qp.comp.acked_psn) > 0) {
+    qp.comp.acked_psn = psn;
+    qp.comp.retry_left = qp.attr.retry_cnt;
+  }
+  completer_retire(w, qp);
+  restart_ack_timer(w, qp);
+}
+
+void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
+  uint32_t psn = pkt.bth().psn();
+  acknowledge(w, qp, psn_add(psn, -1u));
+  if (!outstanding(qp)) return;
+  shm::SendWqe &wqe = qp.wqe(qp.comp.wqe);
+  WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
+  if (meta.opcode != IBV_WR_RDMA_READ || meta.resp_done || psn != meta.resp_psn) return;
+  uint32_t offset = uint32_t(psn_diff(psn, meta.first_psn)) * qp.mtu;
+  bool last = pkt.info().flags & kOpLast;
+  uint32_t expect = last ? meta.length - offset : qp.mtu;
+  if (offset > meta.length || pkt.payload_len != expect) return;  // malformed: drop
+  SgeList list{wqe.sge, wqe.num_sge, qp.pd};
+  SgeCursor cur = sge_seek(list, offset);
+  if (int st = sge_scatter(w.dev, list, cur, pkt.payload, pkt.payload_len)) {
+    fail_oldest(w, qp, uint8_t(st));
+    return;
+  }
+  meta.resp_psn = psn_add(psn, 1);
+  qp.comp.retry_left = qp.attr.retry_cnt;
+  if (last) {
+    meta.resp_done = true;
+    qp.req.rd_atomic_outstanding--;
+    completer_retire(w, qp);
+    w.schedule(qp);
+  }
+  restart_ack_timer(w, qp);
+}
+
+void atomic_ack(Worker &w, QueuePair &qp, const Packet &pkt) {
+  uint32_t psn = pkt.bth().psn();
+  acknowledge(w, qp, psn_add(psn, -1u));
+  if (!outstanding(qp)) return;
+  shm::SendWqe &wqe = qp.wqe(qp.comp.wqe);
+  WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
+  if (!is_read_or_atomic(meta.opcode) || meta.opcode == IBV_WR_RDMA_READ || meta.resp_done ||
+      psn != meta.first_psn)
+    return;
+  uint8_t orig[8];
+  uint64_t value = pkt.ext<AtomicAckEth>(pkt.info().atomic_ack_off).orig();
+  std::memcpy(orig, &value, 8);  // host order into the application's buffer, as NICs do
+  SgeList list{wqe.sge, 1, qp.pd};
+  SgeCursor cur;
+  if (int st = sge_scatter(w.dev, list, cur, orig, 8)) {
+    fail_oldest(w, qp, uint8_t(st));
+    return;
+  }
+  meta.resp_done = true;
+  qp.req.rd_atomic_outstanding--;
+  acknowledge(w, qp, psn);
+  w.schedule(qp);
+}
+
+void nak(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
+  acknowledge(w, qp, psn_add(psn, -1u));
+  if (!outstanding(qp)) return;
+  if (aeth_kind(syndrome) == kAethRnrNak) {
+    if (qp.comp.rnr_left == 0) {
+      fail_oldest(w, qp, IBV_WC_RNR_RETRY_EXC_ERR);
+      return;
+    }
+    if (qp.attr.rnr_retry != 7) qp.comp.rnr_left--;
+    rewind_requester(qp);
+    qp.comp.rnr_deadline = w.now + uint64_t(kRnrTimerUs[syndrome & 0x1f]) * 1000;
+    qp.comp.ack_deadline = 0;
+    w.watch_timers(qp);
+    return;
+  }
+  switch (syndrome) {
+    case kNakPsnSeqError:
+      if (qp.comp.retry_left == 0) {
+        fail_oldest(w, qp, IBV_WC_RETRY_EXC_ERR);
+        return;
+      }
+      qp.comp.retry_left--;
+      w.dev.counters.retransmits++;
+      rewind_requester(qp);
+      w.schedule(qp);
+      return;
+    case kNakRemoteAccess:
+      fail_oldest(w, qp, IBV_WC_REM_ACCESS_ERR);
+      return;
+    case kNakRemoteOperational:
+      fail_oldest(w, qp, IBV_WC_REM_OP_ERR);
+      return;
+    default:
+      fail_oldest(w, qp, IBV_WC_REM_INV_REQ_ERR);
+      return;
+  }
+}
+
+}  // namespace
+
+void completer_retire(Worker &w, QueuePair &qp) {
+  CompleterState &comp = qp.comp;
+  bool retired = false;
+  while (outstanding(qp)) {
+    WqeMeta &meta = qp.wqe_meta(comp.wqe);
+    if (meta.status == IBV_WC_SUCCESS) {
+      bool done = is_read_or_atomic(meta.opcode)
+                      ? meta.resp_done
+                      : psn_diff(meta.last_psn, comp.acked_psn) <= 0 || qp.type != IBV_QPT_RC;
+      if (!done) break;
+    }
+    const shm::SendWqe &wqe = qp.wqe(comp.wqe);
+    if (meta.status != IBV_WC_SUCCESS || (meta.flags & shm::kWqeSignaled) || qp.sq_sig_all) {
+      shm::Cqe cqe{};
+      cqe.wr_id = wqe.wr_id;
+      cqe.status = meta.status;
+      cqe.opcode = wc_opcode(meta.opcode);
+      cqe.byte_len = meta.length;
+      cqe.qp_num = qp.qpn;
+      if (!qp.send_cq->push(cqe, false)) {
+        qp_enter_error(w, qp);
+        return;
+      }
+    }
+    comp.wqe++;
+    retired = true;
+    if (meta.status != IBV_WC_SUCCESS) {
+      qp.shared->sq.consumer.store(comp.wqe, std::memory_order_release);
+      qp_enter_error(w, qp);
+      return;
+    }
+  }
+  if (retired) {
+    qp.shared->sq.consumer.store(comp.wqe, std::memory_order_release);
+    w.schedule(qp);
+  }
+}
+
+void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
+  if (qp.type != IBV_QPT_RC || qp.state() == IBV_QPS_ERR) return;
+  uint32_t psn = pkt.bth().psn();
+  const OpcodeInfo &info = pkt.info();
+  // Only responses to PSNs we sent. Read responses may follow an ACK that covered their
+  // PSNs (the ACK only acknowledges the request); anything else must be newer than acked.
+  if (psn_diff(psn, qp.req.psn) >= 0) return;
+  if (!(info.flags & kOpReadResponse) && psn_diff(psn, qp.comp.acked_psn) <= 0) return;
+  uint8_t op = pkt.bth().opcode();
+  if (info.flags & kOpReadResponse) {
+    if (info.flags & kOpAeth) {
+      uint8_t syndrome = pkt.ext<Aeth>(info.aeth_off).syndrome();
+      if (aeth_kind(syndrome) != kAethAck) return nak(w, qp, psn, syndrome);
+    }
+    return read_response(w, qp, pkt);
+  }
+  uint8_t syndrome = pkt.ext<Aeth>(info.aeth_off).syndrome();
+  if (aeth_kind(syndrome) != kAethAck) return nak(w, qp, psn, syndrome);
+  if (op == kAtomicAcknowledge) return atomic_ack(w, qp, pkt);
+  acknowledge(w, qp, psn);
+}
+
+void completer_check_timers(Worker &w, QueuePair &qp) {
+  CompleterState &comp = qp.comp;
+  if (qp.state() == IBV_QPS_ERR) {
+    comp.ack_deadline = comp.rnr_deadline = 0;
+    return;
+  }
+  if (comp.rnr_deadline && w.now >= comp.rnr_deadline) {
+    comp.rnr_deadline = 0;
+    w.dev.counters.retransmits++;
+    w.schedule(qp);
+  }
+  if (comp.ack_deadline && w.now >= comp.ack_deadline) {
+    comp.ack_deadline = 0;
+    if (!outstanding(qp)) return;
+    if (comp.retry_left == 0) {
+      fail_oldest(w, qp, IBV_WC_RETRY_EXC_ERR);
+      return;
+    }
+    comp.retry_left--;
+    w.dev.counters.retransmits++;
+    rewind_requester(qp);
+    w.schedule(qp);
+  }
+}
+
+}  // namespace vrnic

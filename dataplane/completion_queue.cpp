@@ -1,0 +1,32 @@
+#include "completion_queue.h"
+
+#include <infiniband/verbs.h>
+
+#include "events.h"
+#include "vrnic/ctl_protocol.h"
+
+namespace vrnic {
+
+bool CompletionQueue::push(const shm::Cqe &cqe, bool solicited) {
+  uint32_t consumer = shared->ring.consumer.load(std::memory_order_acquire);
+  if (producer - consumer > mask) {
+    if (!overrun_reported) {
+      overrun_reported = true;
+      shared->overrun.store(1, std::memory_order_relaxed);
+      raise_event(async_fd, IBV_EVENT_CQ_ERR, cookie);
+    }
+    return false;
+  }
+  ring[producer & mask] = cqe;
+  producer++;
+  // seq_cst pairs with the provider's arm-then-poll: either it sees this CQE or we see the arm.
+  shared->ring.producer.store(producer, std::memory_order_seq_cst);
+  uint32_t notify = shared->notify.load(std::memory_order_seq_cst);
+  if (notify == shm::kNotifyNext || (notify == shm::kNotifySolicited && solicited)) {
+    if (shared->notify.exchange(shm::kNotifyNone) != shm::kNotifyNone)
+      raise_event(channel_fd, ctl::kEventCompletion, cookie);
+  }
+  return true;
+}
+
+}  // namespace vrnic

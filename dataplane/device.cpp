@@ -1,0 +1,44 @@
+#include "device.h"
+
+#include <infiniband/verbs.h>
+
+#include <cstdio>
+
+namespace vrnic {
+
+Device::Device() {
+  std::snprintf(info.name, sizeof(info.name), "vrnic0");
+  info.node_guid = 0x0276726e69630001ull;  // locally administered: "vrnic" 0001
+  info.sys_image_guid = info.node_guid;
+  info.vendor_id = 0x5652;  // not a registered OUI: vrnic is a software device
+  info.vendor_part_id = 1;
+  info.hw_ver = 1;
+  info.max_qp = 1u << 16;
+  info.max_qp_wr = 16384;
+  info.max_sge = shm::kMaxSge;
+  info.max_cq = 1u << 16;
+  info.max_cqe = 1u << 20;
+  info.max_mr = 1u << 20;
+  info.max_pd = 1u << 16;
+  info.max_qp_rd_atom = kMaxRdAtomic;
+  info.max_ah = 1u << 16;
+  info.max_inline = shm::kMaxInline;
+  info.max_mr_size = 1ull << 40;
+  std::snprintf(info.fw_ver, sizeof(info.fw_ver), "0.1.0");
+  info.port_state = IBV_PORT_ACTIVE;
+  info.port_max_mtu = IBV_MTU_4096;
+  info.port_active_mtu = IBV_MTU_4096;
+  info.active_speed = 32;  // EDR (25 Gb/s per lane)
+  info.active_width = 2;   // 4x
+  info.num_workers = 1;
+  for (ctl::GidEntry &e : info.gids) e.type = ctl::kGidEmpty;
+  // GID 0: RoCEv2, IPv4-mapped 127.0.0.1 (the loop port's address).
+  ctl::GidEntry &g = info.gids[0];
+  std::memset(g.gid, 0, 16);
+  g.gid[10] = g.gid[11] = 0xff;
+  g.gid[12] = 127;
+  g.gid[15] = 1;
+  g.type = 1;  // IBV_GID_TYPE_SYSFS_ROCE_V2
+}
+
+}  // namespace vrnic

@@ -1,0 +1,53 @@
+// The NIC's resources as the data path sees them: MRs by key, QPs by QPN, CQs by handle.
+// Owned by the dataplane and changed only on the worker thread (see Worker::execute).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "completion_queue.h"
+#include "memory_region.h"
+#include "queue_pair.h"
+#include "slot_table.h"
+#include "vrnic/ctl_protocol.h"
+
+namespace vrnic {
+
+inline constexpr uint32_t kQpnBase = 0x10;  // QPN 0 and 1 are special in IB; keep clear
+
+struct DeviceCounters {
+  uint64_t packets_sent = 0;
+  uint64_t packets_received = 0;
+  uint64_t packets_dropped = 0;
+  uint64_t retransmits = 0;
+  uint64_t rnr_naks_sent = 0;
+  uint64_t naks_sent = 0;
+};
+
+class Device {
+ public:
+  Device();
+
+  ctl::DeviceInfo info{};
+  DeviceCounters counters;
+  SlotTable<MemoryRegion> mrs{1u << 20};
+  SlotTable<QueuePair> qps{1u << 20};
+  SlotTable<CompletionQueue> cqs{1u << 20};
+
+  MemoryRegion *mr_by_key(uint32_t key) const {
+    MemoryRegion *mr = mrs.get(key >> 8);
+    return mr && mr->key == key ? mr : nullptr;
+  }
+  QueuePair *qp_by_qpn(uint32_t qpn) const {
+    return qpn >= kQpnBase ? qps.get(qpn - kQpnBase + 1) : nullptr;
+  }
+  static uint32_t qpn_of_handle(uint32_t handle) { return handle - 1 + kQpnBase; }
+
+  bool is_local_gid(const uint8_t gid[16]) const {
+    for (const ctl::GidEntry &e : info.gids)
+      if (e.type != ctl::kGidEmpty && std::memcmp(e.gid, gid, 16) == 0) return true;
+    return false;
+  }
+};
+
+}  // namespace vrnic

@@ -1,0 +1,98 @@
+#include "memory_region.h"
+
+#include <sys/mman.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+namespace vrnic {
+
+MemoryRegion::~MemoryRegion() {
+  for (const Mapping &m : mappings) ::munmap(m.base, m.length);
+}
+
+const MrPieceMap *MemoryRegion::find_piece(uint64_t va) const {
+  if (pieces.size() == 1) return &pieces[0];
+  auto it = std::upper_bound(pieces.begin(), pieces.end(), va,
+                             [](uint64_t v, const MrPieceMap &p) { return v < p.va; });
+  return it == pieces.begin() ? nullptr : &*(it - 1);
+}
+
+uint8_t *MemoryRegion::local_span(uint64_t io_addr, uint64_t len) const {
+  uint64_t va = addr + (io_addr - iova);
+  const MrPieceMap *p = find_piece(va);
+  if (!p || !p->local || va - p->va + len > p->length) return nullptr;
+  return p->local + (va - p->va);
+}
+
+// Calls fn(piece, va, len) for each piece-contained chunk of the range.
+template <typename Fn>
+bool MemoryRegion::for_each_chunk(uint64_t io_addr, size_t len, Fn &&fn) const {
+  uint64_t va = addr + (io_addr - iova);
+  while (len) {
+    const MrPieceMap *p = find_piece(va);
+    if (!p) return false;
+    size_t n = std::min<uint64_t>(len, p->va + p->length - va);
+    if (!fn(*p, va, n)) return false;
+    va += n;
+    len -= n;
+  }
+  return true;
+}
+
+bool MemoryRegion::read(uint64_t io_addr, void *dst, size_t len) const {
+  auto *out = static_cast<uint8_t *>(dst);
+  return for_each_chunk(io_addr, len, [&](const MrPieceMap &p, uint64_t va, size_t n) {
+    if (p.local) {
+      std::memcpy(out, p.local + (va - p.va), n);
+    } else {
+      iovec local{out, n}, remote{reinterpret_cast<void *>(va), n};
+      if (::process_vm_readv(pid, &local, 1, &remote, 1, 0) != ssize_t(n)) return false;
+    }
+    out += n;
+    return true;
+  });
+}
+
+bool MemoryRegion::write(uint64_t io_addr, const void *src, size_t len) const {
+  auto *in = static_cast<const uint8_t *>(src);
+  return for_each_chunk(io_addr, len, [&](const MrPieceMap &p, uint64_t va, size_t n) {
+    if (p.local) {
+      std::memcpy(p.local + (va - p.va), in, n);
+    } else {
+      iovec local{const_cast<uint8_t *>(in), n}, remote{reinterpret_cast<void *>(va), n};
+      if (::process_vm_writev(pid, &local, 1, &remote, 1, 0) != ssize_t(n)) return false;
+    }
+    in += n;
+    return true;
+  });
+}
+
+// Atomics are atomic with respect to other vrnic operations (IBV_ATOMIC_HCA): in place with
+// a CPU atomic where the page is shared, else read-modify-write by this (the only) worker.
+bool MemoryRegion::atomic_cmp_swap(uint64_t io_addr, uint64_t compare, uint64_t swap,
+                                   uint64_t *orig) const {
+  if (uint8_t *p = local_span(io_addr, 8)) {
+    std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t *>(p));
+    uint64_t expected = compare;
+    word.compare_exchange_strong(expected, swap);
+    *orig = expected;
+    return true;
+  }
+  if (!read(io_addr, orig, 8)) return false;
+  return *orig != compare || write(io_addr, &swap, 8);
+}
+
+bool MemoryRegion::atomic_fetch_add(uint64_t io_addr, uint64_t add, uint64_t *orig) const {
+  if (uint8_t *p = local_span(io_addr, 8)) {
+    *orig = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t *>(p)).fetch_add(add);
+    return true;
+  }
+  if (!read(io_addr, orig, 8)) return false;
+  uint64_t sum = *orig + add;
+  return write(io_addr, &sum, 8);
+}
+
+}  // namespace vrnic

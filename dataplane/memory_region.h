@@ -1,0 +1,63 @@
+// A registered memory region as vrnicd sees it: the "DMA engine" view of a client's buffer.
+// Most of a region is reached in place through memfd pages shared with the client (zero
+// copy); pieces the provider could not share safely (partial pages, stacks, shared mappings)
+// are reached with process_vm_readv/writev. Every access is by IOVA and bounds-checked.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace vrnic {
+
+struct MrPieceMap {
+  uint64_t va;      // client virtual address of the piece
+  uint64_t length;
+  uint8_t *local;   // our mapping of va, or nullptr: reach it through process_vm_*
+};
+
+struct Mapping {
+  void *base;
+  size_t length;
+};
+
+class MemoryRegion {
+ public:
+  MemoryRegion() = default;
+  MemoryRegion(const MemoryRegion &) = delete;
+  MemoryRegion &operator=(const MemoryRegion &) = delete;
+  ~MemoryRegion();
+
+  uint32_t handle = 0;
+  uint32_t key = 0;  // lkey == rkey: table index << 8 | generation byte
+  uint32_t pd = 0;
+  uint32_t access = 0;
+  uint32_t session = 0;
+  pid_t pid = 0;
+  uint64_t addr = 0;    // client VA of the first byte
+  uint64_t iova = 0;    // address the region is accessed by
+  uint64_t length = 0;
+  std::vector<MrPieceMap> pieces;  // sorted, covering [addr, addr + length)
+  std::vector<Mapping> mappings;   // unmapped on destruction
+
+  bool contains(uint64_t io_addr, uint64_t len) const {
+    return io_addr >= iova && len <= length && io_addr - iova <= length - len;
+  }
+  // A pointer to [io_addr, io_addr + len) if it lies in one locally mapped piece.
+  uint8_t *local_span(uint64_t io_addr, uint64_t len) const;
+  // Copies between the region and our memory; false if the client memory is unreachable.
+  bool read(uint64_t io_addr, void *dst, size_t len) const;
+  bool write(uint64_t io_addr, const void *src, size_t len) const;
+  // 64-bit atomics on an 8-byte aligned address; false when unreachable.
+  bool atomic_cmp_swap(uint64_t io_addr, uint64_t compare, uint64_t swap, uint64_t *orig) const;
+  bool atomic_fetch_add(uint64_t io_addr, uint64_t add, uint64_t *orig) const;
+
+ private:
+  const MrPieceMap *find_piece(uint64_t va) const;
+  template <typename Fn>
+  bool for_each_chunk(uint64_t io_addr, size_t len, Fn &&fn) const;
+};
+
+}  // namespace vrnic

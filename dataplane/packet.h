@@ -1,0 +1,62 @@
+// A RoCE packet inside vrnicd: transport headers built in place, payload referenced where it
+// lies (registered memory) or, when it cannot be referenced, copied into the packet's own
+// bounce buffer. Packets come from a fixed pool: nothing is allocated on the fast path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "opcode.h"
+#include "vrnic/wire.h"
+
+namespace vrnic {
+
+inline constexpr size_t kMaxTransportHeader = 64;  // BTH + the largest extension set (48)
+inline constexpr size_t kMaxPayload = 4096;         // the largest path MTU
+
+struct Packet {
+  // Addressing: source and destination GIDs (RoCEv2: IPv4-mapped or IPv6 addresses).
+  uint8_t src_gid[16];
+  uint8_t dst_gid[16];
+  uint16_t udp_sport;
+
+  uint8_t header_len;
+  alignas(8) uint8_t header[kMaxTransportHeader];
+  const uint8_t *payload;  // header_len bytes of header, then payload_len bytes here
+  uint32_t payload_len;    // without pad
+  uint8_t *bounce;         // kMaxPayload bytes owned by this packet
+
+  const wire::Bth &bth() const { return *reinterpret_cast<const wire::Bth *>(header); }
+  wire::Bth &bth() { return *reinterpret_cast<wire::Bth *>(header); }
+  const OpcodeInfo &info() const { return opcode_info(header[0]); }
+  template <typename H>
+  H &ext(uint8_t offset) {
+    return *reinterpret_cast<H *>(header + offset);
+  }
+  template <typename H>
+  const H &ext(uint8_t offset) const {
+    return *reinterpret_cast<const H *>(header + offset);
+  }
+};
+
+class PacketPool {
+ public:
+  explicit PacketPool(size_t count);
+  Packet *alloc() {
+    if (free_.empty()) return nullptr;
+    Packet *p = free_.back();
+    free_.pop_back();
+    return p;
+  }
+  void free(Packet *p) { free_.push_back(p); }
+  size_t available() const { return free_.size(); }
+
+ private:
+  std::unique_ptr<Packet[]> packets_;
+  std::unique_ptr<uint8_t[]> bounce_;
+  std::vector<Packet *> free_;
+};
+
+}  // namespace vrnic

@@ -1,0 +1,77 @@
+// What the three engines share: packet headers from QP state, completions, and the error
+// state (a QP in error completes everything outstanding with IBV_WC_WR_FLUSH_ERR).
+#include <infiniband/verbs.h>
+
+#include "events.h"
+#include "transport.h"
+#include "worker.h"
+
+namespace vrnic {
+
+Packet *new_packet(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
+                   bool solicited) {
+  Packet *pkt = w.alloc_packet();
+  if (!pkt) return nullptr;
+  const ctl::GidEntry &sgid = w.dev.info.gids[qp.attr.ah.sgid_index % ctl::kGidTableLen];
+  std::memcpy(pkt->src_gid, sgid.gid, 16);
+  std::memcpy(pkt->dst_gid, qp.attr.ah.dgid, 16);
+  // Flow entropy, constant per QP so its packets stay in order (ROCE.md).
+  pkt->udp_sport = uint16_t(0xc000 | ((qp.qpn * 0x9e3779b1u) >> 18));
+  pkt->header_len = opcode_info(opcode).header_bytes;
+  pkt->payload = nullptr;
+  pkt->payload_len = 0;
+  pkt->bth().set(opcode, solicited, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, ack_req, psn);
+  return pkt;
+}
+
+void qp_reset_transport(QueuePair &qp) {
+  qp.req = RequesterState{};
+  qp.comp = CompleterState{};
+  qp.resp = ResponderState{};
+  uint32_t sq_pos = qp.shared->sq.producer.load(std::memory_order_acquire);
+  uint32_t rq_pos = qp.shared->rq.producer.load(std::memory_order_acquire);
+  // A reset QP starts with empty queues: whatever the rings held is discarded.
+  qp.req.wqe = qp.req.started = qp.comp.wqe = sq_pos;
+  qp.shared->sq.consumer.store(sq_pos, std::memory_order_release);
+  qp.rq_consumer = rq_pos;
+  qp.shared->rq.consumer.store(rq_pos, std::memory_order_release);
+}
+
+void qp_enter_error(Worker &w, QueuePair &qp) {
+  if (qp.attr.qp_state == IBV_QPS_ERR) return;
+  qp.attr.qp_state = IBV_QPS_ERR;
+  qp.shared->state.store(IBV_QPS_ERR, std::memory_order_release);
+  qp.comp.ack_deadline = qp.comp.rnr_deadline = 0;
+  qp_flush(w, qp);
+}
+
+void qp_flush(Worker &w, QueuePair &qp) {
+  uint32_t producer = qp.sq_producer();
+  while (qp.comp.wqe != producer) {
+    const shm::SendWqe &wqe = qp.wqe(qp.comp.wqe);
+    shm::Cqe cqe{};
+    cqe.wr_id = wqe.wr_id;
+    cqe.status = IBV_WC_WR_FLUSH_ERR;
+    cqe.qp_num = qp.qpn;
+    if (!qp.send_cq->push(cqe, false)) break;
+    qp.comp.wqe++;
+  }
+  qp.req.wqe = qp.req.started = qp.comp.wqe;
+  qp.req.offset = 0;
+  qp.shared->sq.consumer.store(qp.comp.wqe, std::memory_order_release);
+
+  uint32_t rq_producer = qp.shared->rq.producer.load(std::memory_order_acquire);
+  while (qp.rq_consumer != rq_producer) {
+    shm::Cqe cqe{};
+    cqe.wr_id = qp.rq[qp.rq_consumer & qp.rq_mask].wr_id;
+    cqe.status = IBV_WC_WR_FLUSH_ERR;
+    cqe.qp_num = qp.qpn;
+    if (!qp.recv_cq->push(cqe, false)) break;
+    qp.rq_consumer++;
+  }
+  qp.resp.in_send = false;
+  qp.shared->rq.consumer.store(qp.rq_consumer, std::memory_order_release);
+  (void)w;
+}
+
+}  // namespace vrnic

@@ -1,0 +1,122 @@
+// vrnicd's state of one queue pair. Touched only by the worker that owns the QP, so no locks.
+// Hot state is grouped by the three RC engines (rxe's split): the requester turns send WQEs
+// into packets, the completer retires them on ACKs and responses, the responder executes the
+// peer's requests.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "completion_queue.h"
+#include "vrnic/ctl_protocol.h"
+#include "vrnic/shm_layout.h"
+
+namespace vrnic {
+
+inline constexpr uint32_t kMaxRdAtomic = 16;
+
+// Worker-private bookkeeping per send-queue slot (never trusted to shared memory).
+struct WqeMeta {
+  uint32_t first_psn;
+  uint32_t last_psn;
+  uint32_t length;
+  uint32_t resp_psn;  // read/atomic: next response PSN expected
+  uint8_t opcode;     // the ibv_wr_opcode read when the WQE was started
+  uint8_t flags;
+  uint8_t status;     // ibv_wc_status found while sending (local errors), else 0
+  bool resp_done;     // read/atomic: response fully received
+};
+
+struct RequesterState {
+  uint32_t psn = 0;       // next PSN to send
+  uint32_t wqe = 0;       // WQE being sent (free-running index)
+  uint32_t offset = 0;    // bytes of it already sent
+  uint32_t sge = 0, sge_offset = 0;  // gather cursor within the WQE
+  uint32_t rd_atomic_outstanding = 0;
+  uint32_t started = 0;   // WQEs [completer.wqe, started) have been started
+};
+
+struct CompleterState {
+  uint32_t wqe = 0;        // oldest WQE not yet retired
+  uint32_t acked_psn = 0;  // last PSN the responder acknowledged
+  uint8_t retry_left = 0;
+  uint8_t rnr_left = 0;
+  uint64_t ack_deadline = 0;  // local ACK timeout; 0: not armed
+  uint64_t rnr_deadline = 0;  // requester paused until then; 0: not paused
+};
+
+// A read or atomic the responder is answering (IB "responder resources").
+struct ResponderResource {
+  enum Kind : uint8_t { kFree, kRead, kAtomic } kind = kFree;
+  uint32_t first_psn = 0;
+  uint32_t packets = 0;
+  uint32_t sent = 0;        // read response packets sent
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint32_t length = 0;
+  uint64_t atomic_orig = 0;
+};
+
+struct ResponderState {
+  uint32_t psn = 0;        // expected PSN
+  uint32_t msn = 0;
+  bool nak_sent = false;   // a NAK (sequence or RNR) is out for `psn`: drop until it arrives
+  // SEND in progress
+  bool in_send = false;
+  uint32_t recv_bytes = 0;
+  uint32_t recv_sge = 0, recv_sge_offset = 0;
+  // WRITE in progress
+  bool in_write = false;
+  uint32_t write_rkey = 0;
+  uint64_t write_va = 0;
+  uint32_t write_left = 0;
+  uint32_t write_total = 0;
+  // coalesced ACK
+  bool ack_pending = false;
+  uint32_t ack_psn = 0;
+  // reads and atomics, oldest first
+  std::array<ResponderResource, kMaxRdAtomic> res;
+  uint32_t res_head = 0, res_tail = 0;  // [tail, head) in use
+  uint32_t res_sending = 0;             // first resource with read responses left to send
+};
+
+class QueuePair {
+ public:
+  uint32_t handle = 0;
+  uint32_t qpn = 0;
+  uint32_t session = 0;
+  uint32_t pd = 0;
+  uint8_t type = 0;  // enum ibv_qp_type
+  bool sq_sig_all = false;
+  uint64_t cookie = 0;
+  int async_fd = -1;
+
+  shm::QpShared *shared = nullptr;
+  shm::SendWqe *sq = nullptr;
+  shm::RecvWqe *rq = nullptr;
+  uint32_t sq_mask = 0, rq_mask = 0;
+  uint32_t rq_consumer = 0;  // receive WQEs consumed
+  std::unique_ptr<WqeMeta[]> meta;
+  CompletionQueue *send_cq = nullptr;
+  CompletionQueue *recv_cq = nullptr;
+
+  ctl::QpAttrWire attr{};  // as last modified (state, path, timers, ...)
+  uint32_t mtu = 1024;     // path MTU in bytes
+
+  RequesterState req;
+  CompleterState comp;
+  ResponderState resp;
+
+  bool in_run_queue = false;
+  bool in_ack_list = false;
+  bool in_timer_list = false;
+
+  uint32_t state() const { return attr.qp_state; }
+  bool sq_empty() const { return comp.wqe == sq_producer(); }
+  uint32_t sq_producer() const { return shared->sq.producer.load(std::memory_order_acquire); }
+  shm::SendWqe &wqe(uint32_t index) { return sq[index & sq_mask]; }
+  WqeMeta &wqe_meta(uint32_t index) { return meta[index & sq_mask]; }
+};
+
+}  // namespace vrnic

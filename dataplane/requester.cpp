@@ -1,0 +1,204 @@
+// Requester: turns send WQEs into request packets, path-MTU sized, with PSNs. It never
+// retires anything; the completer does, and rewinds it for retransmission.
+#include <infiniband/verbs.h>
+
+#include "sge_io.h"
+#include "transport.h"
+#include "worker.h"
+
+namespace vrnic {
+namespace {
+
+using namespace wire;
+
+// Unacknowledged PSNs one QP may have out, so that one QP cannot take the whole packet pool.
+constexpr int32_t kPsnWindow = 1024;
+// Long messages ask for an ACK this often, so the completer sees progress (and its timer
+// does not fire) before the last packet.
+constexpr uint32_t kAckReqInterval = 256;
+
+bool is_read_or_atomic(uint8_t op) {
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+uint32_t packets_for(uint32_t length, uint32_t mtu) {
+  return length ? (length + mtu - 1) / mtu : 1;
+}
+
+// Records the WQE's PSN range and checks what the requester can check locally. A failure is
+// kept in meta.status; the completer reports it in order.
+void start_wqe(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
+  meta.opcode = wqe.opcode;
+  meta.flags = wqe.flags;
+  meta.status = IBV_WC_SUCCESS;
+  meta.resp_done = false;
+  meta.first_psn = meta.resp_psn = qp.req.psn;
+  uint64_t total = 0;
+  switch (wqe.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      if (wqe.flags & shm::kWqeInline) {
+        total = wqe.length;
+        if (total > shm::kMaxInline) meta.status = IBV_WC_LOC_LEN_ERR;
+      } else if (wqe.num_sge > shm::kMaxSge) {
+        meta.status = IBV_WC_LOC_QP_OP_ERR;
+      } else {
+        meta.status = uint8_t(sge_validate(w.dev, {wqe.sge, wqe.num_sge, qp.pd}, false, &total));
+      }
+      break;
+    case IBV_WR_RDMA_READ:
+      if (wqe.num_sge > shm::kMaxSge || (wqe.flags & shm::kWqeInline))
+        meta.status = IBV_WC_LOC_QP_OP_ERR;
+      else
+        meta.status = uint8_t(sge_validate(w.dev, {wqe.sge, wqe.num_sge, qp.pd}, true, &total));
+      break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      total = 8;
+      if (wqe.num_sge != 1 || wqe.sge[0].length != 8 || (wqe.remote_addr & 7)) {
+        meta.status = IBV_WC_LOC_QP_OP_ERR;
+      } else {
+        uint64_t len;
+        meta.status = uint8_t(sge_validate(w.dev, {wqe.sge, 1, qp.pd}, true, &len));
+      }
+      break;
+    default:
+      meta.status = IBV_WC_LOC_QP_OP_ERR;  // not supported on this QP yet
+  }
+  if (total > (1ull << 31)) meta.status = IBV_WC_LOC_LEN_ERR;
+  meta.length = uint32_t(total);
+  uint32_t psns = meta.status ? 0 : (wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                                     wqe.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+                                        ? 1
+                                        : packets_for(meta.length, qp.mtu);
+  meta.last_psn = psn_add(meta.first_psn, psns ? psns - 1 : 0);
+  qp.req.started++;
+}
+
+uint8_t send_or_write_opcode(uint8_t wr_op, bool first, bool last) {
+  bool write = wr_op == IBV_WR_RDMA_WRITE || wr_op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  bool imm = wr_op == IBV_WR_SEND_WITH_IMM || wr_op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (first && last)
+    return write ? (imm ? kWriteOnlyImm : kWriteOnly) : (imm ? kSendOnlyImm : kSendOnly);
+  if (first) return write ? kWriteFirst : kSendFirst;
+  if (!last) return write ? kWriteMiddle : kSendMiddle;
+  return write ? (imm ? kWriteLastImm : kWriteLast) : (imm ? kSendLastImm : kSendLast);
+}
+
+// One packet of a SEND or WRITE; false if it could not be built (no packet buffer, or the
+// WQE turned out bad, which is then recorded for the completer).
+bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
+  RequesterState &req = qp.req;
+  uint32_t chunk = std::min(qp.mtu, meta.length - req.offset);
+  bool first = req.offset == 0;
+  bool last = req.offset + chunk == meta.length;
+  uint8_t opcode = send_or_write_opcode(meta.opcode, first, last);
+  bool ack_req = last || psn_diff(req.psn, meta.first_psn) % kAckReqInterval ==
+                             kAckReqInterval - 1;
+  Packet *pkt = new_packet(w, qp, opcode, req.psn, ack_req,
+                           last && (meta.flags & shm::kWqeSolicited));
+  if (!pkt) return false;
+  const OpcodeInfo &info = opcode_info(opcode);
+  if (info.flags & kOpReth) pkt->ext<Reth>(info.reth_off).set(wqe.remote_addr, wqe.rkey, meta.length);
+  if (info.flags & kOpImm) pkt->ext<ImmDt>(info.imm_off).set_raw(wqe.imm_or_rkey);
+  pkt->payload_len = chunk;
+  if (meta.flags & shm::kWqeInline) {
+    pkt->payload = wqe.inline_data + req.offset;
+  } else if (chunk) {
+    SgeList list{wqe.sge, wqe.num_sge, qp.pd};
+    SgeCursor cur{req.sge, req.sge_offset};
+    pkt->payload = sge_reference(w.dev, list, cur, chunk);
+    if (!pkt->payload) {
+      cur = {req.sge, req.sge_offset};
+      if (int st = sge_gather(w.dev, list, cur, pkt->bounce, chunk)) {
+        w.pool.free(pkt);
+        meta.status = uint8_t(st);  // e.g. the MR was deregistered under the WQE
+        return false;
+      }
+      pkt->payload = pkt->bounce;
+    }
+    req.sge = cur.index;
+    req.sge_offset = cur.offset;
+  }
+  w.transmit(pkt);
+  req.psn = psn_add(req.psn, 1);
+  req.offset += chunk;
+  if (last) {
+    req.wqe++;
+    req.offset = req.sge = req.sge_offset = 0;
+  }
+  return true;
+}
+
+bool send_read_or_atomic(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
+  uint8_t opcode = meta.opcode == IBV_WR_RDMA_READ          ? kReadRequest
+                   : meta.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap
+                                                              : kFetchAdd;
+  Packet *pkt = new_packet(w, qp, opcode, meta.first_psn, true);
+  if (!pkt) return false;
+  const OpcodeInfo &info = opcode_info(opcode);
+  if (opcode == kReadRequest) {
+    pkt->ext<Reth>(info.reth_off).set(wqe.remote_addr, wqe.rkey, meta.length);
+  } else if (opcode == kCompareSwap) {
+    pkt->ext<AtomicEth>(info.atomic_eth_off).set(wqe.remote_addr, wqe.rkey, wqe.swap,
+                                                 wqe.compare_add);
+  } else {
+    pkt->ext<AtomicEth>(info.atomic_eth_off).set(wqe.remote_addr, wqe.rkey, wqe.compare_add, 0);
+  }
+  w.transmit(pkt);
+  meta.resp_psn = meta.first_psn;
+  meta.resp_done = false;
+  qp.req.psn = psn_add(meta.last_psn, 1);
+  qp.req.rd_atomic_outstanding++;
+  qp.req.wqe++;
+  return true;
+}
+
+}  // namespace
+
+bool requester_has_work(QueuePair &qp) {
+  return qp.state() == IBV_QPS_RTS && !qp.comp.rnr_deadline && qp.req.wqe != qp.sq_producer();
+}
+
+uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
+  RequesterState &req = qp.req;
+  if (qp.state() != IBV_QPS_RTS || qp.comp.rnr_deadline) return 0;
+  uint32_t producer = qp.sq_producer();
+  uint32_t sent = 0;
+  bool retire = false;
+  while (sent < budget && req.wqe != producer) {
+    if (psn_diff(req.psn, qp.comp.acked_psn) > kPsnWindow) break;
+    shm::SendWqe &wqe = qp.wqe(req.wqe);
+    WqeMeta &meta = qp.wqe_meta(req.wqe);
+    bool fresh = req.wqe == req.started;
+    uint8_t op = fresh ? wqe.opcode : meta.opcode;
+    if (is_read_or_atomic(op)) {
+      uint32_t limit = qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1;
+      if (req.rd_atomic_outstanding >= limit) break;
+    }
+    if ((fresh ? wqe.flags : meta.flags) & shm::kWqeFence && req.rd_atomic_outstanding) break;
+    if (fresh) start_wqe(w, qp, wqe, meta);
+    if (meta.status) {  // stop here; the completer reports it once earlier WQEs retire
+      retire = true;
+      break;
+    }
+    bool ok = is_read_or_atomic(meta.opcode) ? send_read_or_atomic(w, qp, wqe, meta)
+                                             : send_data_packet(w, qp, wqe, meta);
+    if (!ok) {
+      retire = meta.status != 0;
+      break;
+    }
+    sent++;
+  }
+  if (sent && !qp.comp.ack_deadline && qp.attr.timeout && qp.type == IBV_QPT_RC) {
+    qp.comp.ack_deadline = w.now + (4096ull << qp.attr.timeout);
+    w.watch_timers(qp);
+  }
+  if (retire) completer_retire(w, qp);  // reports the failed WQE once earlier ones retire
+  return sent;
+}
+
+}  // namespace vrnic

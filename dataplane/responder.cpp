@@ -1,0 +1,353 @@
+// Responder: executes the peer's requests in PSN order (SEND into receive WQEs, WRITE into
+// memory, READ and atomics from memory), checks rkeys and access rights, and answers with
+// coalesced ACKs, NAKs and read/atomic responses (which go out in PSN order).
+#include <infiniband/verbs.h>
+
+#include "sge_io.h"
+#include "transport.h"
+#include "worker.h"
+
+namespace vrnic {
+namespace {
+
+using namespace wire;
+
+constexpr uint8_t kAckSyndrome = kAethAck | kAethCreditsInvalid;
+
+void send_aeth(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
+  Packet *pkt = new_packet(w, qp, kAcknowledge, psn, false);
+  if (!pkt) return;  // lost ACKs are recovered by the requester's timer
+  pkt->ext<Aeth>(opcode_info(kAcknowledge).aeth_off).set(syndrome, qp.resp.msn);
+  w.transmit(pkt);
+}
+
+// Responder-detected errors (IB spec 9.9.3): NAK the request, then the QP enters error.
+void fail(Worker &w, QueuePair &qp, uint32_t psn, uint8_t nak_code) {
+  w.dev.counters.naks_sent++;
+  send_aeth(w, qp, psn, nak_code);
+  qp_enter_error(w, qp);
+}
+
+// Completes the receive WQE at the head of the receive queue.
+bool complete_recv(Worker &w, QueuePair &qp, shm::Cqe cqe, bool solicited) {
+  cqe.wr_id = qp.rq[qp.rq_consumer & qp.rq_mask].wr_id;
+  cqe.qp_num = qp.qpn;
+  cqe.src_qp = qp.attr.dest_qp_num;
+  qp.rq_consumer++;
+  qp.shared->rq.consumer.store(qp.rq_consumer, std::memory_order_release);
+  if (!qp.recv_cq->push(cqe, solicited)) {
+    qp_enter_error(w, qp);
+    return false;
+  }
+  return true;
+}
+
+void fail_recv(Worker &w, QueuePair &qp, uint32_t psn, uint8_t wc_status, uint8_t nak_code) {
+  shm::Cqe cqe{};
+  cqe.status = wc_status;
+  cqe.opcode = IBV_WC_RECV;
+  complete_recv(w, qp, cqe, false);
+  fail(w, qp, psn, nak_code);
+}
+
+bool rq_empty(const QueuePair &qp) {
+  return qp.rq_consumer == qp.shared->rq.producer.load(std::memory_order_acquire);
+}
+
+void rnr_nak(Worker &w, QueuePair &qp, uint32_t psn) {
+  w.dev.counters.rnr_naks_sent++;
+  qp.resp.nak_sent = true;
+  send_aeth(w, qp, psn, kAethRnrNak | (qp.attr.min_rnr_timer & 0x1f));
+}
+
+// Checks an rkey for `len` bytes at va with `right`; the QP must allow it too.
+const MemoryRegion *remote_mr(Worker &w, QueuePair &qp, uint32_t rkey, uint64_t va, uint64_t len,
+                              uint32_t right) {
+  if (!(qp.attr.qp_access_flags & right)) return nullptr;
+  const MemoryRegion *mr = w.dev.mr_by_key(rkey);
+  if (!mr || mr->pd != qp.pd || !(mr->access & right) || !mr->contains(va, len)) return nullptr;
+  return mr;
+}
+
+void finish_message(QueuePair &qp) { qp.resp.msn = (qp.resp.msn + 1) & 0xffffff; }
+
+void receive_send(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
+  ResponderState &r = qp.resp;
+  uint32_t psn = pkt.bth().psn();
+  if (info.flags & kOpFirst) {
+    if (rq_empty(qp)) return rnr_nak(w, qp, psn);
+    r.in_send = true;
+    r.recv_bytes = 0;
+    r.recv_sge = r.recv_sge_offset = 0;
+  }
+  const shm::RecvWqe &rwqe = qp.rq[qp.rq_consumer & qp.rq_mask];
+  SgeList list{rwqe.sge, std::min(rwqe.num_sge, shm::kMaxSge), qp.pd};
+  SgeCursor cur{r.recv_sge, r.recv_sge_offset};
+  if (int st = sge_scatter(w.dev, list, cur, pkt.payload, pkt.payload_len)) {
+    if (st == IBV_WC_LOC_LEN_ERR) return fail_recv(w, qp, psn, st, kNakInvalidRequest);
+    return fail_recv(w, qp, psn, st, kNakRemoteOperational);
+  }
+  r.recv_sge = cur.index;
+  r.recv_sge_offset = cur.offset;
+  r.recv_bytes += pkt.payload_len;
+  r.psn = psn_add(psn, 1);
+  if (info.flags & kOpLast) {
+    r.in_send = false;
+    finish_message(qp);
+    shm::Cqe cqe{};
+    cqe.status = IBV_WC_SUCCESS;
+    cqe.opcode = IBV_WC_RECV;
+    cqe.byte_len = r.recv_bytes;
+    if (info.flags & kOpImm) {
+      cqe.imm_data = pkt.ext<ImmDt>(info.imm_off).raw();
+      cqe.wc_flags = IBV_WC_WITH_IMM;
+    }
+    complete_recv(w, qp, cqe, pkt.bth().solicited());
+  }
+}
+
+void receive_write(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
+  ResponderState &r = qp.resp;
+  uint32_t psn = pkt.bth().psn();
+  if (info.flags & kOpFirst) {
+    const Reth &reth = pkt.ext<Reth>(info.reth_off);
+    if (reth.dma_len() &&
+        !remote_mr(w, qp, reth.rkey(), reth.va(), reth.dma_len(), IBV_ACCESS_REMOTE_WRITE))
+      return fail(w, qp, psn, kNakRemoteAccess);
+    r.in_write = true;
+    r.write_rkey = reth.rkey();
+    r.write_va = reth.va();
+    r.write_left = r.write_total = reth.dma_len();
+  }
+  bool last = info.flags & kOpLast;
+  if (pkt.payload_len > r.write_left || (last && pkt.payload_len != r.write_left))
+    return fail(w, qp, psn, kNakInvalidRequest);
+  // The immediate needs a receive WQE: check before touching memory, so an RNR retry of
+  // this packet starts from the same place.
+  if (last && (info.flags & kOpImm) && rq_empty(qp)) return rnr_nak(w, qp, psn);
+  if (pkt.payload_len) {
+    const MemoryRegion *mr = w.dev.mr_by_key(r.write_rkey);
+    if (!mr || !mr->write(r.write_va, pkt.payload, pkt.payload_len))
+      return fail(w, qp, psn, kNakRemoteAccess);
+  }
+  r.write_va += pkt.payload_len;
+  r.write_left -= pkt.payload_len;
+  r.psn = psn_add(psn, 1);
+  if (last) {
+    r.in_write = false;
+    finish_message(qp);
+    if (info.flags & kOpImm) {
+      shm::Cqe cqe{};
+      cqe.status = IBV_WC_SUCCESS;
+      cqe.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+      cqe.byte_len = r.write_total;
+      cqe.imm_data = pkt.ext<ImmDt>(info.imm_off).raw();
+      cqe.wc_flags = IBV_WC_WITH_IMM;
+      complete_recv(w, qp, cqe, pkt.bth().solicited());
+    }
+  }
+}
+
+// Takes a responder resource slot; nullptr when the peer exceeds max_dest_rd_atomic.
+ResponderResource *new_resource(QueuePair &qp) {
+  ResponderState &r = qp.resp;
+  uint32_t limit = std::max<uint32_t>(1, qp.attr.max_dest_rd_atomic);
+  if (r.res_head - r.res_sending >= limit) return nullptr;
+  if (r.res_head - r.res_tail == kMaxRdAtomic) r.res_tail++;  // forget the oldest answered one
+  ResponderResource &res = r.res[r.res_head++ % kMaxRdAtomic];
+  res = ResponderResource{};
+  return &res;
+}
+
+void receive_read(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info,
+                  bool duplicate) {
+  uint32_t psn = pkt.bth().psn();
+  const Reth &reth = pkt.ext<Reth>(info.reth_off);
+  if (reth.dma_len() &&
+      !remote_mr(w, qp, reth.rkey(), reth.va(), reth.dma_len(), IBV_ACCESS_REMOTE_READ)) {
+    if (!duplicate) fail(w, qp, psn, kNakRemoteAccess);
+    return;
+  }
+  ResponderResource *res = new_resource(qp);
+  if (!res) {
+    if (!duplicate) fail(w, qp, psn, kNakInvalidRequest);
+    return;
+  }
+  res->kind = ResponderResource::kRead;
+  res->first_psn = psn;
+  res->packets = reth.dma_len() ? (reth.dma_len() + qp.mtu - 1) / qp.mtu : 1;
+  res->va = reth.va();
+  res->rkey = reth.rkey();
+  res->length = reth.dma_len();
+  if (!duplicate) {
+    qp.resp.psn = psn_add(psn, res->packets);
+    finish_message(qp);
+  }
+  w.schedule(qp);
+}
+
+void receive_atomic(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
+  uint32_t psn = pkt.bth().psn();
+  const AtomicEth &eth = pkt.ext<AtomicEth>(info.atomic_eth_off);
+  if (eth.va() & 7) return fail(w, qp, psn, kNakInvalidRequest);
+  const MemoryRegion *mr = remote_mr(w, qp, eth.rkey(), eth.va(), 8, IBV_ACCESS_REMOTE_ATOMIC);
+  if (!mr) return fail(w, qp, psn, kNakRemoteAccess);
+  ResponderResource *res = new_resource(qp);
+  if (!res) return fail(w, qp, psn, kNakInvalidRequest);
+  uint64_t orig;
+  bool ok = pkt.bth().opcode() == kCompareSwap
+                ? mr->atomic_cmp_swap(eth.va(), eth.compare(), eth.swap_add(), &orig)
+                : mr->atomic_fetch_add(eth.va(), eth.swap_add(), &orig);
+  if (!ok) {
+    qp.resp.res_head--;
+    return fail(w, qp, psn, kNakRemoteAccess);
+  }
+  res->kind = ResponderResource::kAtomic;
+  res->first_psn = psn;
+  res->packets = 1;
+  res->atomic_orig = orig;
+  qp.resp.psn = psn_add(psn, 1);
+  finish_message(qp);
+  w.schedule(qp);
+}
+
+// A request we already executed: answer again without executing it twice.
+void receive_duplicate(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
+  ResponderState &r = qp.resp;
+  uint32_t psn = pkt.bth().psn();
+  if (info.flags & kOpReadRequest) return receive_read(w, qp, pkt, info, true);
+  if (info.flags & kOpAtomic) {
+    for (uint32_t i = r.res_tail; i != r.res_head; i++) {
+      ResponderResource &old = r.res[i % kMaxRdAtomic];
+      if (old.kind == ResponderResource::kAtomic && old.first_psn == psn) {
+        ResponderResource saved = old;
+        if (ResponderResource *again = new_resource(qp)) *again = saved;
+        w.schedule(qp);
+        return;
+      }
+    }
+    return;  // too old to replay: drop, as the spec allows
+  }
+  r.ack_pending = true;
+  r.ack_psn = psn_add(r.psn, -1u);
+  w.ack_later(qp);
+}
+
+bool sequence_ok(const ResponderState &r, const OpcodeInfo &info) {
+  if (r.in_send) return (info.flags & kOpSend) && !(info.flags & kOpFirst);
+  if (r.in_write) return (info.flags & kOpWrite) && !(info.flags & kOpFirst);
+  return info.flags & kOpFirst;
+}
+
+bool length_ok(const QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
+  if (!(info.flags & kOpPayload)) return pkt.payload_len == 0;
+  if (info.flags & kOpLast) return pkt.payload_len <= qp.mtu;
+  return pkt.payload_len == qp.mtu;  // first and middle packets are full
+}
+
+}  // namespace
+
+void responder_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
+  if (qp.type != IBV_QPT_RC || qp.state() == IBV_QPS_ERR ||
+      std::memcmp(pkt.src_gid, qp.attr.ah.dgid, 16) != 0) {
+    w.dev.counters.packets_dropped++;
+    return;
+  }
+  ResponderState &r = qp.resp;
+  const OpcodeInfo &info = pkt.info();
+  uint32_t psn = pkt.bth().psn();
+  int32_t d = psn_diff(psn, r.psn);
+  if (d < 0) return receive_duplicate(w, qp, pkt, info);
+  if (d > 0) {
+    if (!r.nak_sent) {
+      r.nak_sent = true;
+      w.dev.counters.naks_sent++;
+      send_aeth(w, qp, r.psn, kNakPsnSeqError);
+    }
+    return;
+  }
+  r.nak_sent = false;
+  if (!sequence_ok(r, info) || !length_ok(qp, pkt, info))
+    return fail(w, qp, psn, kNakInvalidRequest);
+  if (info.flags & kOpSend) {
+    receive_send(w, qp, pkt, info);
+  } else if (info.flags & kOpWrite) {
+    receive_write(w, qp, pkt, info);
+  } else if (info.flags & kOpReadRequest) {
+    return receive_read(w, qp, pkt, info, false);
+  } else if (info.flags & kOpAtomic) {
+    return receive_atomic(w, qp, pkt, info);
+  }
+  if (pkt.bth().ack_req() && qp.state() != IBV_QPS_ERR && !r.nak_sent &&
+      psn_diff(r.psn, psn) > 0) {
+    r.ack_pending = true;
+    r.ack_psn = psn;
+    w.ack_later(qp);
+  }
+}
+
+bool responder_has_work(const QueuePair &qp) { return qp.resp.res_sending != qp.resp.res_head; }
+
+void responder_send_ack(Worker &w, QueuePair &qp) {
+  // An ACK must not overtake read or atomic responses for earlier PSNs.
+  if (!qp.resp.ack_pending || responder_has_work(qp) || qp.state() == IBV_QPS_ERR) return;
+  qp.resp.ack_pending = false;
+  send_aeth(w, qp, qp.resp.ack_psn, kAckSyndrome);
+}
+
+uint32_t responder_send_reads(Worker &w, QueuePair &qp, uint32_t budget) {
+  ResponderState &r = qp.resp;
+  uint32_t sent = 0;
+  while (sent < budget && r.res_sending != r.res_head) {
+    ResponderResource &res = r.res[r.res_sending % kMaxRdAtomic];
+    uint32_t psn = psn_add(res.first_psn, res.sent);
+    if (res.kind == ResponderResource::kAtomic) {
+      Packet *pkt = new_packet(w, qp, kAtomicAcknowledge, psn, false);
+      if (!pkt) break;
+      const OpcodeInfo &info = opcode_info(kAtomicAcknowledge);
+      pkt->ext<Aeth>(info.aeth_off).set(kAckSyndrome, r.msn);
+      pkt->ext<AtomicAckEth>(info.atomic_ack_off).set(res.atomic_orig);
+      w.transmit(pkt);
+      r.res_sending++;
+      sent++;
+      continue;
+    }
+    uint32_t offset = res.sent * qp.mtu;
+    uint32_t chunk = std::min(qp.mtu, res.length - offset);
+    bool first = res.sent == 0, last = res.sent + 1 == res.packets;
+    uint8_t opcode = first && last ? kReadResponseOnly
+                     : first       ? kReadResponseFirst
+                     : last        ? kReadResponseLast
+                                   : kReadResponseMiddle;
+    const MemoryRegion *mr = chunk ? w.dev.mr_by_key(res.rkey) : nullptr;
+    if (chunk && (!mr || !mr->contains(res.va + offset, chunk))) {
+      r.res_sending = r.res_head;  // the region went away under the read
+      fail(w, qp, psn, kNakRemoteAccess);
+      return sent;
+    }
+    Packet *pkt = new_packet(w, qp, opcode, psn, false);
+    if (!pkt) break;
+    const OpcodeInfo &info = opcode_info(opcode);
+    if (info.flags & kOpAeth) pkt->ext<Aeth>(info.aeth_off).set(kAckSyndrome, r.msn);
+    pkt->payload_len = chunk;
+    if (chunk) {
+      pkt->payload = mr->local_span(res.va + offset, chunk);
+      if (!pkt->payload) {
+        if (!mr->read(res.va + offset, pkt->bounce, chunk)) {
+          w.pool.free(pkt);
+          r.res_sending = r.res_head;
+          fail(w, qp, psn, kNakRemoteAccess);
+          return sent;
+        }
+        pkt->payload = pkt->bounce;
+      }
+    }
+    w.transmit(pkt);
+    sent++;
+    if (++res.sent == res.packets) r.res_sending++;
+  }
+  if (r.res_sending == r.res_head && r.ack_pending) responder_send_ack(w, qp);
+  return sent;
+}
+
+}  // namespace vrnic

@@ -1,0 +1,39 @@
+// The RC/UC transport, split as rxe splits it: requester (send WQEs -> packets), completer
+// (ACKs and responses -> completions, retransmission), responder (requests -> memory,
+// receive completions, ACKs, read and atomic responses). All run on the QP's worker.
+#pragma once
+
+#include <cstdint>
+
+#include "packet.h"
+#include "queue_pair.h"
+
+namespace vrnic {
+
+class Worker;
+
+// Requester: packets for new and retransmitted WQEs; returns how many it sent.
+uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget);
+bool requester_has_work(QueuePair &qp);
+
+// Completer.
+void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt);
+void completer_check_timers(Worker &w, QueuePair &qp);
+void completer_retire(Worker &w, QueuePair &qp);
+
+// Responder.
+void responder_receive(Worker &w, QueuePair &qp, const Packet &pkt);
+uint32_t responder_send_reads(Worker &w, QueuePair &qp, uint32_t budget);
+bool responder_has_work(const QueuePair &qp);
+void responder_send_ack(Worker &w, QueuePair &qp);
+
+// QP life cycle on the data path.
+void qp_enter_error(Worker &w, QueuePair &qp);
+void qp_flush(Worker &w, QueuePair &qp);  // completes everything outstanding with FLUSH_ERR
+void qp_reset_transport(QueuePair &qp);
+
+// Builds the BTH and addressing of a packet from the QP; the caller adds the rest.
+Packet *new_packet(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
+                   bool solicited = false);
+
+}  // namespace vrnic

@@ -1,0 +1,285 @@
+#include "worker.h"
+
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <future>
+
+#include "loop_port.h"
+#include "transport.h"
+
+namespace vrnic {
+namespace {
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+// Idle policy for a 2-core machine shared with busy-polling clients: spin while there is
+// work and briefly after, then yield the CPU each turn, and block on the wake eventfd only
+// after a long idle period (waking a blocked thread costs ~70 us here).
+constexpr uint64_t kSpinNs = 20'000;
+constexpr uint64_t kYieldNs = 20'000'000;
+constexpr uint64_t kTimerPeriodNs = 50'000;
+constexpr int kMaxSleepMs = 100;
+
+}  // namespace
+
+Worker::Worker(Device &d, uint32_t index, shm::DaemonShared *daemon_shm)
+    : dev(d), index_(index), daemon_shm_(daemon_shm) {
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  loop_ = std::make_unique<LoopPort>(kPoolPackets);
+}
+
+Worker::~Worker() {
+  stop();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+void Worker::start() {
+  running_ = true;
+  thread_ = std::thread([this] { run(); });
+}
+
+void Worker::stop() {
+  if (!running_.exchange(false)) return;
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+  thread_.join();
+}
+
+void Worker::execute(const std::function<void()> &fn) {
+  if (!running_ || std::this_thread::get_id() == thread_.get_id()) {
+    fn();
+    return;
+  }
+  std::promise<void> done;
+  {
+    std::lock_guard lock(cmd_mu_);
+    commands_.push_back([&] {
+      fn();
+      done.set_value();
+    });
+    commands_pending_.store(true, std::memory_order_release);
+  }
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+  done.get_future().wait();
+}
+
+bool Worker::run_commands() {
+  if (!commands_pending_.load(std::memory_order_acquire)) return false;
+  drain();
+  std::vector<std::function<void()>> cmds;
+  {
+    std::lock_guard lock(cmd_mu_);
+    cmds.swap(commands_);
+    commands_pending_.store(false, std::memory_order_relaxed);
+  }
+  for (auto &c : cmds) c();
+  return true;
+}
+
+// Delivers everything in flight so that commands (which may unmap memory that queued
+// packets reference) run against a quiescent port. Receive-only: ACKs are absorbed by the
+// completer without generating new packets, so this terminates.
+void Worker::drain() {
+  while (loop_->in_flight() || ntx_) {
+    flush_tx();
+    receive();
+    flush_acks();
+  }
+}
+
+void Worker::add_session(uint32_t id, shm::DoorbellRing *ring) {
+  sessions_.push_back({id, ring});
+}
+
+void Worker::remove_session(uint32_t id) {
+  std::erase_if(sessions_, [id](const SessionRings &s) { return s.id == id; });
+}
+
+void Worker::forget_qp(QueuePair &qp) {
+  std::erase(run_queue_, &qp);
+  std::erase(run_next_, &qp);
+  std::erase(ack_list_, &qp);
+  std::erase(timer_list_, &qp);
+}
+
+void Worker::transmit(Packet *pkt) {
+  tx_[ntx_++] = pkt;
+  if (ntx_ == kBurst) flush_tx();
+}
+
+void Worker::flush_tx() {
+  if (!ntx_) return;
+  // The pool holds no more packets than the loop port can queue, so the port takes all.
+  uint16_t sent = loop_->tx_burst(tx_, ntx_);
+  dev.counters.packets_sent += sent;
+  for (uint16_t i = sent; i < ntx_; i++) {
+    dev.counters.packets_dropped++;
+    pool.free(tx_[i]);
+  }
+  ntx_ = 0;
+}
+
+void Worker::schedule(QueuePair &qp) {
+  if (qp.in_run_queue) return;
+  qp.in_run_queue = true;
+  run_next_.push_back(&qp);
+}
+
+void Worker::watch_timers(QueuePair &qp) {
+  if (qp.in_timer_list) return;
+  qp.in_timer_list = true;
+  timer_list_.push_back(&qp);
+}
+
+void Worker::ack_later(QueuePair &qp) {
+  if (qp.in_ack_list) return;
+  qp.in_ack_list = true;
+  ack_list_.push_back(&qp);
+}
+
+bool Worker::poll_doorbells() {
+  bool any = false;
+  for (SessionRings &s : sessions_) {
+    uint32_t handle;
+    while (s.doorbells->pop(&handle)) {
+      QueuePair *qp = dev.qps.get(handle);
+      if (!qp || qp->session != s.id) continue;  // stale or foreign: ignore
+      qp->shared->doorbell_pending.store(0, std::memory_order_seq_cst);
+      schedule(*qp);
+      any = true;
+    }
+  }
+  return any;
+}
+
+bool Worker::serve_run_queue() {
+  if (run_next_.empty()) return false;
+  run_queue_.swap(run_next_);
+  for (QueuePair *qp : run_queue_) {
+    qp->in_run_queue = false;
+    if (pool.available() < kQpBudget * 2) {  // out of packets: try again next turn
+      schedule(*qp);
+      continue;
+    }
+    if (qp->state() == IBV_QPS_ERR) {
+      qp_flush(*this, *qp);
+      continue;
+    }
+    uint32_t sent = responder_send_reads(*this, *qp, kQpBudget);
+    if (sent < kQpBudget) sent += requester_run(*this, *qp, kQpBudget - sent);
+    if (requester_has_work(*qp) || responder_has_work(*qp)) {
+      if (sent) schedule(*qp);  // more to do; blocked QPs wait for an ACK or timer instead
+    }
+  }
+  run_queue_.clear();
+  return true;
+}
+
+bool Worker::receive() {
+  Packet *pkts[kBurst];
+  uint16_t n = loop_->rx_burst(pkts, kBurst);
+  for (uint16_t i = 0; i < n; i++) {
+    Packet *pkt = pkts[i];
+    dev.counters.packets_received++;
+    const OpcodeInfo &info = pkt->info();
+    QueuePair *qp = dev.qp_by_qpn(pkt->bth().dest_qp());
+    if (!(info.flags & kOpValid) || !qp || qp->state() < IBV_QPS_RTR) {
+      dev.counters.packets_dropped++;
+    } else if (info.flags & kOpRequest) {
+      responder_receive(*this, *qp, *pkt);
+    } else {
+      completer_receive(*this, *qp, *pkt);
+    }
+    pool.free(pkt);
+  }
+  return n != 0;
+}
+
+void Worker::flush_acks() {
+  for (QueuePair *qp : ack_list_) {
+    qp->in_ack_list = false;
+    responder_send_ack(*this, *qp);
+  }
+  ack_list_.clear();
+}
+
+void Worker::check_timers() {
+  if (now < next_timer_check_) return;
+  next_timer_check_ = now + kTimerPeriodNs;
+  for (size_t i = 0; i < timer_list_.size();) {
+    QueuePair *qp = timer_list_[i];
+    completer_check_timers(*this, *qp);
+    if (!qp->comp.ack_deadline && !qp->comp.rnr_deadline) {
+      qp->in_timer_list = false;
+      timer_list_[i] = timer_list_.back();
+      timer_list_.pop_back();
+    } else {
+      i++;
+    }
+  }
+}
+
+void Worker::idle_wait(uint64_t idle_ns) {
+  if (idle_ns < kSpinNs) return;
+  if (idle_ns < kYieldNs || !timer_list_.empty()) {
+    sched_yield();
+    return;
+  }
+  // Tell producers to write our eventfd, then look once more before sleeping.
+  std::atomic<uint32_t> &sleeping = daemon_shm_->workers[index_].sleeping;
+  sleeping.store(1, std::memory_order_seq_cst);
+  bool work = commands_pending_.load() || !run_next_.empty();
+  for (SessionRings &s : sessions_) {
+    uint32_t pos = s.doorbells->head;
+    if (int32_t(s.doorbells->cells[pos % shm::DoorbellRing::kSlots].seq.load() - (pos + 1)) >= 0)
+      work = true;
+  }
+  if (!work && running_) {
+    pollfd pfd{wake_fd_, POLLIN, 0};
+    ::poll(&pfd, 1, kMaxSleepMs);
+  }
+  sleeping.store(0, std::memory_order_relaxed);
+  uint64_t drain_buf;
+  [[maybe_unused]] ssize_t n = ::read(wake_fd_, &drain_buf, sizeof(drain_buf));
+}
+
+void Worker::run() {
+  char name[16];
+  std::snprintf(name, sizeof(name), "vrnic-w%u", index_);
+  pthread_setname_np(pthread_self(), name);
+  uint64_t last_work = monotonic_ns();
+  while (running_) {
+    now = monotonic_ns();
+    bool work = run_commands();
+    work |= poll_doorbells();
+    work |= serve_run_queue();
+    flush_tx();
+    while (receive()) {
+      flush_acks();
+      flush_tx();
+      work = true;
+    }
+    check_timers();
+    flush_tx();
+    if (work) {
+      last_work = now;
+    } else {
+      idle_wait(now - last_work);
+    }
+  }
+  drain();
+}
+
+}  // namespace vrnic

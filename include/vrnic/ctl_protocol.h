@@ -1,0 +1,254 @@
+// The control protocol between the provider (and vrnicctl) and vrnicd: the NIC's command
+// interface. One request, one response, each a SOCK_SEQPACKET message made of a MsgHeader and
+// a fixed body; file descriptors (shared memory, event pipes) ride along as SCM_RIGHTS.
+// Versioned: a client and a daemon of different kProtocolVersion refuse each other at Hello.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace vrnic::ctl {
+
+inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr size_t kMaxMessageBytes = 8192;
+inline constexpr uint32_t kMaxFdsPerMessage = 64;
+
+enum class Op : uint16_t {
+  kHello = 1,
+  kAllocPd,
+  kDeallocPd,
+  kRegMr,
+  kDeregMr,
+  kCreateChannel,
+  kDestroyChannel,
+  kCreateCq,
+  kDestroyCq,
+  kCreateQp,
+  kModifyQp,
+  kQueryQp,
+  kDestroyQp,
+  kCreateAh,
+  kDestroyAh,
+  kStats,
+};
+
+struct MsgHeader {
+  uint32_t magic;
+  uint16_t op;      // Op
+  uint16_t nfds;    // descriptors attached
+  uint32_t length;  // body bytes after this header
+  int32_t status;   // responses: 0 or a positive errno
+};
+
+inline constexpr uint32_t kGidTableLen = 16;
+
+struct GidEntry {
+  uint8_t gid[16];
+  uint32_t type;  // enum ibv_gid_type_sysfs values: 0 IB/RoCEv1, 1 RoCEv2; 0xff = empty slot
+  uint32_t reserved;
+};
+inline constexpr uint32_t kGidEmpty = 0xff;
+
+// What the provider needs to answer ibv_query_device/_port/_gid locally.
+struct DeviceInfo {
+  char name[64];
+  uint64_t node_guid;
+  uint64_t sys_image_guid;
+  uint32_t vendor_id;
+  uint32_t vendor_part_id;
+  uint32_t hw_ver;
+  uint32_t max_qp;
+  uint32_t max_qp_wr;
+  uint32_t max_sge;
+  uint32_t max_cq;
+  uint32_t max_cqe;
+  uint32_t max_mr;
+  uint32_t max_pd;
+  uint32_t max_qp_rd_atom;
+  uint32_t max_ah;
+  uint32_t max_inline;
+  uint64_t max_mr_size;
+  char fw_ver[64];
+  // port 1
+  uint32_t port_state;  // enum ibv_port_state
+  uint32_t port_max_mtu;     // enum ibv_mtu
+  uint32_t port_active_mtu;  // enum ibv_mtu
+  uint32_t active_speed;
+  uint32_t active_width;
+  uint32_t num_workers;
+  GidEntry gids[kGidTableLen];
+};
+
+struct HelloReq {
+  uint32_t version;
+  uint32_t reserved;
+};  // fds: [0] write end of the async-event pipe
+struct HelloResp {
+  uint32_t version;
+  uint32_t session_id;
+  DeviceInfo device;
+};  // fds: [0] session memfd, [1] daemon memfd, [2..] worker eventfds
+
+struct HandleReq {
+  uint32_t handle;
+  uint32_t reserved;
+};
+struct HandleResp {
+  uint32_t handle;
+  uint32_t reserved;
+};
+
+// How vrnicd reaches one piece of a registered range: through a memfd the provider shares
+// (zero copy) or, where pages could not be shared safely, through process_vm_readv/writev.
+enum class PieceKind : uint32_t { kMemfd = 1, kProcessVm = 2 };
+struct MrPiece {
+  uint64_t va;        // start of the piece in the client's address space
+  uint64_t length;
+  uint64_t fd_offset; // kMemfd: offset of va within the memfd
+  uint32_t kind;      // PieceKind
+  uint32_t fd_index;  // kMemfd: index into the attached descriptors
+};
+inline constexpr uint32_t kMaxMrPieces = 128;
+
+struct RegMrReq {
+  uint32_t pd;
+  uint32_t access;  // enum ibv_access_flags
+  uint64_t addr;
+  uint64_t length;
+  uint64_t iova;
+  uint32_t npieces;
+  uint32_t reserved;
+  MrPiece pieces[kMaxMrPieces];
+};
+struct RegMrResp {
+  uint32_t handle;
+  uint32_t lkey;
+  uint32_t rkey;
+  uint32_t reserved;
+};
+
+struct CreateChannelReq {
+  uint32_t reserved[2];
+};  // fds: [0] write end of the channel's event pipe
+
+struct CreateCqReq {
+  uint32_t cqe;
+  uint32_t channel;  // 0: none
+  uint64_t cookie;   // echoed in completion events
+};
+struct CreateCqResp {
+  uint32_t handle;
+  uint32_t slots;
+};  // fds: [0] CQ memfd
+
+struct QpCaps {
+  uint32_t max_send_wr;
+  uint32_t max_recv_wr;
+  uint32_t max_send_sge;
+  uint32_t max_recv_sge;
+  uint32_t max_inline_data;
+  uint32_t reserved;
+};
+
+struct CreateQpReq {
+  uint32_t pd;
+  uint32_t send_cq;
+  uint32_t recv_cq;
+  uint32_t qp_type;  // enum ibv_qp_type
+  uint32_t sq_sig_all;
+  uint32_t reserved;
+  uint64_t cookie;   // echoed in async events
+  QpCaps caps;
+};
+struct CreateQpResp {
+  uint32_t handle;
+  uint32_t qpn;
+  uint32_t sq_slots;
+  uint32_t rq_slots;
+  uint32_t worker;
+  uint32_t reserved;
+  QpCaps caps;
+};  // fds: [0] QP memfd
+
+struct AddressVector {
+  uint8_t dgid[16];
+  uint32_t flow_label;
+  uint16_t dlid;
+  uint8_t sgid_index;
+  uint8_t hop_limit;
+  uint8_t traffic_class;
+  uint8_t sl;
+  uint8_t port_num;
+  uint8_t is_global;
+  uint8_t static_rate;
+  uint8_t src_path_bits;
+  uint8_t reserved[2];
+};
+
+// The ibv_qp_attr fields vrnic keeps, in a layout of its own.
+struct QpAttrWire {
+  uint32_t qp_state;
+  uint32_t cur_qp_state;
+  uint32_t path_mtu;
+  uint32_t qkey;
+  uint32_t rq_psn;
+  uint32_t sq_psn;
+  uint32_t dest_qp_num;
+  uint32_t qp_access_flags;
+  uint16_t pkey_index;
+  uint8_t max_rd_atomic;
+  uint8_t max_dest_rd_atomic;
+  uint8_t min_rnr_timer;
+  uint8_t port_num;
+  uint8_t timeout;
+  uint8_t retry_cnt;
+  uint8_t rnr_retry;
+  uint8_t sq_draining;
+  uint8_t en_sqd_async_notify;
+  uint8_t reserved;
+  AddressVector ah;
+  QpCaps cap;
+};
+
+struct ModifyQpReq {
+  uint32_t handle;
+  uint32_t attr_mask;  // enum ibv_qp_attr_mask
+  QpAttrWire attr;
+};
+struct QueryQpResp {
+  QpAttrWire attr;
+};
+
+struct CreateAhReq {
+  uint32_t pd;
+  uint32_t reserved;
+  AddressVector av;
+};
+
+struct StatsResp {
+  uint32_t sessions;
+  uint32_t pds;
+  uint32_t mrs;
+  uint32_t cqs;
+  uint32_t qps;
+  uint32_t ahs;
+  uint32_t channels;
+  uint32_t reserved;
+  uint64_t packets_sent;
+  uint64_t packets_received;
+  uint64_t packets_dropped;
+  uint64_t retransmits;
+  uint64_t rnr_naks_sent;
+  uint64_t naks_sent;
+};
+
+// Records written by vrnicd into a completion channel's pipe or the async-event pipe.
+struct EventRecord {
+  uint32_t type;  // kCompletion, or enum ibv_event_type for async events
+  uint32_t reserved;
+  uint64_t cookie;  // the provider's object (CQ for completions; QP/CQ for async events)
+};
+inline constexpr uint32_t kEventCompletion = 0xffffffffu;
+
+}  // namespace vrnic::ctl

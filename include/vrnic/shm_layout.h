@@ -1,0 +1,185 @@
+// Layout of the memory shared between the provider (the driver) and vrnicd (the NIC): the
+// equivalent of a hardware NIC's BAR. Work queues and completion queues are single-producer,
+// single-consumer rings with free-running 32-bit indices; doorbells are a multi-producer ring
+// per session and worker. Everything here is plain data, identical in both processes.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace vrnic::shm {
+
+inline constexpr size_t kCacheLine = 64;
+inline constexpr uint32_t kMaxSge = 16;
+inline constexpr uint32_t kMaxInline = 256;
+inline constexpr uint32_t kMaxWorkers = 8;
+inline constexpr uint32_t kMaxQpsPerSession = 16384;
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+// Producer and consumer indices on separate cache lines so the two sides do not false-share.
+struct RingIndices {
+  alignas(kCacheLine) std::atomic<uint32_t> producer;
+  alignas(kCacheLine) std::atomic<uint32_t> consumer;
+};
+
+struct Sge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+
+enum WqeFlags : uint8_t {
+  kWqeSignaled = 1 << 0,
+  kWqeSolicited = 1 << 1,
+  kWqeInline = 1 << 2,
+  kWqeFence = 1 << 3,
+};
+
+// A send work request as posted. opcode is enum ibv_wr_opcode. Inline data, when present,
+// occupies the SGE area.
+struct SendWqe {
+  uint64_t wr_id;
+  uint8_t opcode;
+  uint8_t flags;
+  uint8_t num_sge;
+  uint8_t reserved0;
+  uint32_t imm_or_rkey;  // imm_data (big-endian, as the application gave it) or invalidate rkey
+  uint32_t length;       // total bytes (sum of SGEs, or inline length)
+  uint32_t reserved1;
+  uint64_t remote_addr;
+  uint32_t rkey;
+  uint32_t reserved2;
+  uint64_t compare_add;
+  uint64_t swap;
+  uint64_t reserved3;
+  union {
+    Sge sge[kMaxSge];
+    uint8_t inline_data[kMaxInline];
+  };
+};
+static_assert(sizeof(SendWqe) == 64 + 256);
+
+struct RecvWqe {
+  uint64_t wr_id;
+  uint32_t num_sge;
+  uint32_t length;  // sum of SGE lengths
+  Sge sge[kMaxSge];
+};
+static_assert(sizeof(RecvWqe) == 16 + 256);
+
+// A completion as ibv_poll_cq returns it (status, opcode and flags are the ibv_wc enums).
+struct Cqe {
+  uint64_t wr_id;
+  uint32_t byte_len;
+  uint32_t imm_data;  // big-endian as on the wire, or the invalidated rkey
+  uint32_t qp_num;
+  uint32_t src_qp;
+  uint8_t status;
+  uint8_t opcode;
+  uint8_t wc_flags;
+  uint8_t sl;
+  uint16_t pkey_index;
+  uint16_t slid;
+};
+static_assert(sizeof(Cqe) == 32);
+
+// QP memory: this header page, then the send ring, then the receive ring.
+struct QpShared {
+  RingIndices sq;
+  RingIndices rq;
+  // Set by the provider when it queues a doorbell for this QP, cleared by the worker before
+  // it looks at the rings; so a QP is in a doorbell ring at most once.
+  alignas(kCacheLine) std::atomic<uint32_t> doorbell_pending;
+  // Mirror of the QP state (enum ibv_qp_state) kept by vrnicd for the provider's checks.
+  std::atomic<uint32_t> state;
+};
+
+inline constexpr size_t kQpHeaderBytes = 4096;
+static_assert(sizeof(QpShared) <= kQpHeaderBytes);
+
+inline size_t qp_region_bytes(uint32_t sq_slots, uint32_t rq_slots) {
+  return kQpHeaderBytes + size_t(sq_slots) * sizeof(SendWqe) + size_t(rq_slots) * sizeof(RecvWqe);
+}
+
+enum CqNotify : uint32_t { kNotifyNone = 0, kNotifyNext = 1, kNotifySolicited = 2 };
+
+// CQ memory: this header page, then the CQE ring.
+struct CqShared {
+  RingIndices ring;
+  // Armed by ibv_req_notify_cq; vrnicd disarms it when it sends the event.
+  alignas(kCacheLine) std::atomic<uint32_t> notify;
+  std::atomic<uint32_t> overrun;  // set when vrnicd found the ring full
+};
+inline constexpr size_t kCqHeaderBytes = 4096;
+static_assert(sizeof(CqShared) <= kCqHeaderBytes);
+
+inline size_t cq_region_bytes(uint32_t slots) { return kCqHeaderBytes + size_t(slots) * sizeof(Cqe); }
+
+// Doorbell ring: a bounded multi-producer (any provider thread), single-consumer (one
+// worker) queue of QP handles. Each cell carries a sequence number so producers claim cells
+// with one CAS and the consumer sees a cell only once it is fully written.
+struct DoorbellCell {
+  std::atomic<uint32_t> seq;
+  uint32_t qp_handle;
+};
+
+struct DoorbellRing {
+  static constexpr uint32_t kSlots = kMaxQpsPerSession;  // >= QPs per session: never full
+  alignas(kCacheLine) std::atomic<uint32_t> tail;        // producers
+  alignas(kCacheLine) uint32_t head;                     // consumer (worker) only
+  alignas(kCacheLine) DoorbellCell cells[kSlots];
+
+  void init() {
+    tail.store(0, std::memory_order_relaxed);
+    head = 0;
+    for (uint32_t i = 0; i < kSlots; i++) cells[i].seq.store(i, std::memory_order_relaxed);
+  }
+
+  bool push(uint32_t handle) {
+    uint32_t pos = tail.load(std::memory_order_relaxed);
+    for (;;) {
+      DoorbellCell &c = cells[pos % kSlots];
+      uint32_t seq = c.seq.load(std::memory_order_acquire);
+      int32_t dif = int32_t(seq - pos);
+      if (dif == 0) {
+        if (tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+          c.qp_handle = handle;
+          c.seq.store(pos + 1, std::memory_order_release);
+          return true;
+        }
+      } else if (dif < 0) {
+        return false;  // full
+      } else {
+        pos = tail.load(std::memory_order_relaxed);
+      }
+    }
+  }
+
+  bool pop(uint32_t *handle) {
+    DoorbellCell &c = cells[head % kSlots];
+    uint32_t seq = c.seq.load(std::memory_order_acquire);
+    if (int32_t(seq - (head + 1)) < 0) return false;
+    *handle = c.qp_handle;
+    c.seq.store(head + kSlots, std::memory_order_release);
+    head++;
+    return true;
+  }
+};
+
+// Session memory: one doorbell ring per worker.
+struct SessionShared {
+  DoorbellRing doorbells[kMaxWorkers];
+};
+
+// Daemon-wide memory, mapped read-only by every client: whether each worker sleeps (and so
+// needs its eventfd written after a doorbell).
+struct DaemonShared {
+  struct alignas(kCacheLine) WorkerStatus {
+    std::atomic<uint32_t> sleeping;
+  };
+  WorkerStatus workers[kMaxWorkers];
+};
+
+}  // namespace vrnic::shm
