@@ -160,7 +160,7 @@ bool Server::handle(Session &s) {
   int err = ctl::recv_message(s.sock, m.get());
   if (err) return false;  // closed or malformed: the client is gone or broken
   auto op = ctl::Op(m->header.op);
-  if (op != ctl::Op::kHello && !s.shm) {
+  if (op != ctl::Op::kHello && op != ctl::Op::kStats && !s.shm) {
     m->close_fds();
     ctl::send_message(s.sock, op, EPROTO, nullptr, 0);
     return false;
@@ -309,8 +309,12 @@ int Server::dealloc_pd(Session &s, uint32_t handle) {
 }
 
 int Server::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp) {
-  auto *req = m.as<ctl::RegMrReq>();
-  if (!req || req->npieces == 0 || req->npieces > ctl::kMaxMrPieces) return EINVAL;
+  // The request carries only the pieces it uses.
+  if (m.header.length < offsetof(ctl::RegMrReq, pieces)) return EINVAL;
+  auto *req = reinterpret_cast<const ctl::RegMrReq *>(m.body);
+  if (req->npieces == 0 || req->npieces > ctl::kMaxMrPieces ||
+      m.header.length < offsetof(ctl::RegMrReq, pieces) + req->npieces * sizeof(ctl::MrPiece))
+    return EINVAL;
   ProtectionDomain *pd = pds_.get(req->pd);
   if (!pd || pd->session != s.id) return EINVAL;
   if ((req->access & ~kValidAccess) || req->length == 0) return EINVAL;

@@ -1,0 +1,184 @@
+// Completion queues and completion channels. Polling reads CQEs vrnicd wrote into the shared
+// ring: no system call. Events arrive as records on the channel's pipe.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <new>
+
+#include "internal.h"
+
+using namespace vrnic;
+using namespace vrnic::provider;
+
+namespace {
+
+// After this many empty polls in a row a poller gives its CPU away once: on a 2-core
+// machine the worker that would produce the completion may be waiting for it.
+constexpr int kEmptyPollsBeforeYield = 64;
+thread_local int t_empty_polls = 0;
+
+}  // namespace
+
+namespace vrnic::provider {
+
+int poll_cq(ibv_cq *ibcq, int n, ibv_wc *wc) {
+  Cq *cq = Cq::of(ibcq);
+  pthread_spin_lock(&cq->lock);
+  uint32_t producer = cq->shared->ring.producer.load(std::memory_order_acquire);
+  int i = 0;
+  for (; i < n && cq->consumer != producer; i++, cq->consumer++) {
+    const shm::Cqe &e = cq->ring[cq->consumer & cq->mask];
+    ibv_wc &w = wc[i];
+    w.wr_id = e.wr_id;
+    w.status = ibv_wc_status(e.status);
+    w.opcode = ibv_wc_opcode(e.opcode);
+    w.vendor_err = 0;
+    w.byte_len = e.byte_len;
+    w.imm_data = e.imm_data;
+    w.qp_num = e.qp_num;
+    w.src_qp = e.src_qp;
+    w.wc_flags = e.wc_flags;
+    w.pkey_index = e.pkey_index;
+    w.slid = e.slid;
+    w.sl = e.sl;
+    w.dlid_path_bits = 0;
+  }
+  if (i) cq->shared->ring.consumer.store(cq->consumer, std::memory_order_release);
+  pthread_spin_unlock(&cq->lock);
+  if (i) {
+    t_empty_polls = 0;
+  } else if (++t_empty_polls >= kEmptyPollsBeforeYield) {
+    t_empty_polls = 0;
+    sched_yield();
+  }
+  return i;
+}
+
+int req_notify_cq(ibv_cq *ibcq, int solicited_only) {
+  Cq *cq = Cq::of(ibcq);
+  uint32_t want = solicited_only ? shm::kNotifySolicited : shm::kNotifyNext;
+  // A pending "next completion" request is not weakened by a later solicited-only one.
+  uint32_t cur = cq->shared->notify.load(std::memory_order_relaxed);
+  if (cur != shm::kNotifyNext) cq->shared->notify.store(want, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return 0;
+}
+
+}  // namespace vrnic::provider
+
+extern "C" {
+
+VRNIC_EXPORT ibv_comp_channel *ibv_create_comp_channel(ibv_context *context) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) < 0) return nullptr;
+  ctl::CreateChannelReq req{};
+  ctl::HandleResp resp{};
+  int err = Context::of(context)->conn.call(ctl::Op::kCreateChannel, &req, sizeof(req), &resp,
+                                            sizeof(resp), &fds[1], 1);
+  ::close(fds[1]);  // vrnicd keeps its own copy of the write end
+  auto *ch = err ? nullptr : new (std::nothrow) Channel{};
+  if (!ch) {
+    ::close(fds[0]);
+    return fail_null<ibv_comp_channel>(err ? err : ENOMEM);
+  }
+  ch->ibv = {context, fds[0], 0};
+  ch->handle = resp.handle;
+  return &ch->ibv;
+}
+
+VRNIC_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel *channel) {
+  Channel *ch = Channel::of(channel);
+  ctl::HandleReq req{ch->handle, 0};
+  int err = Context::of(channel->context)
+                ->conn.call(ctl::Op::kDestroyChannel, &req, sizeof(req), nullptr, 0);
+  if (err) return err;
+  ::close(channel->fd);
+  delete ch;
+  return 0;
+}
+
+VRNIC_EXPORT ibv_cq *ibv_create_cq(ibv_context *context, int cqe, void *cq_context,
+                                   ibv_comp_channel *channel, int comp_vector) {
+  if (cqe < 1 || comp_vector < 0 || comp_vector >= context->num_comp_vectors)
+    return fail_null<ibv_cq>(EINVAL);
+  Context *c = Context::of(context);
+  auto *cq = new (std::nothrow) Cq{};
+  if (!cq) return fail_null<ibv_cq>(ENOMEM);
+  ctl::CreateCqReq req{uint32_t(cqe), channel ? Channel::of(channel)->handle : 0,
+                       reinterpret_cast<uint64_t>(cq)};
+  ctl::CreateCqResp resp{};
+  std::vector<int> fds;
+  int err = c->conn.call(ctl::Op::kCreateCq, &req, sizeof(req), &resp, sizeof(resp), nullptr, 0,
+                         &fds);
+  if (!err && fds.size() != 1) err = EPROTO;
+  void *map = MAP_FAILED;
+  size_t len = shm::cq_region_bytes(resp.slots);
+  if (!err) map = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+  for (int fd : fds) ::close(fd);
+  if (!err && map == MAP_FAILED) err = ENOMEM;
+  if (err) {
+    if (resp.handle) {
+      ctl::HandleReq d{resp.handle, 0};
+      c->conn.call(ctl::Op::kDestroyCq, &d, sizeof(d), nullptr, 0);
+    }
+    delete cq;
+    return fail_null<ibv_cq>(err);
+  }
+  cq->handle = resp.handle;
+  cq->shared = static_cast<shm::CqShared *>(map);
+  cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
+  cq->mask = resp.slots - 1;
+  cq->map_len = len;
+  pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+  ibv_cq &ib = cq->ibv;
+  ib.context = context;
+  ib.channel = channel;
+  ib.cq_context = cq_context;
+  ib.handle = resp.handle;
+  ib.cqe = int(resp.slots);
+  pthread_mutex_init(&ib.mutex, nullptr);
+  pthread_cond_init(&ib.cond, nullptr);
+  if (channel) __atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_RELAXED);
+  return &ib;
+}
+
+VRNIC_EXPORT int ibv_destroy_cq(ibv_cq *ibcq) {
+  Cq *cq = Cq::of(ibcq);
+  ctl::HandleReq req{cq->handle, 0};
+  int err = Context::of(ibcq->context)->conn.call(ctl::Op::kDestroyCq, &req, sizeof(req), nullptr, 0);
+  if (err) return err;
+  if (ibcq->channel) __atomic_sub_fetch(&ibcq->channel->refcnt, 1, __ATOMIC_RELAXED);
+  ::munmap(cq->shared, cq->map_len);
+  pthread_spin_destroy(&cq->lock);
+  delete cq;
+  return 0;
+}
+
+VRNIC_EXPORT int ibv_resize_cq(ibv_cq *, int) { return EOPNOTSUPP; }
+
+VRNIC_EXPORT int ibv_get_cq_event(ibv_comp_channel *channel, ibv_cq **cq, void **cq_context) {
+  ctl::EventRecord rec;
+  ssize_t n;
+  do {
+    n = ::read(channel->fd, &rec, sizeof(rec));
+  } while (n < 0 && errno == EINTR);
+  if (n != sizeof(rec)) {
+    if (n >= 0) errno = EIO;
+    return -1;
+  }
+  ibv_cq *ib = &reinterpret_cast<Cq *>(rec.cookie)->ibv;
+  *cq = ib;
+  *cq_context = ib->cq_context;
+  return 0;
+}
+
+VRNIC_EXPORT void ibv_ack_cq_events(ibv_cq *cq, unsigned int nevents) {
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_cond_signal(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}
+
+}  // extern "C"

@@ -1,0 +1,63 @@
+#include <unistd.h>
+
+#include <cstring>
+
+#include "internal.h"
+
+namespace vrnic::provider {
+
+DaemonConnection::~DaemonConnection() {
+  if (sock_ >= 0) ::close(sock_);
+}
+
+int DaemonConnection::open(const char *path) {
+  int s = ctl::connect_daemon(path);
+  if (s < 0) return -s;
+  sock_ = s;
+  return 0;
+}
+
+int DaemonConnection::call(ctl::Op op, const void *req, size_t req_len, void *resp,
+                           size_t resp_len, const int *fds, size_t nfds,
+                           std::vector<int> *resp_fds) {
+  std::lock_guard lock(mu_);
+  if (dead_) return EIO;
+  int err = ctl::send_message(sock_, op, 0, req, req_len, fds, nfds);
+  auto m = std::make_unique<ctl::Message>();
+  if (!err) err = ctl::recv_message(sock_, m.get());
+  if (err) {
+    // The daemon is gone (or speaks nonsense): every later call fails too.
+    dead_ = true;
+    return EIO;
+  }
+  if (m->header.op != uint16_t(op)) {
+    m->close_fds();
+    return EPROTO;
+  }
+  if (m->header.status) {
+    m->close_fds();
+    return m->header.status;
+  }
+  if (m->header.length < resp_len) {
+    m->close_fds();
+    return EPROTO;
+  }
+  if (resp_len) std::memcpy(resp, m->body, resp_len);
+  if (resp_fds) {
+    *resp_fds = std::move(m->fds);
+  } else {
+    m->close_fds();
+  }
+  return 0;
+}
+
+void Context::ring_doorbell(uint32_t worker, uint32_t qp_handle) {
+  session_shm->doorbells[worker].push(qp_handle);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (daemon_shm->workers[worker].sleeping.load(std::memory_order_relaxed)) {
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_fds[worker], &one, sizeof(one));
+  }
+}
+
+}  // namespace vrnic::provider

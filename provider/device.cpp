@@ -1,0 +1,330 @@
+// Devices and contexts: discovery through vrnicd's socket, ibv_open_device as a session with
+// vrnicd, and the device/port/GID queries (answered from what vrnicd said at open).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "internal.h"
+#include "vrnic/socket_path.h"
+
+#undef ibv_get_device_list
+#undef ibv_query_port
+
+using namespace vrnic;
+using namespace vrnic::provider;
+
+namespace {
+
+ibv_device g_device;
+std::once_flag g_device_once;
+
+void init_device() {
+  std::memset(&g_device, 0, sizeof(g_device));
+  g_device.node_type = IBV_NODE_CA;
+  g_device.transport_type = IBV_TRANSPORT_IB;
+  std::snprintf(g_device.name, sizeof(g_device.name), "vrnic0");
+  std::snprintf(g_device.dev_name, sizeof(g_device.dev_name), "uverbs0");
+  std::snprintf(g_device.dev_path, sizeof(g_device.dev_path), "/sys/class/infiniband_verbs/uverbs0");
+  std::snprintf(g_device.ibdev_path, sizeof(g_device.ibdev_path), "/sys/class/infiniband/vrnic0");
+}
+
+void fill_device_attr(const ctl::DeviceInfo &d, ibv_device_attr *a) {
+  std::memset(a, 0, sizeof(*a));
+  std::snprintf(a->fw_ver, sizeof(a->fw_ver), "%s", d.fw_ver);
+  a->node_guid = htobe64(d.node_guid);
+  a->sys_image_guid = htobe64(d.sys_image_guid);
+  a->max_mr_size = d.max_mr_size;
+  a->page_size_cap = 0xfffff000;  // any power of two from 4 KiB
+  a->vendor_id = d.vendor_id;
+  a->vendor_part_id = d.vendor_part_id;
+  a->hw_ver = d.hw_ver;
+  a->max_qp = int(d.max_qp);
+  a->max_qp_wr = int(d.max_qp_wr);
+  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
+                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_N_NOTIFY_CQ;
+  a->max_sge = int(d.max_sge);
+  a->max_sge_rd = int(d.max_sge);
+  a->max_cq = int(d.max_cq);
+  a->max_cqe = int(d.max_cqe);
+  a->max_mr = int(d.max_mr);
+  a->max_pd = int(d.max_pd);
+  a->max_qp_rd_atom = int(d.max_qp_rd_atom);
+  a->max_ee_rd_atom = 0;
+  a->max_res_rd_atom = int(d.max_qp_rd_atom * d.max_qp);
+  a->max_qp_init_rd_atom = int(d.max_qp_rd_atom);
+  a->atomic_cap = IBV_ATOMIC_HCA;
+  a->max_ah = int(d.max_ah);
+  a->max_pkeys = 1;
+  a->local_ca_ack_delay = 15;
+  a->phys_port_cnt = 1;
+}
+
+int query_device(ibv_context *ctx, ibv_device_attr *attr) {
+  fill_device_attr(Context::of(ctx)->info, attr);
+  return 0;
+}
+
+void free_context(Context *c) {
+  if (c->session_shm) ::munmap(c->session_shm, sizeof(shm::SessionShared));
+  if (c->daemon_shm)
+    ::munmap(const_cast<shm::DaemonShared *>(c->daemon_shm), sizeof(shm::DaemonShared));
+  for (int fd : c->wake_fds) ::close(fd);
+  if (c->vctx.context.async_fd >= 0) ::close(c->vctx.context.async_fd);
+  if (c->async_write_fd >= 0) ::close(c->async_write_fd);
+  pthread_mutex_destroy(&c->vctx.context.mutex);
+  delete c;
+}
+
+void setup_ops(Context *c) {
+  ibv_context &ctx = c->vctx.context;
+  ctx.ops._compat_query_device = query_device;
+  ctx.ops.poll_cq = poll_cq;
+  ctx.ops.req_notify_cq = req_notify_cq;
+  ctx.ops.post_send = post_send;
+  ctx.ops.post_recv = post_recv;
+  c->vctx.query_port = query_port;
+  c->vctx.query_device_ex = query_device_ex;
+  c->vctx.create_qp_ex = create_qp_ex;
+  c->vctx.sz = sizeof(verbs_context);
+  ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
+}
+
+const ctl::GidEntry *gid_entry(ibv_context *ctx, uint32_t port, uint32_t index) {
+  if (port != 1 || index >= ctl::kGidTableLen) return nullptr;
+  return &Context::of(ctx)->info.gids[index];
+}
+
+}  // namespace
+
+extern "C" {
+
+VRNIC_EXPORT ibv_device **ibv_get_device_list(int *num_devices) {
+  std::call_once(g_device_once, init_device);
+  auto **list = static_cast<ibv_device **>(std::calloc(2, sizeof(ibv_device *)));
+  if (!list) return fail_null<ibv_device *>(ENOMEM);
+  std::string path = default_socket_path();
+  int s = ctl::connect_daemon(path.c_str());
+  int n = 0;
+  if (s >= 0) {
+    ::close(s);
+    list[n++] = &g_device;
+  } else {
+    std::fprintf(stderr, "vrnic: no vrnicd at %s (%s); start it with: vrnicd --socket %s\n",
+                 path.c_str(), std::strerror(-s), path.c_str());
+  }
+  if (num_devices) *num_devices = n;
+  return list;
+}
+
+VRNIC_EXPORT void ibv_free_device_list(ibv_device **list) { std::free(list); }
+
+VRNIC_EXPORT const char *ibv_get_device_name(ibv_device *device) {
+  return device ? device->name : fail_null<const char>(EINVAL);
+}
+
+VRNIC_EXPORT __be64 ibv_get_device_guid(ibv_device *) {
+  return htobe64(0x0276726e69630001ull);
+}
+
+VRNIC_EXPORT int ibv_get_device_index(ibv_device *device) { return device ? 0 : -1; }
+
+VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
+  if (device != &g_device) return fail_null<ibv_context>(EINVAL);
+  auto *c = new (std::nothrow) Context();
+  if (!c) return fail_null<ibv_context>(ENOMEM);
+  ibv_context &ctx = c->vctx.context;
+  ctx.device = device;
+  ctx.async_fd = -1;
+  ctx.num_comp_vectors = 1;
+  pthread_mutex_init(&ctx.mutex, nullptr);
+  int pipefd[2];
+  std::string path = default_socket_path();
+  int err = c->conn.open(path.c_str());
+  if (err) {
+    std::fprintf(stderr, "vrnic: cannot reach vrnicd at %s: %s\n", path.c_str(),
+                 std::strerror(err));
+    free_context(c);
+    return fail_null<ibv_context>(ENODEV);
+  }
+  if (::pipe2(pipefd, O_CLOEXEC) < 0) {
+    err = errno;
+    free_context(c);
+    return fail_null<ibv_context>(err);
+  }
+  ctx.async_fd = pipefd[0];
+  c->async_write_fd = pipefd[1];
+  ctx.cmd_fd = c->conn.sock();
+  ctl::HelloReq req{ctl::kProtocolVersion, 0};
+  auto resp = std::make_unique<ctl::HelloResp>();
+  std::vector<int> fds;
+  err = c->conn.call(ctl::Op::kHello, &req, sizeof(req), resp.get(), sizeof(*resp),
+                     &c->async_write_fd, 1, &fds);
+  if (!err && fds.size() != 2 + resp->device.num_workers) err = EPROTO;
+  if (err) {
+    for (int fd : fds) ::close(fd);
+    free_context(c);
+    return fail_null<ibv_context>(err);
+  }
+  c->info = resp->device;
+  c->session = resp->session_id;
+  void *s = ::mmap(nullptr, sizeof(shm::SessionShared), PROT_READ | PROT_WRITE, MAP_SHARED,
+                   fds[0], 0);
+  void *d = ::mmap(nullptr, sizeof(shm::DaemonShared), PROT_READ, MAP_SHARED, fds[1], 0);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  c->wake_fds.assign(fds.begin() + 2, fds.end());
+  if (s == MAP_FAILED || d == MAP_FAILED) {
+    if (s != MAP_FAILED) ::munmap(s, sizeof(shm::SessionShared));
+    if (d != MAP_FAILED) ::munmap(d, sizeof(shm::DaemonShared));
+    free_context(c);
+    return fail_null<ibv_context>(ENOMEM);
+  }
+  c->session_shm = static_cast<shm::SessionShared *>(s);
+  c->daemon_shm = static_cast<const shm::DaemonShared *>(d);
+  setup_ops(c);
+  return &ctx;
+}
+
+VRNIC_EXPORT int ibv_close_device(ibv_context *context) {
+  free_context(Context::of(context));  // closing the session makes vrnicd reclaim the rest
+  return 0;
+}
+
+VRNIC_EXPORT int ibv_query_device(ibv_context *context, ibv_device_attr *device_attr) {
+  return query_device(context, device_attr);
+}
+
+VRNIC_EXPORT int ibv_query_port(ibv_context *context, uint8_t port_num,
+                                struct _compat_ibv_port_attr *port_attr) {
+  // Old binaries pass the shorter struct that ends before the extended fields.
+  return query_port(context, port_num, reinterpret_cast<ibv_port_attr *>(port_attr),
+                    offsetof(ibv_port_attr, link_layer));
+}
+
+VRNIC_EXPORT int ibv_query_gid(ibv_context *context, uint8_t port_num, int index,
+                               union ibv_gid *gid) {
+  const ctl::GidEntry *e = gid_entry(context, port_num, uint32_t(index));
+  if (!e || index < 0) return EINVAL;
+  // An empty slot reads as the zero GID (ROCE.md).
+  if (e->type == ctl::kGidEmpty)
+    std::memset(gid->raw, 0, 16);
+  else
+    std::memcpy(gid->raw, e->gid, 16);
+  return 0;
+}
+
+VRNIC_EXPORT int _ibv_query_gid_ex(ibv_context *context, uint32_t port_num, uint32_t gid_index,
+                                   ibv_gid_entry *entry, uint32_t flags, size_t entry_size) {
+  if (flags || entry_size < sizeof(ibv_gid_entry)) return EINVAL;
+  const ctl::GidEntry *e = gid_entry(context, port_num, gid_index);
+  if (!e) return EINVAL;
+  if (e->type == ctl::kGidEmpty) return ENODATA;
+  std::memcpy(entry->gid.raw, e->gid, 16);
+  entry->gid_index = gid_index;
+  entry->port_num = port_num;
+  entry->gid_type = e->type == 1 ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_ROCE_V1;
+  entry->ndev_ifindex = 1;  // lo
+  return 0;
+}
+
+VRNIC_EXPORT ssize_t _ibv_query_gid_table(ibv_context *context, ibv_gid_entry *entries,
+                                          size_t max_entries, uint32_t flags,
+                                          size_t entry_size) {
+  if (flags || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
+  size_t n = 0;
+  for (uint32_t i = 0; i < ctl::kGidTableLen; i++) {
+    if (gid_entry(context, 1, i)->type == ctl::kGidEmpty) continue;
+    if (n == max_entries) return -EINVAL;
+    auto *e = reinterpret_cast<ibv_gid_entry *>(reinterpret_cast<char *>(entries) + n * entry_size);
+    _ibv_query_gid_ex(context, 1, i, e, 0, entry_size);
+    n++;
+  }
+  return ssize_t(n);
+}
+
+VRNIC_EXPORT int ibv_query_gid_type(ibv_context *context, uint8_t port_num, unsigned int index,
+                                    enum ibv_gid_type_sysfs *type) {
+  const ctl::GidEntry *e = gid_entry(context, port_num, index);
+  if (!e) return EINVAL;
+  *type = e->type == 1 ? IBV_GID_TYPE_SYSFS_ROCE_V2 : IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
+  return 0;
+}
+
+VRNIC_EXPORT int ibv_query_pkey(ibv_context *, uint8_t port_num, int index, __be16 *pkey) {
+  if (port_num != 1 || index != 0) return EINVAL;
+  *pkey = htobe16(0xffff);
+  return 0;
+}
+
+VRNIC_EXPORT int ibv_get_pkey_index(ibv_context *, uint8_t port_num, __be16 pkey) {
+  return port_num == 1 && be16toh(pkey) == 0xffff ? 0 : -1;
+}
+
+VRNIC_EXPORT int ibv_get_async_event(ibv_context *context, ibv_async_event *event) {
+  ctl::EventRecord rec;
+  ssize_t n;
+  do {
+    n = ::read(context->async_fd, &rec, sizeof(rec));
+  } while (n < 0 && errno == EINTR);
+  if (n != sizeof(rec)) return -1;
+  event->event_type = ibv_event_type(rec.type);
+  switch (rec.type) {
+    case IBV_EVENT_CQ_ERR:
+      event->element.cq = reinterpret_cast<ibv_cq *>(rec.cookie);
+      break;
+    case IBV_EVENT_PORT_ACTIVE:
+    case IBV_EVENT_PORT_ERR:
+      event->element.port_num = 1;
+      break;
+    case IBV_EVENT_DEVICE_FATAL:
+      break;
+    default:
+      event->element.qp = reinterpret_cast<ibv_qp *>(rec.cookie);
+  }
+  return 0;
+}
+
+VRNIC_EXPORT void ibv_ack_async_event(ibv_async_event *) {}
+
+}  // extern "C"
+
+namespace vrnic::provider {
+
+int query_port(ibv_context *ctx, uint8_t port, ibv_port_attr *attr, size_t len) {
+  if (port != 1) return EINVAL;
+  const ctl::DeviceInfo &d = Context::of(ctx)->info;
+  ibv_port_attr a{};
+  a.state = ibv_port_state(d.port_state);
+  a.max_mtu = ibv_mtu(d.port_max_mtu);
+  a.active_mtu = ibv_mtu(d.port_active_mtu);
+  a.gid_tbl_len = ctl::kGidTableLen;
+  a.port_cap_flags = IBV_PORT_CM_SUP;
+  a.max_msg_sz = 1u << 31;
+  a.max_vl_num = 1;
+  a.pkey_tbl_len = 1;
+  a.active_width = uint8_t(d.active_width);
+  a.active_speed = uint8_t(d.active_speed);
+  a.phys_state = d.port_state == IBV_PORT_ACTIVE ? 5 /* LinkUp */ : 3 /* Disabled */;
+  a.link_layer = IBV_LINK_LAYER_ETHERNET;
+  a.port_cap_flags2 = 0;
+  std::memcpy(attr, &a, std::min(len, sizeof(a)));
+  return 0;
+}
+
+int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
+                    ibv_device_attr_ex *attr, size_t attr_size) {
+  if (input && input->comp_mask) return EINVAL;
+  if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
+  ibv_device_attr_ex a{};
+  fill_device_attr(Context::of(ctx)->info, &a.orig_attr);
+  std::memcpy(attr, &a, std::min(attr_size, sizeof(a)));
+  return 0;
+}
+
+}  // namespace vrnic::provider

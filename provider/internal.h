@@ -1,0 +1,130 @@
+// The provider's objects: each verbs object embeds the public struct programs see, followed
+// by what the driver needs (its shared rings, its handle in vrnicd).
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "export.h"
+#include "vrnic/ctl_io.h"
+#include "vrnic/shm_layout.h"
+
+// From rdma-core's private driver.h (not installed): the GID type ibv_query_gid_type reports.
+enum ibv_gid_type_sysfs {
+  IBV_GID_TYPE_SYSFS_IB_ROCE_V1,
+  IBV_GID_TYPE_SYSFS_ROCE_V2,
+};
+
+namespace vrnic::provider {
+
+template <typename Outer, typename Inner>
+Outer *outer_of(Inner *inner, Inner Outer::*member) {
+  auto offset = reinterpret_cast<size_t>(&(static_cast<Outer *>(nullptr)->*member));
+  return reinterpret_cast<Outer *>(reinterpret_cast<char *>(inner) - offset);
+}
+
+// A connection to vrnicd: one per open device, requests serialized.
+class DaemonConnection {
+ public:
+  ~DaemonConnection();
+  int open(const char *path);
+  // Sends a request and waits for its response; returns 0 or an errno (the daemon's or ours).
+  int call(ctl::Op op, const void *req, size_t req_len, void *resp, size_t resp_len,
+           const int *fds = nullptr, size_t nfds = 0, std::vector<int> *resp_fds = nullptr);
+  int sock() const { return sock_; }
+
+ private:
+  std::mutex mu_;
+  int sock_ = -1;
+  bool dead_ = false;
+};
+
+struct Context {
+  verbs_context vctx;  // ibv_context is its last member
+  DaemonConnection conn;
+  ctl::DeviceInfo info;
+  uint32_t session = 0;
+  int async_write_fd = -1;
+  shm::SessionShared *session_shm = nullptr;
+  const shm::DaemonShared *daemon_shm = nullptr;
+  std::vector<int> wake_fds;  // per worker
+
+  static Context *of(ibv_context *c) {
+    return outer_of(reinterpret_cast<verbs_context *>(reinterpret_cast<char *>(c) -
+                                                      offsetof(verbs_context, context)),
+                    &Context::vctx);
+  }
+  void ring_doorbell(uint32_t worker, uint32_t qp_handle);
+};
+
+struct Pd {
+  ibv_pd ibv;
+};
+
+struct Mr {
+  ibv_mr ibv;
+};
+
+struct Cq {
+  ibv_cq ibv;
+  uint32_t handle = 0;
+  shm::CqShared *shared = nullptr;
+  shm::Cqe *ring = nullptr;
+  uint32_t mask = 0;
+  uint32_t consumer = 0;
+  size_t map_len = 0;
+  pthread_spinlock_t lock;
+  static Cq *of(ibv_cq *c) { return outer_of(c, &Cq::ibv); }
+};
+
+struct Qp {
+  ibv_qp ibv;
+  uint32_t handle = 0;
+  uint32_t worker = 0;
+  shm::QpShared *shared = nullptr;
+  shm::SendWqe *sq = nullptr;
+  shm::RecvWqe *rq = nullptr;
+  uint32_t sq_slots = 0, rq_slots = 0;
+  ctl::QpCaps caps{};
+  bool sq_sig_all = false;
+  size_t map_len = 0;
+  pthread_spinlock_t sq_lock, rq_lock;
+  static Qp *of(ibv_qp *q) { return outer_of(q, &Qp::ibv); }
+};
+
+struct Ah {
+  ibv_ah ibv;
+};
+
+struct Channel {
+  ibv_comp_channel ibv;
+  uint32_t handle = 0;
+  static Channel *of(ibv_comp_channel *c) { return outer_of(c, &Channel::ibv); }
+};
+
+// Sets errno and returns NULL: for the verbs that return pointers.
+template <typename T = void>
+T *fail_null(int err) {
+  errno = err;
+  return nullptr;
+}
+
+// Per-object-family entry points used when the context is set up.
+int post_send(ibv_qp *qp, ibv_send_wr *wr, ibv_send_wr **bad_wr);
+int post_recv(ibv_qp *qp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr);
+int poll_cq(ibv_cq *cq, int n, ibv_wc *wc);
+int req_notify_cq(ibv_cq *cq, int solicited_only);
+int query_port(ibv_context *ctx, uint8_t port, ibv_port_attr *attr, size_t len);
+int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
+                    ibv_device_attr_ex *attr, size_t attr_size);
+ibv_qp *create_qp_ex(ibv_context *ctx, ibv_qp_init_attr_ex *attr);
+
+}  // namespace vrnic::provider

@@ -1,0 +1,281 @@
+// Protection domains and memory registration: the "DMA mapping". Whole pages that belong to
+// the buffer alone are turned into memfd-backed shared pages at the same address (copy, then
+// remap over) and shared with vrnicd: zero copy from then on. What cannot be converted safely
+// -- partial first/last pages, the calling thread's stack, mappings that are already shared
+// or file-backed -- vrnicd reaches with process_vm_readv/writev instead.
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+#include <set>
+#include <string>
+
+#include "internal.h"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+using namespace vrnic;
+using namespace vrnic::provider;
+
+namespace {
+
+constexpr char kMemfdName[] = "vrnic-mr";
+
+struct MapsEntry {
+  uint64_t start, end, offset, inode;
+  bool readable, writable, shared;
+  std::string path;
+};
+
+std::vector<MapsEntry> read_maps() {
+  std::vector<MapsEntry> out;
+  FILE *f = std::fopen("/proc/self/maps", "re");
+  if (!f) return out;
+  char line[4096];
+  while (std::fgets(line, sizeof(line), f)) {
+    MapsEntry e{};
+    char perms[8] = {};
+    unsigned long long start, end, offset, inode;
+    unsigned dev_major, dev_minor;
+    int path_at = 0;
+    if (std::sscanf(line, "%llx-%llx %7s %llx %x:%x %llu %n", &start, &end, perms, &offset,
+                    &dev_major, &dev_minor, &inode, &path_at) < 7)
+      continue;
+    e.start = start;
+    e.end = end;
+    e.offset = offset;
+    e.inode = inode;
+    e.readable = perms[0] == 'r';
+    e.writable = perms[1] == 'w';
+    e.shared = perms[3] == 's';
+    e.path = line + path_at;
+    while (!e.path.empty() && (e.path.back() == '\n' || e.path.back() == ' ')) e.path.pop_back();
+    out.push_back(std::move(e));
+  }
+  std::fclose(f);
+  return out;
+}
+
+// Memfds this process converted pages into, by inode; kept open so later registrations of
+// the same pages can share them with vrnicd again.
+std::mutex g_mu;
+std::map<uint64_t, int> g_memfds;
+
+bool is_our_memfd(const MapsEntry &e) {
+  return e.shared && e.path.rfind(std::string("/memfd:") + kMemfdName, 0) == 0 &&
+         g_memfds.count(e.inode);
+}
+
+bool convertible(const MapsEntry &e, uint64_t sp) {
+  bool anonymous = e.inode == 0 && (e.path.empty() || e.path == "[heap]");
+  bool stack = (sp >= e.start && sp < e.end) || e.path == "[stack]";
+  return anonymous && e.readable && e.writable && !e.shared && !stack;
+}
+
+// Replaces [start, start+len) with memfd pages holding the same bytes; returns the inode.
+uint64_t convert_pages(uint64_t start, uint64_t len) {
+  int fd = ::memfd_create(kMemfdName, MFD_CLOEXEC);
+  if (fd < 0) return 0;
+  void *tmp = MAP_FAILED;
+  struct stat st;
+  if (::ftruncate(fd, off_t(len)) == 0)
+    tmp = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (tmp == MAP_FAILED || ::fstat(fd, &st) < 0) {
+    if (tmp != MAP_FAILED) ::munmap(tmp, len);
+    ::close(fd);
+    return 0;
+  }
+  std::memcpy(tmp, reinterpret_cast<void *>(start), len);
+  void *moved = ::mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void *>(start));
+  if (moved == MAP_FAILED) {
+    ::munmap(tmp, len);
+    ::close(fd);
+    return 0;
+  }
+  g_memfds[st.st_ino] = fd;
+  return st.st_ino;
+}
+
+struct PieceList {
+  std::vector<ctl::MrPiece> pieces;
+  std::vector<int> fds;
+  int add(uint64_t va, uint64_t len, ctl::PieceKind kind, int fd = -1, uint64_t fd_off = 0) {
+    if (!len) return 0;
+    if (kind == ctl::PieceKind::kProcessVm && !pieces.empty() &&
+        pieces.back().kind == uint32_t(kind) && pieces.back().va + pieces.back().length == va) {
+      pieces.back().length += len;
+      return 0;
+    }
+    if (pieces.size() == ctl::kMaxMrPieces) return ENOMEM;
+    ctl::MrPiece p{va, len, fd_off, uint32_t(kind), 0};
+    if (kind == ctl::PieceKind::kMemfd) {
+      auto it = std::find(fds.begin(), fds.end(), fd);
+      p.fd_index = uint32_t(it - fds.begin());
+      if (it == fds.end()) {
+        if (fds.size() == ctl::kMaxFdsPerMessage) return ENOMEM;
+        fds.push_back(fd);
+      }
+    }
+    pieces.push_back(p);
+    return 0;
+  }
+};
+
+// Describes [addr, addr+len) to vrnicd, converting pages where that is safe.
+int describe_range(uint64_t addr, uint64_t len, PieceList &out) {
+  volatile char marker = 0;
+  uint64_t sp = reinterpret_cast<uint64_t>(&marker);
+  uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  std::vector<MapsEntry> maps = read_maps();
+  std::set<uint64_t> live;
+  for (const MapsEntry &e : maps)
+    if (e.inode) live.insert(e.inode);
+  for (auto it = g_memfds.begin(); it != g_memfds.end();) {  // memory the program freed
+    if (live.count(it->first)) {
+      ++it;
+    } else {
+      ::close(it->second);
+      it = g_memfds.erase(it);
+    }
+  }
+  uint64_t cur = addr, end = addr + len;
+  if (end < addr) return EINVAL;
+  size_t i = 0;
+  while (cur < end) {
+    while (i < maps.size() && maps[i].end <= cur) i++;
+    if (i == maps.size() || maps[i].start > cur || !maps[i].readable) return EFAULT;
+    MapsEntry e = maps[i];
+    uint64_t seg_end = std::min(end, e.end);
+    int err = 0;
+    if (is_our_memfd(e)) {
+      err = out.add(cur, seg_end - cur, ctl::PieceKind::kMemfd, g_memfds[e.inode],
+                    e.offset + (cur - e.start));
+    } else if (convertible(e, sp)) {
+      uint64_t first = (cur + page - 1) & ~(page - 1), last = seg_end & ~(page - 1);
+      uint64_t inode = first < last ? convert_pages(first, last - first) : 0;
+      if (inode) {
+        err = out.add(cur, first - cur, ctl::PieceKind::kProcessVm);
+        if (!err) err = out.add(first, last - first, ctl::PieceKind::kMemfd, g_memfds[inode], 0);
+        if (!err) err = out.add(last, seg_end - last, ctl::PieceKind::kProcessVm);
+      } else {
+        err = out.add(cur, seg_end - cur, ctl::PieceKind::kProcessVm);
+      }
+    } else {
+      err = out.add(cur, seg_end - cur, ctl::PieceKind::kProcessVm);
+    }
+    if (err) return err;
+    cur = seg_end;
+  }
+  return 0;
+}
+
+constexpr int kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                             IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                             IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+                             IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_ON_DEMAND |
+                             IBV_ACCESS_HUGETLB;
+
+}  // namespace
+
+extern "C" {
+
+VRNIC_EXPORT ibv_pd *ibv_alloc_pd(ibv_context *context) {
+  Context *c = Context::of(context);
+  ctl::HandleResp resp{};
+  if (int err = c->conn.call(ctl::Op::kAllocPd, nullptr, 0, &resp, sizeof(resp)))
+    return fail_null<ibv_pd>(err);
+  auto *pd = new (std::nothrow) Pd{};
+  if (!pd) return fail_null<ibv_pd>(ENOMEM);  // vrnicd frees it with the session
+  pd->ibv.context = context;
+  pd->ibv.handle = resp.handle;
+  return &pd->ibv;
+}
+
+VRNIC_EXPORT int ibv_dealloc_pd(ibv_pd *pd) {
+  ctl::HandleReq req{pd->handle, 0};
+  int err = Context::of(pd->context)->conn.call(ctl::Op::kDeallocPd, &req, sizeof(req), nullptr, 0);
+  if (!err) delete reinterpret_cast<Pd *>(pd);
+  return err;
+}
+
+VRNIC_EXPORT ibv_mr *ibv_reg_mr_iova2(ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+                                      unsigned int access) {
+  if (!pd || !length) return fail_null<ibv_mr>(EINVAL);
+  if (access & ~unsigned(kKnownAccess)) return fail_null<ibv_mr>(EINVAL);
+  if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB))
+    return fail_null<ibv_mr>(EOPNOTSUPP);
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(access & IBV_ACCESS_LOCAL_WRITE))
+    return fail_null<ibv_mr>(EINVAL);
+  access &= ~unsigned(IBV_ACCESS_RELAXED_ORDERING);  // a hint; nothing to relax here
+  auto req = std::make_unique<ctl::RegMrReq>();
+  req->pd = pd->handle;
+  req->access = access;
+  req->addr = reinterpret_cast<uint64_t>(addr);
+  req->length = length;
+  req->iova = iova;
+  PieceList pieces;
+  int err;
+  {
+    std::lock_guard lock(g_mu);
+    err = describe_range(req->addr, length, pieces);
+  }
+  if (err) return fail_null<ibv_mr>(err);
+  req->npieces = uint32_t(pieces.pieces.size());
+  std::copy(pieces.pieces.begin(), pieces.pieces.end(), req->pieces);
+  size_t req_len = offsetof(ctl::RegMrReq, pieces) + req->npieces * sizeof(ctl::MrPiece);
+  ctl::RegMrResp resp{};
+  err = Context::of(pd->context)->conn.call(ctl::Op::kRegMr, req.get(), req_len, &resp,
+                                            sizeof(resp), pieces.fds.data(), pieces.fds.size());
+  if (err) return fail_null<ibv_mr>(err);
+  auto *mr = new (std::nothrow) Mr{};
+  if (!mr) return fail_null<ibv_mr>(ENOMEM);
+  mr->ibv.context = pd->context;
+  mr->ibv.pd = pd;
+  mr->ibv.addr = addr;
+  mr->ibv.length = length;
+  mr->ibv.handle = resp.handle;
+  mr->ibv.lkey = resp.lkey;
+  mr->ibv.rkey = resp.rkey;
+  return &mr->ibv;
+}
+
+VRNIC_EXPORT ibv_mr *ibv_reg_mr(ibv_pd *pd, void *addr, size_t length, int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, reinterpret_cast<uint64_t>(addr), unsigned(access));
+}
+
+VRNIC_EXPORT ibv_mr *ibv_reg_mr_iova(ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+                                     int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, iova, unsigned(access));
+}
+
+VRNIC_EXPORT int ibv_dereg_mr(ibv_mr *mr) {
+  ctl::HandleReq req{mr->handle, 0};
+  int err = Context::of(mr->context)->conn.call(ctl::Op::kDeregMr, &req, sizeof(req), nullptr, 0);
+  if (!err) delete reinterpret_cast<Mr *>(mr);
+  return err;
+}
+
+VRNIC_EXPORT int ibv_rereg_mr(ibv_mr *, int, ibv_pd *, void *, size_t, int) {
+  errno = EOPNOTSUPP;
+  return IBV_REREG_MR_ERR_INPUT;
+}
+
+// Registered memory stays usable in the parent; children see it as MADV_DONTFORK asks.
+VRNIC_EXPORT int ibv_fork_init(void) { return 0; }
+VRNIC_EXPORT enum ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
+VRNIC_EXPORT int ibv_dontfork_range(void *base, size_t size) {
+  return ::madvise(base, size, MADV_DONTFORK) ? errno : 0;
+}
+VRNIC_EXPORT int ibv_dofork_range(void *base, size_t size) {
+  return ::madvise(base, size, MADV_DOFORK) ? errno : 0;
+}
+
+}  // extern "C"

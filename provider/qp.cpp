@@ -1,0 +1,401 @@
+// Queue pairs: creation maps the QP's rings shared with vrnicd; posting writes WQEs into them
+// and rings the owning worker's doorbell -- no system call unless the worker sleeps.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+
+#include "internal.h"
+
+using namespace vrnic;
+using namespace vrnic::provider;
+
+namespace {
+
+void to_wire(const ibv_ah_attr &a, ctl::AddressVector &av) {
+  std::memcpy(av.dgid, a.grh.dgid.raw, 16);
+  av.flow_label = a.grh.flow_label;
+  av.dlid = a.dlid;
+  av.sgid_index = a.grh.sgid_index;
+  av.hop_limit = a.grh.hop_limit;
+  av.traffic_class = a.grh.traffic_class;
+  av.sl = a.sl;
+  av.port_num = a.port_num;
+  av.is_global = a.is_global;
+  av.static_rate = a.static_rate;
+  av.src_path_bits = a.src_path_bits;
+}
+
+void from_wire(const ctl::AddressVector &av, ibv_ah_attr &a) {
+  std::memset(&a, 0, sizeof(a));
+  std::memcpy(a.grh.dgid.raw, av.dgid, 16);
+  a.grh.flow_label = av.flow_label;
+  a.grh.sgid_index = av.sgid_index;
+  a.grh.hop_limit = av.hop_limit;
+  a.grh.traffic_class = av.traffic_class;
+  a.dlid = av.dlid;
+  a.sl = av.sl;
+  a.port_num = av.port_num;
+  a.is_global = av.is_global;
+  a.static_rate = av.static_rate;
+  a.src_path_bits = av.src_path_bits;
+}
+
+bool supported_opcode(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Validates one send WR and writes it into its slot; returns 0 or the errno for post_send.
+int write_send_wqe(Qp *qp, const ibv_send_wr *wr, shm::SendWqe &w) {
+  if (!supported_opcode(wr->opcode)) return EINVAL;
+  if (wr->num_sge < 0) return EINVAL;
+  bool is_inline = (wr->send_flags & IBV_SEND_INLINE) &&
+                   (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM ||
+                    wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM);
+  w.wr_id = wr->wr_id;
+  w.opcode = uint8_t(wr->opcode);
+  w.flags = uint8_t(((wr->send_flags & IBV_SEND_SIGNALED) ? shm::kWqeSignaled : 0) |
+                    ((wr->send_flags & IBV_SEND_SOLICITED) ? shm::kWqeSolicited : 0) |
+                    ((wr->send_flags & IBV_SEND_FENCE) ? shm::kWqeFence : 0) |
+                    (is_inline ? shm::kWqeInline : 0));
+  w.imm_or_rkey = wr->imm_data;
+  if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    w.remote_addr = wr->wr.atomic.remote_addr;
+    w.rkey = wr->wr.atomic.rkey;
+    w.compare_add = wr->wr.atomic.compare_add;
+    w.swap = wr->wr.atomic.swap;
+  } else {
+    w.remote_addr = wr->wr.rdma.remote_addr;
+    w.rkey = wr->wr.rdma.rkey;
+  }
+  if (is_inline) {
+    uint64_t total = 0;
+    for (int i = 0; i < wr->num_sge; i++) total += wr->sg_list[i].length;
+    if (total > qp->caps.max_inline_data) return EINVAL;
+    uint8_t *out = w.inline_data;
+    for (int i = 0; i < wr->num_sge; i++) {
+      std::memcpy(out, reinterpret_cast<const void *>(wr->sg_list[i].addr), wr->sg_list[i].length);
+      out += wr->sg_list[i].length;
+    }
+    w.num_sge = 0;
+    w.length = uint32_t(total);
+    return 0;
+  }
+  if (uint32_t(wr->num_sge) > qp->caps.max_send_sge) return EINVAL;
+  uint64_t total = 0;
+  for (int i = 0; i < wr->num_sge; i++) {
+    w.sge[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+    total += wr->sg_list[i].length;
+  }
+  w.num_sge = uint8_t(wr->num_sge);
+  w.length = uint32_t(std::min<uint64_t>(total, UINT32_MAX));
+  return 0;
+}
+
+}  // namespace
+
+namespace vrnic::provider {
+
+int post_send(ibv_qp *ibqp, ibv_send_wr *wr, ibv_send_wr **bad_wr) {
+  Qp *qp = Qp::of(ibqp);
+  uint32_t state = qp->shared->state.load(std::memory_order_acquire);
+  if (state < IBV_QPS_RTS && state != IBV_QPS_ERR) {
+    *bad_wr = wr;
+    return EINVAL;
+  }
+  pthread_spin_lock(&qp->sq_lock);
+  uint32_t producer = qp->shared->sq.producer.load(std::memory_order_relaxed);
+  uint32_t consumer = qp->shared->sq.consumer.load(std::memory_order_acquire);
+  int err = 0;
+  for (; wr; wr = wr->next) {
+    if (producer - consumer >= qp->caps.max_send_wr) {
+      err = ENOMEM;
+      break;
+    }
+    if ((err = write_send_wqe(qp, wr, qp->sq[producer & (qp->sq_slots - 1)]))) break;
+    producer++;
+  }
+  qp->shared->sq.producer.store(producer, std::memory_order_release);
+  pthread_spin_unlock(&qp->sq_lock);
+  if (err) *bad_wr = wr;
+  if (qp->shared->doorbell_pending.exchange(1, std::memory_order_seq_cst) == 0)
+    Context::of(ibqp->context)->ring_doorbell(qp->worker, qp->handle);
+  return err;
+}
+
+int post_recv(ibv_qp *ibqp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr) {
+  Qp *qp = Qp::of(ibqp);
+  uint32_t state = qp->shared->state.load(std::memory_order_acquire);
+  if (state == IBV_QPS_RESET) {
+    *bad_wr = wr;
+    return EINVAL;
+  }
+  pthread_spin_lock(&qp->rq_lock);
+  uint32_t producer = qp->shared->rq.producer.load(std::memory_order_relaxed);
+  uint32_t consumer = qp->shared->rq.consumer.load(std::memory_order_acquire);
+  int err = 0;
+  for (; wr; wr = wr->next) {
+    if (producer - consumer >= qp->caps.max_recv_wr) {
+      err = ENOMEM;
+      break;
+    }
+    if (wr->num_sge < 0 || uint32_t(wr->num_sge) > qp->caps.max_recv_sge) {
+      err = EINVAL;
+      break;
+    }
+    shm::RecvWqe &w = qp->rq[producer & (qp->rq_slots - 1)];
+    w.wr_id = wr->wr_id;
+    w.num_sge = uint32_t(wr->num_sge);
+    uint64_t total = 0;
+    for (int i = 0; i < wr->num_sge; i++) {
+      w.sge[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+      total += wr->sg_list[i].length;
+    }
+    w.length = uint32_t(std::min<uint64_t>(total, UINT32_MAX));
+    producer++;
+  }
+  qp->shared->rq.producer.store(producer, std::memory_order_release);
+  pthread_spin_unlock(&qp->rq_lock);
+  if (err) *bad_wr = wr;
+  // Receives need no doorbell (the responder looks when a message arrives), except in the
+  // error state, where the worker must flush them.
+  if (state == IBV_QPS_ERR &&
+      qp->shared->doorbell_pending.exchange(1, std::memory_order_seq_cst) == 0)
+    Context::of(ibqp->context)->ring_doorbell(qp->worker, qp->handle);
+  return err;
+}
+
+ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
+  if (attr->comp_mask & ~uint32_t(IBV_QP_INIT_ATTR_PD)) return fail_null<ibv_qp>(EOPNOTSUPP);
+  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) return fail_null<ibv_qp>(EINVAL);
+  if (!attr->send_cq || !attr->recv_cq) return fail_null<ibv_qp>(EINVAL);
+  if (attr->srq) return fail_null<ibv_qp>(EOPNOTSUPP);
+  Context *c = Context::of(context);
+  auto *qp = new (std::nothrow) Qp{};
+  if (!qp) return fail_null<ibv_qp>(ENOMEM);
+  ctl::CreateQpReq req{};
+  req.pd = attr->pd->handle;
+  req.send_cq = Cq::of(attr->send_cq)->handle;
+  req.recv_cq = Cq::of(attr->recv_cq)->handle;
+  req.qp_type = attr->qp_type;
+  req.sq_sig_all = attr->sq_sig_all;
+  req.cookie = reinterpret_cast<uint64_t>(&qp->ibv);
+  req.caps = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
+              attr->cap.max_recv_sge, attr->cap.max_inline_data, 0};
+  ctl::CreateQpResp resp{};
+  std::vector<int> fds;
+  int err = c->conn.call(ctl::Op::kCreateQp, &req, sizeof(req), &resp, sizeof(resp), nullptr, 0,
+                         &fds);
+  if (!err && fds.size() != 1) err = EPROTO;
+  size_t len = shm::qp_region_bytes(resp.sq_slots, resp.rq_slots);
+  void *map = MAP_FAILED;
+  if (!err) map = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+  for (int fd : fds) ::close(fd);
+  if (!err && map == MAP_FAILED) err = ENOMEM;
+  if (err) {
+    if (resp.handle) {
+      ctl::HandleReq d{resp.handle, 0};
+      c->conn.call(ctl::Op::kDestroyQp, &d, sizeof(d), nullptr, 0);
+    }
+    delete qp;
+    return fail_null<ibv_qp>(err);
+  }
+  qp->handle = resp.handle;
+  qp->worker = resp.worker;
+  qp->shared = static_cast<shm::QpShared *>(map);
+  auto *base = static_cast<uint8_t *>(map);
+  qp->sq = reinterpret_cast<shm::SendWqe *>(base + shm::kQpHeaderBytes);
+  qp->rq = reinterpret_cast<shm::RecvWqe *>(base + shm::kQpHeaderBytes +
+                                            resp.sq_slots * sizeof(shm::SendWqe));
+  qp->sq_slots = resp.sq_slots;
+  qp->rq_slots = resp.rq_slots;
+  qp->caps = resp.caps;
+  qp->sq_sig_all = attr->sq_sig_all;
+  qp->map_len = len;
+  pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
+  pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
+  ibv_qp &ib = qp->ibv;
+  ib.context = context;
+  ib.qp_context = attr->qp_context;
+  ib.pd = attr->pd;
+  ib.send_cq = attr->send_cq;
+  ib.recv_cq = attr->recv_cq;
+  ib.srq = nullptr;
+  ib.handle = resp.handle;
+  ib.qp_num = resp.qpn;
+  ib.state = IBV_QPS_RESET;
+  ib.qp_type = attr->qp_type;
+  pthread_mutex_init(&ib.mutex, nullptr);
+  pthread_cond_init(&ib.cond, nullptr);
+  attr->cap.max_send_wr = resp.caps.max_send_wr;
+  attr->cap.max_recv_wr = resp.caps.max_recv_wr;
+  attr->cap.max_send_sge = resp.caps.max_send_sge;
+  attr->cap.max_recv_sge = resp.caps.max_recv_sge;
+  attr->cap.max_inline_data = resp.caps.max_inline_data;
+  return &ib;
+}
+
+}  // namespace vrnic::provider
+
+extern "C" {
+
+VRNIC_EXPORT ibv_qp *ibv_create_qp(ibv_pd *pd, ibv_qp_init_attr *attr) {
+  if (!pd || !attr) return fail_null<ibv_qp>(EINVAL);
+  ibv_qp_init_attr_ex ex{};
+  ex.qp_context = attr->qp_context;
+  ex.send_cq = attr->send_cq;
+  ex.recv_cq = attr->recv_cq;
+  ex.srq = attr->srq;
+  ex.cap = attr->cap;
+  ex.qp_type = attr->qp_type;
+  ex.sq_sig_all = attr->sq_sig_all;
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd;
+  ibv_qp *qp = create_qp_ex(pd->context, &ex);
+  if (qp) attr->cap = ex.cap;
+  return qp;
+}
+
+VRNIC_EXPORT int ibv_modify_qp(ibv_qp *ibqp, ibv_qp_attr *attr, int attr_mask) {
+  Qp *qp = Qp::of(ibqp);
+  ctl::ModifyQpReq req{};
+  req.handle = qp->handle;
+  req.attr_mask = uint32_t(attr_mask);
+  ctl::QpAttrWire &w = req.attr;
+  w.qp_state = attr->qp_state;
+  w.cur_qp_state = attr->cur_qp_state;
+  w.path_mtu = attr->path_mtu;
+  w.qkey = attr->qkey;
+  w.rq_psn = attr->rq_psn;
+  w.sq_psn = attr->sq_psn;
+  w.dest_qp_num = attr->dest_qp_num;
+  w.qp_access_flags = uint32_t(attr->qp_access_flags);
+  w.pkey_index = attr->pkey_index;
+  w.max_rd_atomic = attr->max_rd_atomic;
+  w.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  w.min_rnr_timer = attr->min_rnr_timer;
+  w.port_num = attr->port_num;
+  w.timeout = attr->timeout;
+  w.retry_cnt = attr->retry_cnt;
+  w.rnr_retry = attr->rnr_retry;
+  w.en_sqd_async_notify = attr->en_sqd_async_notify;
+  to_wire(attr->ah_attr, w.ah);
+  int err = Context::of(ibqp->context)->conn.call(ctl::Op::kModifyQp, &req, sizeof(req), nullptr, 0);
+  if (!err && (attr_mask & IBV_QP_STATE)) ibqp->state = attr->qp_state;
+  return err;
+}
+
+VRNIC_EXPORT int ibv_query_qp(ibv_qp *ibqp, ibv_qp_attr *attr, int attr_mask,
+                              ibv_qp_init_attr *init_attr) {
+  (void)attr_mask;  // everything is returned, as rdma-core providers do
+  Qp *qp = Qp::of(ibqp);
+  ctl::HandleReq req{qp->handle, 0};
+  ctl::QueryQpResp resp{};
+  int err = Context::of(ibqp->context)
+                ->conn.call(ctl::Op::kQueryQp, &req, sizeof(req), &resp, sizeof(resp));
+  if (err) return err;
+  const ctl::QpAttrWire &w = resp.attr;
+  std::memset(attr, 0, sizeof(*attr));
+  attr->qp_state = ibv_qp_state(w.qp_state);
+  attr->cur_qp_state = ibv_qp_state(w.cur_qp_state);
+  attr->path_mtu = ibv_mtu(w.path_mtu);
+  attr->path_mig_state = IBV_MIG_MIGRATED;
+  attr->qkey = w.qkey;
+  attr->rq_psn = w.rq_psn;
+  attr->sq_psn = w.sq_psn;
+  attr->dest_qp_num = w.dest_qp_num;
+  attr->qp_access_flags = int(w.qp_access_flags);
+  attr->cap = {qp->caps.max_send_wr, qp->caps.max_recv_wr, qp->caps.max_send_sge,
+               qp->caps.max_recv_sge, qp->caps.max_inline_data};
+  from_wire(w.ah, attr->ah_attr);
+  attr->pkey_index = w.pkey_index;
+  attr->sq_draining = w.sq_draining;
+  attr->max_rd_atomic = w.max_rd_atomic;
+  attr->max_dest_rd_atomic = w.max_dest_rd_atomic;
+  attr->min_rnr_timer = w.min_rnr_timer;
+  attr->port_num = w.port_num;
+  attr->timeout = w.timeout;
+  attr->retry_cnt = w.retry_cnt;
+  attr->rnr_retry = w.rnr_retry;
+  attr->en_sqd_async_notify = w.en_sqd_async_notify;
+  ibqp->state = attr->qp_state;
+  if (init_attr) {
+    std::memset(init_attr, 0, sizeof(*init_attr));
+    init_attr->qp_context = ibqp->qp_context;
+    init_attr->send_cq = ibqp->send_cq;
+    init_attr->recv_cq = ibqp->recv_cq;
+    init_attr->srq = ibqp->srq;
+    init_attr->cap = attr->cap;
+    init_attr->qp_type = ibqp->qp_type;
+    init_attr->sq_sig_all = qp->sq_sig_all;
+  }
+  return 0;
+}
+
+VRNIC_EXPORT int ibv_destroy_qp(ibv_qp *ibqp) {
+  Qp *qp = Qp::of(ibqp);
+  ctl::HandleReq req{qp->handle, 0};
+  int err = Context::of(ibqp->context)->conn.call(ctl::Op::kDestroyQp, &req, sizeof(req), nullptr, 0);
+  if (err) return err;
+  ::munmap(qp->shared, qp->map_len);
+  pthread_spin_destroy(&qp->sq_lock);
+  pthread_spin_destroy(&qp->rq_lock);
+  delete qp;
+  return 0;
+}
+
+// The ibv_wr_* API comes with the full-API work; until then no QP is extended.
+VRNIC_EXPORT ibv_qp_ex *ibv_qp_to_qp_ex(ibv_qp *) { return fail_null<ibv_qp_ex>(EOPNOTSUPP); }
+
+VRNIC_EXPORT int ibv_query_qp_data_in_order(ibv_qp *, enum ibv_wr_opcode, uint32_t) { return 0; }
+
+VRNIC_EXPORT ibv_ah *ibv_create_ah(ibv_pd *pd, ibv_ah_attr *attr) {
+  if (!pd || !attr) return fail_null<ibv_ah>(EINVAL);
+  ctl::CreateAhReq req{};
+  req.pd = pd->handle;
+  to_wire(*attr, req.av);
+  ctl::HandleResp resp{};
+  int err = Context::of(pd->context)->conn.call(ctl::Op::kCreateAh, &req, sizeof(req), &resp, sizeof(resp));
+  if (err) return fail_null<ibv_ah>(err);
+  auto *ah = new (std::nothrow) Ah{};
+  if (!ah) return fail_null<ibv_ah>(ENOMEM);
+  ah->ibv = {pd->context, pd, resp.handle};
+  return &ah->ibv;
+}
+
+VRNIC_EXPORT int ibv_destroy_ah(ibv_ah *ah) {
+  ctl::HandleReq req{ah->handle, 0};
+  int err = Context::of(ah->context)->conn.call(ctl::Op::kDestroyAh, &req, sizeof(req), nullptr, 0);
+  if (!err) delete reinterpret_cast<Ah *>(ah);
+  return err;
+}
+
+// UD, multicast and SRQs come with the full-API work: clean failures until then.
+VRNIC_EXPORT ibv_ah *ibv_create_ah_from_wc(ibv_pd *, ibv_wc *, ibv_grh *, uint8_t) {
+  return fail_null<ibv_ah>(EOPNOTSUPP);
+}
+VRNIC_EXPORT int ibv_init_ah_from_wc(ibv_context *, uint8_t, ibv_wc *, ibv_grh *, ibv_ah_attr *) {
+  return EOPNOTSUPP;
+}
+VRNIC_EXPORT int ibv_attach_mcast(ibv_qp *, const union ibv_gid *, uint16_t) { return EOPNOTSUPP; }
+VRNIC_EXPORT int ibv_detach_mcast(ibv_qp *, const union ibv_gid *, uint16_t) { return EOPNOTSUPP; }
+VRNIC_EXPORT ibv_srq *ibv_create_srq(ibv_pd *, ibv_srq_init_attr *) {
+  return fail_null<ibv_srq>(EOPNOTSUPP);
+}
+VRNIC_EXPORT int ibv_modify_srq(ibv_srq *, ibv_srq_attr *, int) { return EOPNOTSUPP; }
+VRNIC_EXPORT int ibv_query_srq(ibv_srq *, ibv_srq_attr *) { return EOPNOTSUPP; }
+VRNIC_EXPORT int ibv_destroy_srq(ibv_srq *) { return EOPNOTSUPP; }
+
+}  // extern "C"
