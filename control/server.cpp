@@ -391,7 +391,7 @@ int Server::create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &r
   int fd = ::dup(m.fds[0]);
   if (fd < 0) return errno;
   ::fcntl(fd, F_SETFL, O_NONBLOCK);
-  uint32_t h = channels_.insert(std::make_unique<CompletionChannel>(CompletionChannel{s.id, fd}));
+  uint32_t h = channels_.insert(std::unique_ptr<CompletionChannel>(new CompletionChannel{s.id, fd}));
   if (!h) {
     ::close(fd);
     return ENOMEM;
