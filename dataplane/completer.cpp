@@ -179,30 +179,28 @@ void completer_retire(Worker &w, QueuePair &qp) {
       if (!done) break;
     }
     const shm::SendWqe &wqe = qp.wqe(comp.wqe);
-    if (meta.status != IBV_WC_SUCCESS || (meta.flags & shm::kWqeSignaled) || qp.sq_sig_all) {
-      shm::Cqe cqe{};
-      cqe.wr_id = wqe.wr_id;
-      cqe.status = meta.status;
-      cqe.opcode = wc_opcode(meta.opcode);
-      cqe.byte_len = meta.length;
-      cqe.qp_num = qp.qpn;
-      if (!qp.send_cq->push(cqe, false)) {
-        qp_enter_error(w, qp);
-        return;
-      }
-    }
+    bool report = meta.status != IBV_WC_SUCCESS || (meta.flags & shm::kWqeSignaled) || qp.sq_sig_all;
+    shm::Cqe cqe{};
+    cqe.wr_id = wqe.wr_id;
+    cqe.status = meta.status;
+    cqe.opcode = wc_opcode(meta.opcode);
+    cqe.byte_len = meta.length;
+    cqe.qp_num = qp.qpn;
+    // Free the slot before the completion is visible: a program that sees the completion
+    // may post into the slot at once.
     comp.wqe++;
     retired = true;
+    qp.shared->sq.consumer.store(comp.wqe, std::memory_order_release);
+    if (report && !qp.send_cq->push(cqe, false)) {
+      qp_enter_error(w, qp);
+      return;
+    }
     if (meta.status != IBV_WC_SUCCESS) {
-      qp.shared->sq.consumer.store(comp.wqe, std::memory_order_release);
       qp_enter_error(w, qp);
       return;
     }
   }
-  if (retired) {
-    qp.shared->sq.consumer.store(comp.wqe, std::memory_order_release);
-    w.schedule(qp);
-  }
+  if (retired) w.schedule(qp);
 }
 
 void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
