@@ -188,6 +188,7 @@ enum Opcode : uint8_t {
   kSendOnlyInv = 0x17,
 };
 
+inline constexpr uint8_t make_opcode(Transport t, Opcode op) { return uint8_t(uint8_t(t) | uint8_t(op)); }
 inline constexpr uint8_t op_transport(uint8_t opcode) { return opcode & 0xe0; }
 inline constexpr uint8_t op_operation(uint8_t opcode) { return opcode & 0x1f; }
 
