@@ -165,6 +165,9 @@ VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
   std::vector<int> fds;
   err = c->conn.call(ctl::Op::kHello, &req, sizeof(req), resp.get(), sizeof(*resp),
                      &c->async_write_fd, 1, &fds);
+  // vrnicd keeps the only write end, so that its death reads as end-of-file.
+  ::close(c->async_write_fd);
+  c->async_write_fd = -1;
   if (!err && fds.size() != 2 + resp->device.num_workers) err = EPROTO;
   if (err) {
     for (int fd : fds) ::close(fd);
@@ -272,6 +275,18 @@ VRNIC_EXPORT int ibv_get_async_event(ibv_context *context, ibv_async_event *even
   do {
     n = ::read(context->async_fd, &rec, sizeof(rec));
   } while (n < 0 && errno == EINTR);
+  if (n == 0) {
+    // vrnicd held the pipe's write end: end-of-file means the NIC is gone. Report it once,
+    // as a device would, then fail.
+    Context *c = Context::of(context);
+    if (c->fatal_reported.exchange(true)) {
+      errno = EIO;
+      return -1;
+    }
+    event->event_type = IBV_EVENT_DEVICE_FATAL;
+    event->element.port_num = 0;
+    return 0;
+  }
   if (n != sizeof(rec)) return -1;
   event->event_type = ibv_event_type(rec.type);
   switch (rec.type) {

@@ -56,6 +56,7 @@ struct Context {
   shm::SessionShared *session_shm = nullptr;
   const shm::DaemonShared *daemon_shm = nullptr;
   std::vector<int> wake_fds;  // per worker
+  std::atomic<bool> fatal_reported{false};
 
   static Context *of(ibv_context *c) {
     return outer_of(reinterpret_cast<verbs_context *>(reinterpret_cast<char *>(c) -

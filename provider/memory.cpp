@@ -3,6 +3,8 @@
 // remap over) and shared with vrnicd: zero copy from then on. What cannot be converted safely
 // -- partial first/last pages, the calling thread's stack, mappings that are already shared
 // or file-backed -- vrnicd reaches with process_vm_readv/writev instead.
+#include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -101,6 +103,51 @@ uint64_t convert_pages(uint64_t start, uint64_t len) {
   }
   g_memfds[st.st_ino] = fd;
   return st.st_ino;
+}
+
+// A child of fork() must not share the parent's registered pages (MAP_SHARED would make
+// them shared, unlike ordinary memory): give it private copies, as the kernel gives a child
+// copies of pinned pages. Runs between fork and the child's return, so it uses only system
+// calls and a static buffer.
+void make_child_pages_private() {
+  static char buf[1 << 16];
+  static uint64_t ranges[4096][2];
+  size_t nranges = 0, used = 0;
+  int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  for (;;) {
+    ssize_t n = ::read(fd, buf + used, sizeof(buf) - 1 - used);
+    if (n <= 0) break;
+    used += size_t(n);
+    buf[used] = 0;
+    char *line = buf;
+    for (char *nl; (nl = std::strchr(line, '\n')); line = nl + 1) {
+      *nl = 0;
+      unsigned long long start, end;
+      if (std::strstr(line, "/memfd:vrnic-mr") && nranges < 4096 &&
+          std::sscanf(line, "%llx-%llx", &start, &end) == 2) {
+        ranges[nranges][0] = start;
+        ranges[nranges][1] = end - start;
+        nranges++;
+      }
+    }
+    used = size_t(buf + used - line);
+    std::memmove(buf, line, used);
+  }
+  ::close(fd);
+  for (size_t i = 0; i < nranges; i++) {
+    void *at = reinterpret_cast<void *>(ranges[i][0]);
+    size_t len = ranges[i][1];
+    void *copy = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED) continue;
+    std::memcpy(copy, at, len);
+    if (::mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED)
+      ::munmap(copy, len);
+  }
+}
+
+__attribute__((constructor)) void register_fork_handler() {
+  pthread_atfork(nullptr, nullptr, make_child_pages_private);
 }
 
 struct PieceList {
