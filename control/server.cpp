@@ -73,10 +73,8 @@ Server::~Server() {
   while (!sessions_.empty()) close_session(sessions_.begin()->first);
   for (auto &w : workers_) w->stop();
   workers_.clear();
-  if (listen_fd_ >= 0) {
-    ::close(listen_fd_);
-    ::unlink(path_.c_str());
-  }
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (bound_) ::unlink(path_.c_str());  // never another vrnicd's socket
   if (daemon_shm_) ::munmap(daemon_shm_, sizeof(shm::DaemonShared));
   if (daemon_shm_fd_ >= 0) ::close(daemon_shm_fd_);
 }
@@ -105,6 +103,7 @@ absl::Status Server::start() {
   ::unlink(path_.c_str());
   if (::bind(listen_fd_, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0)
     return absl::ErrnoToStatus(errno, "bind " + path_);
+  bound_ = true;
   if (::listen(listen_fd_, 64) < 0) return absl::ErrnoToStatus(errno, "listen");
 
   dev_.info.num_workers = nworkers_;
@@ -674,7 +673,9 @@ int Server::destroy_ah(Session &s, uint32_t handle) {
 }
 
 void Server::stats(ctl::StatsResp &resp) {
-  resp.sessions = uint32_t(sessions_.size());
+  // Sessions are clients that opened the device; vrnicctl's own connection is not one.
+  resp.sessions = uint32_t(std::count_if(sessions_.begin(), sessions_.end(),
+                                         [](const auto &kv) { return kv.second->shm != nullptr; }));
   resp.pds = pds_.size();
   resp.channels = channels_.size();
   resp.ahs = ahs_.size();

@@ -91,6 +91,7 @@ class Server {
 
   std::string path_;
   int listen_fd_ = -1;
+  bool bound_ = false;
   int daemon_shm_fd_ = -1;
   shm::DaemonShared *daemon_shm_ = nullptr;
   uint32_t nworkers_;

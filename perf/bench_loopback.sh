@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# perf/bench_loopback.sh: loopback benchmark of vrnic (one vrnicd; perftest server and client on
+# this host, 127.0.0.1). Runs RUNS rounds (default 5); each round measures, in this order:
+#   ib_write_bw -s 65536 -D 5          bandwidth (BW average)
+#   ib_write_lat -s 2 -n 10000         t_typical (perftest's median) and 99% percentile
+#   ib_send_lat -s 2 -n 10000          the same
+#   memcpy_bw 65536                    memcpy bandwidth of the same size, one core
+# and prints a summary of the medians over the rounds and the ratio of vrnic's write bandwidth
+# to memcpy's. Logs and the summary go to perf/out/bench-<date>/.
+# Installs missing packages (as root) and builds first, like perf/demo.sh.
+#
+# Usage: perf/bench_loopback.sh [RUNS]
+# Environment:
+#   BENCH_BW_ARGS     ib_write_bw options (default "-s 65536 -D 5"; e.g. "-s 65536 -n 20000")
+#   BENCH_LAT_ITERS   iterations of each latency run (default 10000)
+#   VRNIC_SKIP_SETUP=1  skip the package and build steps
+# Units: GB/s = 1e9 bytes/s (perftest's MB/sec are MiB/s and are converted); latencies in us.
+
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+# shellcheck source=tests/lib.sh
+source tests/lib.sh
+
+runs=${1:-5}
+[[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "usage: perf/bench_loopback.sh [RUNS]" >&2; exit 2; }
+read -r -a bw_args <<<"${BENCH_BW_ARGS:--s 65536 -D 5}"
+lat_iters=${BENCH_LAT_ITERS:-10000}
+memcpy_size=65536
+
+vrnic_tmp_init || exit 1
+
+if [[ ${VRNIC_SKIP_SETUP:-0} != 1 ]]; then
+  echo "== setup"
+  vrnic_install_packages "${VRNIC_BUILD_PACKAGES[@]}" || exit 1
+  vrnic_build || exit 1
+fi
+require_provider || exit 1
+
+memcpy_bw=$VRNIC_BUILD_DIR/perf/memcpy_bw
+if [[ ! -x $memcpy_bw ]]; then
+  # Not (yet) a meson target: build it here, with the project's optimization level.
+  memcpy_bw=$VRNIC_TMP/memcpy_bw
+  echo "memcpy_bw: not in the build tree; compiling perf/memcpy_bw.cpp (-O2)"
+  c++ -std=c++20 -O2 -Wall -Wextra -o "$memcpy_bw" perf/memcpy_bw.cpp || exit 1
+fi
+
+out=perf/out/bench-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$out" || exit 1
+
+# median VALUES...: the median (mean of the middle two for an even count); "n/a" if none.
+median() {
+  printf '%s\n' "$@" | sort -g | awk '
+    { a[NR] = $1 }
+    END {
+      if (NR == 0) print "n/a"
+      else if (NR % 2) printf "%.2f\n", a[(NR + 1) / 2]
+      else printf "%.2f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2
+    }'
+}
+
+echo "== vrnic loopback benchmark: $runs rounds"
+{
+  echo "date:     $(date -Is)"
+  echo "commit:   $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' (+ local changes)')"
+  echo "cpu:      $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), $(nproc) CPUs"
+  echo "kernel:   $(uname -r)"
+  echo "perftest: $(dpkg-query -W -f='${Version}' perftest 2>/dev/null)"
+} | tee "$out/system.txt"
+
+start_vrnicd >"$out/vrnicd-start.log" 2>&1 || { cat "$out/vrnicd-start.log"; exit 1; }
+echo "vrnicd:   pid $VRNICD_PID, socket $VRNIC_SOCKET"
+echo "logs:     $out/"
+echo
+
+bw=() wlat_t=() wlat_p99=() slat_t=() slat_p99=() mc=()
+failures=0
+step=0
+steps=$((4 * runs))
+
+progress() {
+  step=$((step + 1))
+  printf '[%2d/%d] round %d/%d  %-34s %s\n' "$step" "$steps" "$1" "$runs" "$2" "$3"
+}
+
+# measure ROUND NAME PROG ARGS...: one perftest pair; sets ROW to the client's first result
+# row (see perftest_parse). Runs in this shell (not in $(...)): it may restart vrnicd.
+ROW=
+measure() {
+  local round=$1 name=$2 port log
+  shift 2
+  ROW=
+  log=$out/$name.$round.log
+  if ! ensure_vrnicd >>"$log" 2>&1; then
+    return 1
+  fi
+  port=$(next_port)
+  verbs_pair "$name.$round" "$port" "$@" -d vrnic0 -x 0 -F >>"$log" 2>&1
+  local rc=$?
+  {
+    [[ -n $SERVER_LOG ]] && { echo "=== server output"; cat "$SERVER_LOG"; }
+    [[ -n $CLIENT_LOG ]] && { echo "=== client output"; cat "$CLIENT_LOG"; }
+  } >>"$log"
+  ((rc == 0)) || return 1
+  ROW=$(perftest_parse "$CLIENT_LOG" | head -n 1)
+}
+
+fail_note() {
+  failures=$((failures + 1))
+  echo "        FAILED; last lines of $1:"
+  tail -n 8 "$1" | sed 's/^/        | /'
+}
+
+for ((r = 1; r <= runs; r++)); do
+  # write bandwidth
+  if measure "$r" write_bw ib_write_bw "${bw_args[@]}" && [[ $ROW == bw* ]]; then
+    read -r _ _ v unit <<<"$ROW"
+    if [[ $unit == Gb/s ]]; then
+      g=$(awk -v v="$v" 'BEGIN { printf "%.2f", v / 8 }')
+    else
+      g=$(awk -v v="$v" 'BEGIN { printf "%.2f", v * 1048576 / 1e9 }')
+    fi
+    bw+=("$g")
+    progress "$r" "ib_write_bw ${bw_args[*]}" "$g GB/s  ($v $unit)"
+  else
+    progress "$r" "ib_write_bw ${bw_args[*]}" ""
+    fail_note "$out/write_bw.$r.log"
+  fi
+  # write latency
+  if measure "$r" write_lat ib_write_lat -s 2 -n "$lat_iters" && [[ $ROW == lat* ]]; then
+    read -r _ _ t p99 _ <<<"$ROW"
+    wlat_t+=("$t")
+    wlat_p99+=("$p99")
+    progress "$r" "ib_write_lat -s 2 -n $lat_iters" "t_typical $t us, 99% $p99 us"
+  else
+    progress "$r" "ib_write_lat -s 2 -n $lat_iters" ""
+    fail_note "$out/write_lat.$r.log"
+  fi
+  # send latency
+  if measure "$r" send_lat ib_send_lat -s 2 -n "$lat_iters" && [[ $ROW == lat* ]]; then
+    read -r _ _ t p99 _ <<<"$ROW"
+    slat_t+=("$t")
+    slat_p99+=("$p99")
+    progress "$r" "ib_send_lat -s 2 -n $lat_iters" "t_typical $t us, 99% $p99 us"
+  else
+    progress "$r" "ib_send_lat -s 2 -n $lat_iters" ""
+    fail_note "$out/send_lat.$r.log"
+  fi
+  # memcpy of the same size, in the same run
+  log=$out/memcpy.$r.log
+  if "$memcpy_bw" "$memcpy_size" >"$log" 2>&1 &&
+    g=$(sed -n 's/^median_GBps=//p' "$log") && [[ -n $g ]]; then
+    mc+=("$g")
+    progress "$r" "memcpy_bw $memcpy_size" "$g GB/s"
+  else
+    progress "$r" "memcpy_bw $memcpy_size" ""
+    fail_note "$log"
+  fi
+done
+
+vrnicd_check_alive >/dev/null || failures=$((failures + 1))
+stop_vrnicd TERM >"$out/vrnicd-stop.log" 2>&1 || {
+  failures=$((failures + 1))
+  cat "$out/vrnicd-stop.log"
+}
+
+bw_med=$(median "${bw[@]}")
+mc_med=$(median "${mc[@]}")
+ratio=n/a
+if [[ $bw_med != n/a && $mc_med != n/a ]]; then
+  ratio=$(awk -v a="$bw_med" -v b="$mc_med" 'BEGIN { if (b > 0) printf "%.2f (%.0f%%)", a / b, 100 * a / b; else print "n/a" }')
+fi
+ws=$(grep -m1 'L2 cache' "$out/memcpy.1.log" 2>/dev/null | sed 's/^memcpy_bw: //')
+
+{
+  echo "## vrnic loopback benchmark ($(date +%Y-%m-%d))"
+  echo
+  sed 's/^/    /' "$out/system.txt"
+  echo
+  echo "Medians over $runs rounds (GB/s = 1e9 bytes/s; latencies in microseconds)."
+  echo "Commands: LD_LIBRARY_PATH=build/provider <cmd> -d vrnic0 -x 0 -F (server), same + 127.0.0.1 (client)."
+  echo
+  echo "| measurement | median | per round |"
+  echo "|---|---|---|"
+  echo "| ib_write_bw ${bw_args[*]} | $bw_med GB/s | ${bw[*]:-} |"
+  echo "| ib_write_lat -s 2 -n $lat_iters, t_typical | $(median "${wlat_t[@]}") us | ${wlat_t[*]:-} |"
+  echo "| ib_write_lat -s 2 -n $lat_iters, 99% | $(median "${wlat_p99[@]}") us | ${wlat_p99[*]:-} |"
+  echo "| ib_send_lat -s 2 -n $lat_iters, t_typical | $(median "${slat_t[@]}") us | ${slat_t[*]:-} |"
+  echo "| ib_send_lat -s 2 -n $lat_iters, 99% | $(median "${slat_p99[@]}") us | ${slat_p99[*]:-} |"
+  echo "| memcpy $memcpy_size B, one core | $mc_med GB/s | ${mc[*]:-} |"
+  echo "| ib_write_bw / memcpy | $ratio | |"
+  echo
+  echo "memcpy working set: source and destination 2 x $memcpy_size B each, like perftest's buffers; ${ws:-L2 size unknown}."
+  ((failures)) && echo "FAILED runs: $failures (excluded from the medians; logs in $out/)."
+} >"$out/summary.md"
+
+echo
+echo "== Summary"
+cat "$out/summary.md"
+echo
+echo "(saved to $out/summary.md)"
+((failures == 0))

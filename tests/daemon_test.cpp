@@ -1,0 +1,235 @@
+// vrnicd's life and the control protocol's failure paths: no daemon, a daemon that dies
+// under a client, hostile or broken control messages. Each test starts its own vrnicd
+// (path in $VRNICD) on a private socket.
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "vrnic/ctl_io.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+class Daemon {
+ public:
+  Daemon() {
+    const char *bin = std::getenv("VRNICD");
+    REQUIRE(bin);
+    char tmpl[] = "/tmp/vrnic-daemon-test-XXXXXX";
+    REQUIRE(mkdtemp(tmpl));
+    dir_ = tmpl;
+    path_ = dir_ + "/vrnicd.sock";
+    setenv("VRNIC_SOCKET", path_.c_str(), 1);
+    pid_ = fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      execl(bin, bin, "--socket", path_.c_str(), static_cast<char *>(nullptr));
+      _exit(127);
+    }
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int s = vrnic::ctl::connect_daemon(path_.c_str());
+      if (s >= 0) {
+        close(s);
+        return;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    FAIL("vrnicd did not come up");
+  }
+  ~Daemon() {
+    if (pid_ > 0) stop(SIGTERM);
+    rmdir(dir_.c_str());
+  }
+  // Returns the exit status (or 128 + signal).
+  int stop(int sig) {
+    kill(pid_, sig);
+    int st = 0;
+    waitpid(pid_, &st, 0);
+    pid_ = -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+  const std::string &path() const { return path_; }
+
+ private:
+  std::string dir_, path_;
+  pid_t pid_ = -1;
+};
+
+ibv_context *open_vrnic() {
+  int n = -1;
+  ibv_device **list = ibv_get_device_list(&n);
+  REQUIRE(list);
+  REQUIRE(n == 1);
+  ibv_context *ctx = ibv_open_device(list[0]);
+  ibv_free_device_list(list);
+  REQUIRE(ctx);
+  return ctx;
+}
+
+// A raw control connection, for messages no provider would send.
+struct RawClient {
+  int sock;
+  explicit RawClient(const std::string &path) : sock(vrnic::ctl::connect_daemon(path.c_str())) {
+    REQUIRE(sock >= 0);
+  }
+  ~RawClient() { close(sock); }
+  int call(vrnic::ctl::Op op, const void *body, size_t len, vrnic::ctl::Message *out) {
+    int err = vrnic::ctl::send_message(sock, op, 0, body, len);
+    if (err) return -err;
+    err = vrnic::ctl::recv_message(sock, out);
+    out->close_fds();
+    return err ? -err : out->header.status;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("with no daemon the device list is empty, not an error", "[daemon]") {
+  setenv("VRNIC_SOCKET", "/tmp/vrnic-no-such-daemon.sock", 1);
+  int n = -1;
+  ibv_device **list = ibv_get_device_list(&n);
+  REQUIRE(list);
+  CHECK(n == 0);
+  CHECK(list[0] == nullptr);
+  ibv_free_device_list(list);
+}
+
+TEST_CASE("SIGTERM and SIGINT stop vrnicd cleanly and remove its socket", "[daemon]") {
+  for (int sig : {SIGTERM, SIGINT}) {
+    Daemon d;
+    struct stat st;
+    REQUIRE(stat(d.path().c_str(), &st) == 0);
+    CHECK(d.stop(sig) == 0);
+    CHECK(stat(d.path().c_str(), &st) == -1);
+  }
+}
+
+TEST_CASE("a second vrnicd on the same socket is refused", "[daemon]") {
+  Daemon d;
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const char *bin = std::getenv("VRNICD");
+    int devnull = ::open("/dev/null", O_WRONLY);
+    dup2(devnull, 2);
+    execl(bin, bin, "--socket", d.path().c_str(), static_cast<char *>(nullptr));
+    _exit(127);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 1);
+  int s = vrnic::ctl::connect_daemon(d.path().c_str());  // the first one still serves
+  CHECK(s >= 0);
+  close(s);
+}
+
+TEST_CASE("a dead daemon becomes IBV_EVENT_DEVICE_FATAL and failing calls", "[daemon]") {
+  Daemon d;
+  ibv_context *ctx = open_vrnic();
+  ibv_pd *pd = ibv_alloc_pd(ctx);
+  REQUIRE(pd);
+  ibv_cq *cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+  REQUIRE(cq);
+  CHECK(d.stop(SIGKILL) == 128 + SIGKILL);
+  ibv_async_event ev;
+  REQUIRE(ibv_get_async_event(ctx, &ev) == 0);
+  CHECK(ev.event_type == IBV_EVENT_DEVICE_FATAL);
+  ibv_ack_async_event(&ev);
+  errno = 0;
+  CHECK(ibv_alloc_pd(ctx) == nullptr);
+  CHECK(errno == EIO);
+  static char buf[4096];
+  CHECK(ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) == nullptr);
+  CHECK(errno == EIO);
+  ibv_wc wc;
+  CHECK(ibv_poll_cq(cq, 1, &wc) == 0);
+  CHECK(ibv_close_device(ctx) == 0);
+}
+
+TEST_CASE("broken control messages close that connection only", "[daemon]") {
+  Daemon d;
+  ibv_context *ctx = open_vrnic();  // a well-behaved client alongside
+  {
+    RawClient raw(d.path());
+    const char junk[] = "this is not a vrnic message";
+    REQUIRE(::send(raw.sock, junk, sizeof(junk), 0) == ssize_t(sizeof(junk)));
+    char b;
+    CHECK(::recv(raw.sock, &b, 1, 0) == 0);  // vrnicd hung up on it
+  }
+  {
+    RawClient raw(d.path());
+    vrnic::ctl::Message m;
+    CHECK(raw.call(vrnic::ctl::Op::kAllocPd, nullptr, 0, &m) == EPROTO);  // before Hello
+  }
+  {
+    RawClient raw(d.path());
+    vrnic::ctl::Message m;
+    CHECK(raw.call(vrnic::ctl::Op(999), nullptr, 0, &m) == EPROTO);
+  }
+  ibv_pd *pd = ibv_alloc_pd(ctx);
+  CHECK(pd);
+  CHECK(ibv_dealloc_pd(pd) == 0);
+  CHECK(ibv_close_device(ctx) == 0);
+}
+
+TEST_CASE("verbs with bad handles or arguments fail with EINVAL", "[daemon]") {
+  Daemon d;
+  ibv_context *ctx = open_vrnic();
+  ibv_pd *pd = ibv_alloc_pd(ctx);
+  REQUIRE(pd);
+  CHECK(ibv_create_cq(ctx, 0, nullptr, nullptr, 0) == nullptr);
+  CHECK(errno == EINVAL);
+  CHECK(ibv_create_cq(ctx, 1 << 30, nullptr, nullptr, 0) == nullptr);
+  CHECK(errno == EINVAL);
+  CHECK(ibv_create_cq(ctx, 4, nullptr, nullptr, 1) == nullptr);  // no such vector
+  CHECK(errno == EINVAL);
+  static char buf[8192];
+  CHECK(ibv_reg_mr(pd, buf, 0, IBV_ACCESS_LOCAL_WRITE) == nullptr);
+  CHECK(errno == EINVAL);
+  CHECK(ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_REMOTE_ATOMIC) == nullptr);
+  CHECK(errno == EINVAL);
+  CHECK(ibv_reg_mr(pd, reinterpret_cast<void *>(0x10), 4096, IBV_ACCESS_LOCAL_WRITE) == nullptr);
+  CHECK(errno == EFAULT);
+  ibv_cq *cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+  REQUIRE(cq);
+  ibv_qp_init_attr attr{};
+  attr.send_cq = attr.recv_cq = cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap = {16, 16, 17, 1, 0};  // more SGEs than the device has
+  CHECK(ibv_create_qp(pd, &attr) == nullptr);
+  CHECK(errno == EINVAL);
+  attr.cap = {16, 16, 1, 1, 0};
+  attr.send_cq = nullptr;
+  CHECK(ibv_create_qp(pd, &attr) == nullptr);
+  CHECK(errno == EINVAL);
+  attr.send_cq = cq;
+  ibv_qp *qp = ibv_create_qp(pd, &attr);
+  REQUIRE(qp);
+  CHECK(ibv_dealloc_pd(pd) == EBUSY);  // the QP is in it
+  CHECK(ibv_destroy_cq(cq) == EBUSY);  // the QP uses it
+  ibv_qp_attr qa{};
+  qa.qp_state = IBV_QPS_RTS;
+  CHECK(ibv_modify_qp(qp, &qa, IBV_QP_STATE) == EINVAL);  // RESET -> RTS
+  qa.qp_state = IBV_QPS_INIT;
+  qa.port_num = 2;
+  CHECK(ibv_modify_qp(qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                   IBV_QP_ACCESS_FLAGS) == EINVAL);  // no port 2
+  CHECK(ibv_destroy_qp(qp) == 0);
+  CHECK(ibv_destroy_cq(cq) == 0);
+  CHECK(ibv_dealloc_pd(pd) == 0);
+  CHECK(ibv_close_device(ctx) == 0);
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# vrnicd lifecycle: clean exit on SIGTERM/SIGINT, socket-path rules, reclaiming the objects of
+# a client killed with SIGKILL in the middle of a transfer.
+# shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+vrnic_script_init lifecycle
+
+# Each check starts its own vrnicd and stops it again.
+stop_with() {
+  start_vrnicd || return 1
+  stop_vrnicd "$1"
+}
+
+# `vrnicd` with no --socket uses $VRNIC_SOCKET; vrnicctl and the provider find it the same way.
+socket_from_env() {
+  local dir=$VRNIC_TMP/env-socket sock out=$VRNIC_TMP/env-socket.devices
+  mkdir -p "$dir"
+  sock=$dir/from-env.sock
+  _vrnicd_spawn "$sock" "$dir/vrnicd.log" env VRNIC_SOCKET="$sock" "$VRNICD" || return 1
+  local ok=0
+  echo "+ VRNIC_SOCKET=$sock vrnicctl stats"
+  VRNIC_SOCKET=$sock timeout -k 2 10 "$VRNICCTL" stats || { echo "FAIL: vrnicctl via \$VRNIC_SOCKET"; ok=1; }
+  echo "+ VRNIC_SOCKET=$sock ibv_devices"
+  vrun VRNIC_SOCKET="$sock" timeout -k 2 10 ibv_devices >"$out" 2>&1 </dev/null
+  cat "$out"
+  awk '$1 == "vrnic0" { f = 1 } END { exit !f }' "$out" ||
+    { echo "FAIL: ibv_devices via \$VRNIC_SOCKET does not list vrnic0"; ok=1; }
+  stop_vrnicd TERM "$sock" || ok=1
+  return "$ok"
+}
+
+# With neither --socket nor $VRNIC_SOCKET, the socket is $XDG_RUNTIME_DIR/vrnicd.sock.
+socket_from_xdg() {
+  local xdg=$VRNIC_TMP/xdg out=$VRNIC_TMP/xdg.devices ok=0
+  mkdir -p "$xdg" && chmod 700 "$xdg"
+  _vrnicd_spawn "$xdg/vrnicd.sock" "$xdg/vrnicd.log" \
+    env -u VRNIC_SOCKET XDG_RUNTIME_DIR="$xdg" "$VRNICD" || return 1
+  echo "+ XDG_RUNTIME_DIR=$xdg vrnicctl stats   # VRNIC_SOCKET unset"
+  env -u VRNIC_SOCKET XDG_RUNTIME_DIR="$xdg" timeout -k 2 10 "$VRNICCTL" stats ||
+    { echo "FAIL: vrnicctl does not find the daemon at \$XDG_RUNTIME_DIR/vrnicd.sock"; ok=1; }
+  echo "+ XDG_RUNTIME_DIR=$xdg ibv_devices   # VRNIC_SOCKET unset"
+  vrun env -u VRNIC_SOCKET XDG_RUNTIME_DIR="$xdg" timeout -k 2 10 ibv_devices >"$out" 2>&1 </dev/null
+  cat "$out"
+  awk '$1 == "vrnic0" { f = 1 } END { exit !f }' "$out" ||
+    { echo "FAIL: the provider does not find the daemon at \$XDG_RUNTIME_DIR/vrnicd.sock"; ok=1; }
+  stop_vrnicd TERM "$xdg/vrnicd.sock" || ok=1
+  return "$ok"
+}
+
+# A perftest client is SIGKILLed while ib_write_bw runs; vrnicd must free everything it (and
+# then the server, which exits) owned, and keep running.
+sigkill_reclaim() {
+  local port cpid deadline ok=0
+  require_provider || return 1
+  start_vrnicd || return 1
+  port=$(next_port)
+  start_server sigkill "$port" ib_write_bw -d vrnic0 -x 0 -F -s 65536 -D 30 -p "$port" ||
+    return 1
+  CLIENT_LOG=$VRNIC_TMP/sigkill.client.log
+  echo "+ ib_write_bw -d vrnic0 -x 0 -F -s 65536 -D 30 -p $port 127.0.0.1 &   # client, to be SIGKILLed"
+  # No `timeout` wrapper: $! must be the client itself. We kill it below in any case.
+  "${VRUN[@]}" ib_write_bw -d vrnic0 -x 0 -F -s 65536 -D 30 -p "$port" 127.0.0.1 \
+    >"$CLIENT_LOG" 2>&1 </dev/null &
+  cpid=$!
+  _vrnic_track "$cpid"
+  # The transfer is under way once vrnicd has moved a few thousand packets (perftest's own
+  # output is block-buffered into the log, so it tells nothing until the end).
+  deadline=$(($(vrnic_now_us) + 20000000))
+  until (($(vrnicctl_stats | awk -F= '$1 == "packets_sent" { print $2 }') > 2000)); do
+    if ! _vrnic_running "$cpid" || (($(vrnic_now_us) >= deadline)); then
+      echo "FAIL: the client never started its transfer. Client output:"
+      vrnic_tail "$CLIENT_LOG"
+      echo "Server output:"
+      vrnic_tail "$SERVER_LOG"
+      return 1
+    fi
+    sleep 0.05
+  done
+  sleep 1
+  echo "vrnicd stats during the transfer:"
+  vrnicctl_stats | sed 's/^/    /'
+  echo "+ kill -KILL $cpid (client, mid-transfer)"
+  kill -KILL "$cpid"
+  vrnic_wait_exit "$cpid" 5
+  # The server loses its TCP peer and exits (with an error, as perftest does).
+  finish_server 15
+  echo "server: $(_vrnic_status_word "$VRNIC_RC") (any status is fine here)"
+  vrnicd_check_alive || return 1
+  wait_objects_zero 10 || ok=1
+  stop_vrnicd TERM || ok=1
+  return "$ok"
+}
+
+check "vrnicd exits 0 on SIGTERM and removes its socket" stop_with TERM
+check "vrnicd exits 0 on SIGINT and removes its socket" stop_with INT
+check "vrnicd, vrnicctl and the provider use \$VRNIC_SOCKET" socket_from_env
+check "vrnicd, vrnicctl and the provider default to \$XDG_RUNTIME_DIR/vrnicd.sock" socket_from_xdg
+check "client SIGKILLed mid-transfer (ib_write_bw): vrnicd frees all its objects" sigkill_reclaim
+
+vrnic_script_finish

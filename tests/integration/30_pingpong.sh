@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# rdma-core's ibv_rc_pingpong, server and client on vrnic0 (GID index 0), over 127.0.0.1.
+# shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+vrnic_script_init pingpong
+
+# pingpong ARGS...: both sides exit 0 and print "bytes in". -c makes the receiver check the
+# data it got (it prints "invalid data in page N" otherwise).
+pingpong() {
+  local port ok=0 side f
+  ensure_vrnicd || return 1
+  port=$(next_port)
+  verbs_pair "pingpong-$port" "$port" ibv_rc_pingpong -d vrnic0 -g 0 -c "$@" || return 1
+  for side in server client; do
+    f=$SERVER_LOG
+    [[ $side == client ]] && f=$CLIENT_LOG
+    if ! grep -q 'bytes in' "$f"; then
+      echo "FAIL: no 'bytes in' line from the $side"
+      ok=1
+    fi
+    if grep -qi 'invalid data' "$f"; then
+      echo "FAIL: the $side's data check failed:"
+      grep -i 'invalid data' "$f" | head -n 5
+      ok=1
+    fi
+  done
+  if ((ok)); then
+    echo "--- server output:"; vrnic_tail "$SERVER_LOG" 10
+    echo "--- client output:"; vrnic_tail "$CLIENT_LOG" 10
+    return 1
+  fi
+  CHECK_NOTE=$(grep -m1 'usec/iter' "$CLIENT_LOG" | sed -E 's/.*= *//')
+  cat "$CLIENT_LOG"
+}
+
+check "ibv_rc_pingpong -s 1 -n 1000" pingpong -s 1 -n 1000
+check "ibv_rc_pingpong -s 4096 -n 1000" pingpong -s 4096 -n 1000
+check "ibv_rc_pingpong -s 65536 -n 1000" pingpong -s 65536 -n 1000
+check "ibv_rc_pingpong -e -s 4096 -n 1000 (completion events)" pingpong -e -s 4096 -n 1000
+[[ -n $VRNICD_PID ]] && check "vrnicd: no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
+
+vrnic_script_finish

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Debian's perftest 4.5 on vrnic0: server and client both exit 0 with a non-zero figure.
+# shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+vrnic_script_init perftest
+
+# perftest PROG ARGS...: runs the pair with -d vrnic0 -x 0 -F, then reads perftest's result
+# table: the client must report a non-zero bandwidth (BW average) or latency (t_typical); so
+# must the server wherever it prints a table row (not every test prints one there).
+perftest() {
+  local prog=$1 port ok=0 crows srows
+  shift
+  ensure_vrnicd || return 1
+  port=$(next_port)
+  verbs_pair "$prog-$port" "$port" "$prog" -d vrnic0 -x 0 -F "$@" || return 1
+  crows=$(perftest_parse "$CLIENT_LOG")
+  srows=$(perftest_parse "$SERVER_LOG")
+  echo "client result rows: ${crows:-none}"
+  echo "server result rows: ${srows:-none}"
+  if [[ -z $crows ]]; then
+    echo "FAIL: no result row in the client's output"
+    ok=1
+  elif ! awk '$3 + 0 <= 0 { bad = 1 } END { exit bad }' <<<"$crows"; then
+    echo "FAIL: the client reports a zero figure"
+    ok=1
+  fi
+  if [[ -n $srows ]] && ! awk '$3 + 0 <= 0 { bad = 1 } END { exit bad }' <<<"$srows"; then
+    echo "FAIL: the server reports a zero figure"
+    ok=1
+  fi
+  if ((ok)); then
+    echo "--- server output:"; vrnic_tail "$SERVER_LOG" 15
+    echo "--- client output:"; vrnic_tail "$CLIENT_LOG" 15
+    return 1
+  fi
+  CHECK_NOTE=$(awk 'NR == 1 { if ($1 == "bw") print $3, $4; else print $3, "us" }' <<<"$crows")
+  cat "$CLIENT_LOG"
+}
+
+check "ib_write_bw -s 65536 -n 5000" perftest ib_write_bw -s 65536 -n 5000
+check "ib_read_bw -s 65536 -n 5000" perftest ib_read_bw -s 65536 -n 5000
+check "ib_send_bw -s 65536 -n 5000" perftest ib_send_bw -s 65536 -n 5000
+check "ib_write_bw -q 8 -s 65536 -n 5000" perftest ib_write_bw -q 8 -s 65536 -n 5000
+check "ib_atomic_bw -n 5000" perftest ib_atomic_bw -n 5000
+check "ib_write_lat -n 1000" perftest ib_write_lat -n 1000
+check "ib_read_lat -n 1000" perftest ib_read_lat -n 1000
+check "ib_send_lat -n 1000" perftest ib_send_lat -n 1000
+check "ib_atomic_lat -n 1000" perftest ib_atomic_lat -n 1000
+[[ -n $VRNICD_PID ]] && check "vrnicd: no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
+
+vrnic_script_finish

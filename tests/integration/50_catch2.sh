@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The Catch2 test binaries under build/tests/, every test case counted on its own. They get
+# VRNIC_SOCKET (a running vrnicd) and VRNICCTL in their environment.
+# shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+vrnic_script_init catch2
+
+export VRNICD=$VRNIC_BUILD_DIR/control/vrnicd  # daemon_test starts its own daemons
+run_catch2_binary unit/unit_tests
+run_catch2_binary daemon_test
+run_catch2_binary verbs_data_test
+[[ -n $VRNICD_PID ]] && check "vrnicd: no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
+
+vrnic_script_finish
