@@ -500,10 +500,11 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
   qp->shared = static_cast<shm::QpShared *>(map);
   auto *base = static_cast<uint8_t *>(map);
   qp->sq = reinterpret_cast<shm::SendWqe *>(base + shm::kQpHeaderBytes);
-  qp->rq = reinterpret_cast<shm::RecvWqe *>(base + shm::kQpHeaderBytes +
-                                            sq_slots * sizeof(shm::SendWqe));
   qp->sq_mask = sq_slots - 1;
-  qp->rq_mask = rq_slots - 1;
+  qp->own_rq.indices = &qp->shared->rq;
+  qp->own_rq.ring = reinterpret_cast<shm::RecvWqe *>(base + shm::kQpHeaderBytes +
+                                                     sq_slots * sizeof(shm::SendWqe));
+  qp->own_rq.mask = rq_slots - 1;
   qp->meta.reset(new WqeMeta[sq_slots]());
   qp->attr.qp_state = IBV_QPS_RESET;
   qp->attr.cap = {sq_slots, rq_slots, shm::kMaxSge, shm::kMaxSge, shm::kMaxInline, 0};
@@ -639,7 +640,7 @@ int Server::destroy_qp(Session &s, uint32_t handle) {
     workers_[0]->forget_qp(*qp);
     qp->send_cq->refs--;
     qp->recv_cq->refs--;
-    ::munmap(qp->shared, shm::qp_region_bytes(qp->sq_mask + 1, qp->rq_mask + 1));
+    ::munmap(qp->shared, shm::qp_region_bytes(qp->sq_mask + 1, qp->own_rq.mask + 1));
     dev_.qps.remove(handle);
   });
   if (ProtectionDomain *pd = pds_.get(qp_owners_[handle].pd)) pd->refs--;

@@ -29,12 +29,11 @@ void qp_reset_transport(QueuePair &qp) {
   qp.comp = CompleterState{};
   qp.resp = ResponderState{};
   uint32_t sq_pos = qp.shared->sq.producer.load(std::memory_order_acquire);
-  uint32_t rq_pos = qp.shared->rq.producer.load(std::memory_order_acquire);
-  // A reset QP starts with empty queues: whatever the rings held is discarded.
+  // A reset QP starts with empty queues: whatever its rings held is discarded (an SRQ's
+  // WQEs belong to the SRQ and stay).
   qp.req.wqe = qp.req.started = qp.comp.wqe = sq_pos;
   qp.shared->sq.consumer.store(sq_pos, std::memory_order_release);
-  qp.rq_consumer = rq_pos;
-  qp.shared->rq.consumer.store(rq_pos, std::memory_order_release);
+  qp.own_rq.discard();
 }
 
 void qp_enter_error(Worker &w, QueuePair &qp) {
@@ -60,17 +59,17 @@ void qp_flush(Worker &w, QueuePair &qp) {
   qp.req.offset = 0;
   qp.shared->sq.consumer.store(qp.comp.wqe, std::memory_order_release);
 
-  uint32_t rq_producer = qp.shared->rq.producer.load(std::memory_order_acquire);
-  while (qp.rq_consumer != rq_producer) {
+  // Only the QP's own receive queue is flushed; an SRQ serves its other QPs on.
+  while (qp.rq == &qp.own_rq && !qp.own_rq.empty()) {
     shm::Cqe cqe{};
-    cqe.wr_id = qp.rq[qp.rq_consumer & qp.rq_mask].wr_id;
+    cqe.wr_id = qp.own_rq.head().wr_id;
     cqe.status = IBV_WC_WR_FLUSH_ERR;
+    cqe.opcode = IBV_WC_RECV;
     cqe.qp_num = qp.qpn;
+    qp.own_rq.pop();
     if (!qp.recv_cq->push(cqe, false)) break;
-    qp.rq_consumer++;
   }
   qp.resp.in_send = false;
-  qp.shared->rq.consumer.store(qp.rq_consumer, std::memory_order_release);
   (void)w;
 }
 

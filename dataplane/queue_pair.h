@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "completion_queue.h"
+#include "receive_queue.h"
 #include "vrnic/ctl_protocol.h"
 #include "vrnic/shm_layout.h"
 
@@ -94,9 +95,9 @@ class QueuePair {
 
   shm::QpShared *shared = nullptr;
   shm::SendWqe *sq = nullptr;
-  shm::RecvWqe *rq = nullptr;
-  uint32_t sq_mask = 0, rq_mask = 0;
-  uint32_t rq_consumer = 0;  // receive WQEs consumed
+  uint32_t sq_mask = 0;
+  ReceiveQueue own_rq;              // the QP's receive ring
+  ReceiveQueue *rq = &own_rq;       // or the SRQ it draws from
   std::unique_ptr<WqeMeta[]> meta;
   CompletionQueue *send_cq = nullptr;
   CompletionQueue *recv_cq = nullptr;

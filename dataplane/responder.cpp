@@ -30,11 +30,10 @@ void fail(Worker &w, QueuePair &qp, uint32_t psn, uint8_t nak_code) {
 
 // Completes the receive WQE at the head of the receive queue.
 bool complete_recv(Worker &w, QueuePair &qp, shm::Cqe cqe, bool solicited) {
-  cqe.wr_id = qp.rq[qp.rq_consumer & qp.rq_mask].wr_id;
+  cqe.wr_id = qp.rq->head().wr_id;
   cqe.qp_num = qp.qpn;
-  cqe.src_qp = qp.attr.dest_qp_num;
-  qp.rq_consumer++;
-  qp.shared->rq.consumer.store(qp.rq_consumer, std::memory_order_release);
+  if (qp.type != IBV_QPT_UD) cqe.src_qp = qp.attr.dest_qp_num;
+  qp.rq->pop();
   if (!qp.recv_cq->push(cqe, solicited)) {
     qp_enter_error(w, qp);
     return false;
@@ -50,9 +49,7 @@ void fail_recv(Worker &w, QueuePair &qp, uint32_t psn, uint8_t wc_status, uint8_
   fail(w, qp, psn, nak_code);
 }
 
-bool rq_empty(const QueuePair &qp) {
-  return qp.rq_consumer == qp.shared->rq.producer.load(std::memory_order_acquire);
-}
+bool rq_empty(const QueuePair &qp) { return qp.rq->empty(); }
 
 void rnr_nak(Worker &w, QueuePair &qp, uint32_t psn) {
   w.dev.counters.rnr_naks_sent++;
@@ -80,7 +77,7 @@ void receive_send(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo 
     r.recv_bytes = 0;
     r.recv_sge = r.recv_sge_offset = 0;
   }
-  const shm::RecvWqe &rwqe = qp.rq[qp.rq_consumer & qp.rq_mask];
+  const shm::RecvWqe &rwqe = qp.rq->head();
   SgeList list{rwqe.sge, std::min(rwqe.num_sge, shm::kMaxSge), qp.pd};
   SgeCursor cur{r.recv_sge, r.recv_sge_offset};
   if (int st = sge_scatter(w.dev, list, cur, pkt.payload, pkt.payload_len)) {

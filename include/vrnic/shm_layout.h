@@ -38,7 +38,19 @@ enum WqeFlags : uint8_t {
 };
 
 // A send work request as posted. opcode is enum ibv_wr_opcode. Inline data, when present,
-// occupies the SGE area.
+// occupies the SGE area. RC/UC requests name remote memory; UD sends carry their address
+// vector (copied from the AH at post time, so the AH may be destroyed afterwards).
+struct UdAddress {
+  uint8_t dgid[16];
+  uint32_t remote_qpn;
+  uint32_t remote_qkey;
+  uint32_t flow_label;
+  uint8_t sgid_index;
+  uint8_t hop_limit;
+  uint8_t traffic_class;
+  uint8_t sl;
+};
+
 struct SendWqe {
   uint64_t wr_id;
   uint8_t opcode;
@@ -48,11 +60,16 @@ struct SendWqe {
   uint32_t imm_or_rkey;  // imm_data (big-endian, as the application gave it) or invalidate rkey
   uint32_t length;       // total bytes (sum of SGEs, or inline length)
   uint32_t reserved1;
-  uint64_t remote_addr;
-  uint32_t rkey;
-  uint32_t reserved2;
-  uint64_t compare_add;
-  uint64_t swap;
+  union {
+    struct {
+      uint64_t remote_addr;
+      uint32_t rkey;
+      uint32_t reserved2;
+      uint64_t compare_add;
+      uint64_t swap;
+    };
+    UdAddress ud;
+  };
   uint64_t reserved3;
   union {
     Sge sge[kMaxSge];

@@ -1,0 +1,19 @@
+#include "receive_queue.h"
+
+#include <infiniband/verbs.h>
+
+#include "events.h"
+
+namespace vrnic {
+
+void ReceiveQueue::pop() {
+  consumer++;
+  indices->consumer.store(consumer, std::memory_order_release);
+  if (!limit) return;
+  uint32_t mark = limit->load(std::memory_order_relaxed);
+  uint32_t left = indices->producer.load(std::memory_order_acquire) - consumer;
+  if (mark && left < mark && limit->exchange(0) != 0)
+    raise_event(async_fd, IBV_EVENT_SRQ_LIMIT_REACHED, cookie);
+}
+
+}  // namespace vrnic
