@@ -476,8 +476,11 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
   ProtectionDomain *pd = pds_.get(req.pd);
   if (!pd || pd->session != s.id) return EINVAL;
   if (!owns(s.cqs, req.send_cq) || !owns(s.cqs, req.recv_cq)) return EINVAL;
-  if (req.qp_type == IBV_QPT_UC || req.qp_type == IBV_QPT_UD) return EOPNOTSUPP;
-  if (req.qp_type != IBV_QPT_RC) return EINVAL;
+  if (req.qp_type == IBV_QPT_XRC_SEND || req.qp_type == IBV_QPT_XRC_RECV ||
+      req.qp_type == IBV_QPT_RAW_PACKET || req.qp_type == IBV_QPT_DRIVER)
+    return EOPNOTSUPP;
+  if (req.qp_type != IBV_QPT_RC && req.qp_type != IBV_QPT_UC && req.qp_type != IBV_QPT_UD)
+    return EINVAL;
   const ctl::QpCaps &c = req.caps;
   if (c.max_send_wr > dev_.info.max_qp_wr || c.max_recv_wr > dev_.info.max_qp_wr ||
       c.max_send_sge > shm::kMaxSge || c.max_recv_sge > shm::kMaxSge ||
@@ -509,6 +512,8 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
   qp->attr.qp_state = IBV_QPS_RESET;
   qp->attr.cap = {sq_slots, rq_slots, shm::kMaxSge, shm::kMaxSge, shm::kMaxInline, 0};
   qp->attr.port_num = 1;
+  // A UD message is one packet: up to the port's MTU (connected QPs get theirs at RTR).
+  if (req.qp_type == IBV_QPT_UD) qp->mtu = mtu_bytes(dev_.info.port_active_mtu);
   qp->shared->state.store(IBV_QPS_RESET);
   Worker &w = worker_for_new_qp();
   uint32_t handle = 0;

@@ -173,9 +173,9 @@ void completer_retire(Worker &w, QueuePair &qp) {
   while (outstanding(qp)) {
     WqeMeta &meta = qp.wqe_meta(comp.wqe);
     if (meta.status == IBV_WC_SUCCESS) {
-      bool done = is_read_or_atomic(meta.opcode)
-                      ? meta.resp_done
-                      : psn_diff(meta.last_psn, comp.acked_psn) <= 0 || qp.type != IBV_QPT_RC;
+      bool done = qp.type != IBV_QPT_RC   ? comp.wqe != qp.req.wqe  // fully sent
+                  : is_read_or_atomic(meta.opcode) ? meta.resp_done
+                                                   : psn_diff(meta.last_psn, comp.acked_psn) <= 0;
       if (!done) break;
     }
     const shm::SendWqe &wqe = qp.wqe(comp.wqe);

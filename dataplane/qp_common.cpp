@@ -8,20 +8,26 @@
 
 namespace vrnic {
 
-Packet *new_packet(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
-                   bool solicited) {
+Packet *new_packet_to(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
+                      bool solicited, const PacketDestination &to) {
   Packet *pkt = w.alloc_packet();
   if (!pkt) return nullptr;
-  const ctl::GidEntry &sgid = w.dev.info.gids[qp.attr.ah.sgid_index % ctl::kGidTableLen];
+  const ctl::GidEntry &sgid = w.dev.info.gids[to.sgid_index % ctl::kGidTableLen];
   std::memcpy(pkt->src_gid, sgid.gid, 16);
-  std::memcpy(pkt->dst_gid, qp.attr.ah.dgid, 16);
+  std::memcpy(pkt->dst_gid, to.dgid, 16);
   // Flow entropy, constant per QP so its packets stay in order (ROCE.md).
   pkt->udp_sport = uint16_t(0xc000 | ((qp.qpn * 0x9e3779b1u) >> 18));
   pkt->header_len = opcode_info(opcode).header_bytes;
   pkt->payload = nullptr;
   pkt->payload_len = 0;
-  pkt->bth().set(opcode, solicited, 0, wire::kDefaultPkey, qp.attr.dest_qp_num, ack_req, psn);
+  pkt->bth().set(opcode, solicited, 0, wire::kDefaultPkey, to.qpn, ack_req, psn);
   return pkt;
+}
+
+Packet *new_packet(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
+                   bool solicited) {
+  PacketDestination to{qp.attr.ah.dgid, qp.attr.dest_qp_num, qp.attr.ah.sgid_index};
+  return new_packet_to(w, qp, opcode, psn, ack_req, solicited, to);
 }
 
 void qp_reset_transport(QueuePair &qp) {

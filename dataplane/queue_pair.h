@@ -63,6 +63,7 @@ struct ResponderState {
   uint32_t psn = 0;        // expected PSN
   uint32_t msn = 0;
   bool nak_sent = false;   // a NAK (sequence or RNR) is out for `psn`: drop until it arrives
+  bool uc_drop = false;    // UC: the message in progress was dropped; skip to the next first
   // SEND in progress
   bool in_send = false;
   uint32_t recv_bytes = 0;

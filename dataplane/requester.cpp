@@ -22,6 +22,10 @@ bool is_read_or_atomic(uint8_t op) {
          op == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
+uint8_t transport_base(const QueuePair &qp) {
+  return qp.type == IBV_QPT_UC ? kUc : qp.type == IBV_QPT_UD ? kUd : kRc;
+}
+
 uint32_t packets_for(uint32_t length, uint32_t mtu) {
   return length ? (length + mtu - 1) / mtu : 1;
 }
@@ -35,7 +39,10 @@ void start_wqe(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
   meta.resp_done = false;
   meta.first_psn = meta.resp_psn = qp.req.psn;
   uint64_t total = 0;
-  switch (wqe.opcode) {
+  bool allowed = qp.type == IBV_QPT_RC ||
+                 (qp.type == IBV_QPT_UC && !is_read_or_atomic(wqe.opcode)) ||
+                 wqe.opcode == IBV_WR_SEND || wqe.opcode == IBV_WR_SEND_WITH_IMM;
+  switch (allowed ? wqe.opcode : 0xff) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_RDMA_WRITE:
@@ -69,6 +76,7 @@ void start_wqe(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
       meta.status = IBV_WC_LOC_QP_OP_ERR;  // not supported on this QP yet
   }
   if (total > (1ull << 31)) meta.status = IBV_WC_LOC_LEN_ERR;
+  if (qp.type == IBV_QPT_UD && total > qp.mtu) meta.status = IBV_WC_LOC_LEN_ERR;  // one packet
   meta.length = uint32_t(total);
   uint32_t psns = meta.status ? 0 : (wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
                                      wqe.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
@@ -95,15 +103,28 @@ bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
   uint32_t chunk = std::min(qp.mtu, meta.length - req.offset);
   bool first = req.offset == 0;
   bool last = req.offset + chunk == meta.length;
-  uint8_t opcode = send_or_write_opcode(meta.opcode, first, last);
-  bool ack_req = last || psn_diff(req.psn, meta.first_psn) % kAckReqInterval ==
-                             kAckReqInterval - 1;
-  Packet *pkt = new_packet(w, qp, opcode, req.psn, ack_req,
-                           last && (meta.flags & shm::kWqeSolicited));
+  uint8_t opcode = send_or_write_opcode(meta.opcode, first, last) | transport_base(qp);
+  bool ack_req = qp.type == IBV_QPT_RC &&
+                 (last || psn_diff(req.psn, meta.first_psn) % kAckReqInterval ==
+                              kAckReqInterval - 1);
+  bool solicited = last && (meta.flags & shm::kWqeSolicited);
+  Packet *pkt;
+  if (qp.type == IBV_QPT_UD) {
+    const shm::UdAddress &ud = wqe.ud;
+    pkt = new_packet_to(w, qp, opcode, req.psn, false, solicited,
+                        {ud.dgid, ud.remote_qpn & kQpnMask, ud.sgid_index});
+  } else {
+    pkt = new_packet(w, qp, opcode, req.psn, ack_req, solicited);
+  }
   if (!pkt) return false;
   const OpcodeInfo &info = opcode_info(opcode);
   if (info.flags & kOpReth) pkt->ext<Reth>(info.reth_off).set(wqe.remote_addr, wqe.rkey, meta.length);
   if (info.flags & kOpImm) pkt->ext<ImmDt>(info.imm_off).set_raw(wqe.imm_or_rkey);
+  if (info.flags & kOpDeth) {
+    // A Q_Key with the high bit set means "use the QP's own" (IB spec 10.2.5).
+    uint32_t qkey = int32_t(wqe.ud.remote_qkey) < 0 ? qp.attr.qkey : wqe.ud.remote_qkey;
+    pkt->ext<Deth>(info.deth_off).set(qkey, qp.qpn);
+  }
   pkt->payload_len = chunk;
   if (meta.flags & shm::kWqeInline) {
     pkt->payload = wqe.inline_data + req.offset;
@@ -170,7 +191,7 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
   uint32_t sent = 0;
   bool retire = false;
   while (sent < budget && req.wqe != producer) {
-    if (psn_diff(req.psn, qp.comp.acked_psn) > kPsnWindow) break;
+    if (qp.type == IBV_QPT_RC && psn_diff(req.psn, qp.comp.acked_psn) > kPsnWindow) break;
     shm::SendWqe &wqe = qp.wqe(req.wqe);
     WqeMeta &meta = qp.wqe_meta(req.wqe);
     bool fresh = req.wqe == req.started;
@@ -197,7 +218,9 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
     qp.comp.ack_deadline = w.now + (4096ull << qp.attr.timeout);
     w.watch_timers(qp);
   }
-  if (retire) completer_retire(w, qp);  // reports the failed WQE once earlier ones retire
+  // Unreliable QPs retire WQEs as soon as they are sent; a failed WQE is reported once the
+  // ones before it have retired.
+  if (retire || (sent && qp.type != IBV_QPT_RC)) completer_retire(w, qp);
   return sent;
 }
 

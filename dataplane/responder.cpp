@@ -21,8 +21,16 @@ void send_aeth(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
   w.transmit(pkt);
 }
 
+// UC has no NAKs: a message the responder cannot take is dropped whole (IB spec 9.9.4).
+void drop_uc_message(Worker &w, QueuePair &qp) {
+  w.dev.counters.packets_dropped++;
+  qp.resp.in_send = qp.resp.in_write = false;
+  qp.resp.uc_drop = true;
+}
+
 // Responder-detected errors (IB spec 9.9.3): NAK the request, then the QP enters error.
 void fail(Worker &w, QueuePair &qp, uint32_t psn, uint8_t nak_code) {
+  if (qp.type == IBV_QPT_UC) return drop_uc_message(w, qp);
   w.dev.counters.naks_sent++;
   send_aeth(w, qp, psn, nak_code);
   qp_enter_error(w, qp);
@@ -46,12 +54,14 @@ void fail_recv(Worker &w, QueuePair &qp, uint32_t psn, uint8_t wc_status, uint8_
   cqe.status = wc_status;
   cqe.opcode = IBV_WC_RECV;
   complete_recv(w, qp, cqe, false);
+  if (qp.type == IBV_QPT_UC) return qp_enter_error(w, qp);  // a local error: no NAK to send
   fail(w, qp, psn, nak_code);
 }
 
 bool rq_empty(const QueuePair &qp) { return qp.rq->empty(); }
 
 void rnr_nak(Worker &w, QueuePair &qp, uint32_t psn) {
+  if (qp.type == IBV_QPT_UC) return drop_uc_message(w, qp);  // no receive WQE: dropped
   w.dev.counters.rnr_naks_sent++;
   qp.resp.nak_sent = true;
   send_aeth(w, qp, psn, kAethRnrNak | (qp.attr.min_rnr_timer & 0x1f));
@@ -242,17 +252,107 @@ bool length_ok(const QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
   return pkt.payload_len == qp.mtu;  // first and middle packets are full
 }
 
+// The 40 bytes a UD receive buffer starts with: the GRH, which for RoCEv2 holds the IP
+// header the packet came with (IPv4: in the last 20 bytes, after 20 unused ones).
+void build_grh(const Packet &pkt, uint8_t grh[40]) {
+  std::memset(grh, 0, 40);
+  static const uint8_t kV4Prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  uint32_t l4_len = 8 + pkt.header_len + pkt.payload_len + kIcrcBytes;
+  if (std::memcmp(pkt.src_gid, kV4Prefix, 12) == 0) {
+    uint8_t *ip = grh + 20;
+    ip[0] = 0x45;
+    store_be16(ip + 2, uint16_t(20 + l4_len));
+    store_be16(ip + 6, 0x4000);  // don't fragment
+    ip[8] = 64;
+    ip[9] = 17;  // UDP
+    std::memcpy(ip + 12, pkt.src_gid + 12, 4);
+    std::memcpy(ip + 16, pkt.dst_gid + 12, 4);
+    uint32_t sum = 0;
+    for (int i = 0; i < 20; i += 2) sum += load_be16(ip + i);
+    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+    store_be16(ip + 10, uint16_t(~sum));
+  } else {
+    grh[0] = 0x60;
+    store_be16(grh + 4, uint16_t(l4_len));
+    grh[6] = 17;  // next header: UDP
+    grh[7] = 64;
+    std::memcpy(grh + 8, pkt.src_gid, 16);
+    std::memcpy(grh + 24, pkt.dst_gid, 16);
+  }
+}
+
+// UD: no sequence, no acknowledgement; a datagram without a receive WQE or with the wrong
+// Q_Key is dropped.
+void receive_ud(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
+  const Deth &deth = pkt.ext<Deth>(info.deth_off);
+  if (op_transport(pkt.bth().opcode()) != kUd || deth.qkey() != qp.attr.qkey || rq_empty(qp)) {
+    w.dev.counters.packets_dropped++;
+    return;
+  }
+  const shm::RecvWqe &rwqe = qp.rq->head();
+  SgeList list{rwqe.sge, std::min(rwqe.num_sge, shm::kMaxSge), qp.pd};
+  SgeCursor cur;
+  uint8_t grh[40];
+  build_grh(pkt, grh);
+  int st = sge_scatter(w.dev, list, cur, grh, sizeof(grh));
+  if (!st) st = sge_scatter(w.dev, list, cur, pkt.payload, pkt.payload_len);
+  shm::Cqe cqe{};
+  cqe.status = uint8_t(st);
+  cqe.opcode = IBV_WC_RECV;
+  cqe.src_qp = deth.src_qp();
+  if (!st) {
+    cqe.byte_len = uint32_t(sizeof(grh)) + pkt.payload_len;
+    cqe.wc_flags = IBV_WC_GRH;
+    if (info.flags & kOpImm) {
+      cqe.imm_data = pkt.ext<ImmDt>(info.imm_off).raw();
+      cqe.wc_flags |= IBV_WC_WITH_IMM;
+    }
+  }
+  complete_recv(w, qp, cqe, pkt.bth().solicited());
+}
+
+// UC: in-order delivery of whole messages or nothing. A gap in PSNs loses the message in
+// progress; the responder waits for the next first (or only) packet.
+bool uc_accept(QueuePair &qp, uint32_t psn, const OpcodeInfo &info) {
+  ResponderState &r = qp.resp;
+  if (psn != r.psn) {
+    r.in_send = r.in_write = false;
+    r.uc_drop = true;
+  }
+  r.psn = psn_add(psn, 1);
+  if (info.flags & kOpFirst) {
+    if (r.in_send || r.in_write) r.in_send = r.in_write = false;  // the last packet was lost
+    r.uc_drop = false;
+  }
+  return !r.uc_drop;
+}
+
 }  // namespace
 
 void responder_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
-  if (qp.type != IBV_QPT_RC || qp.state() == IBV_QPS_ERR ||
+  const OpcodeInfo &info = pkt.info();
+  if (qp.state() == IBV_QPS_ERR) {
+    w.dev.counters.packets_dropped++;
+    return;
+  }
+  if (qp.type == IBV_QPT_UD) return receive_ud(w, qp, pkt, info);
+  if (op_transport(pkt.bth().opcode()) != (qp.type == IBV_QPT_UC ? kUc : kRc) ||
       std::memcmp(pkt.src_gid, qp.attr.ah.dgid, 16) != 0) {
     w.dev.counters.packets_dropped++;
     return;
   }
   ResponderState &r = qp.resp;
-  const OpcodeInfo &info = pkt.info();
   uint32_t psn = pkt.bth().psn();
+  if (qp.type == IBV_QPT_UC) {
+    if (!uc_accept(qp, psn, info)) {
+      w.dev.counters.packets_dropped++;
+      return;
+    }
+    r.psn = psn;  // the handlers below advance it
+    if (!sequence_ok(r, info) || !length_ok(qp, pkt, info)) return drop_uc_message(w, qp);
+    if (info.flags & kOpSend) return receive_send(w, qp, pkt, info);
+    return receive_write(w, qp, pkt, info);
+  }
   int32_t d = psn_diff(psn, r.psn);
   if (d < 0) return receive_duplicate(w, qp, pkt, info);
   if (d > 0) {

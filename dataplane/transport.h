@@ -32,8 +32,16 @@ void qp_enter_error(Worker &w, QueuePair &qp);
 void qp_flush(Worker &w, QueuePair &qp);  // completes everything outstanding with FLUSH_ERR
 void qp_reset_transport(QueuePair &qp);
 
-// Builds the BTH and addressing of a packet from the QP; the caller adds the rest.
+// Builds the BTH and addressing of a packet from the QP (connected QPs) or from an
+// explicit destination (UD); the caller adds the rest.
+struct PacketDestination {
+  const uint8_t *dgid;
+  uint32_t qpn;
+  uint8_t sgid_index;
+};
 Packet *new_packet(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
                    bool solicited = false);
+Packet *new_packet_to(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
+                      bool solicited, const PacketDestination &to);
 
 }  // namespace vrnic

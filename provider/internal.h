@@ -103,6 +103,8 @@ struct Qp {
 
 struct Ah {
   ibv_ah ibv;
+  ctl::AddressVector av;  // copied into each UD send WQE
+  static Ah *of(ibv_ah *a) { return outer_of(a, &Ah::ibv); }
 };
 
 struct Channel {

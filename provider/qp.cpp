@@ -57,9 +57,18 @@ bool supported_opcode(ibv_wr_opcode op) {
   }
 }
 
+bool opcode_fits_qp(ibv_qp_type type, ibv_wr_opcode op) {
+  if (type == IBV_QPT_UD) return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+  if (type == IBV_QPT_UC)
+    return op != IBV_WR_RDMA_READ && op != IBV_WR_ATOMIC_CMP_AND_SWP &&
+           op != IBV_WR_ATOMIC_FETCH_AND_ADD;
+  return true;
+}
+
 // Validates one send WR and writes it into its slot; returns 0 or the errno for post_send.
 int write_send_wqe(Qp *qp, const ibv_send_wr *wr, shm::SendWqe &w) {
-  if (!supported_opcode(wr->opcode)) return EINVAL;
+  if (!supported_opcode(wr->opcode) || !opcode_fits_qp(qp->ibv.qp_type, wr->opcode))
+    return EINVAL;
   if (wr->num_sge < 0) return EINVAL;
   bool is_inline = (wr->send_flags & IBV_SEND_INLINE) &&
                    (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM ||
@@ -71,7 +80,19 @@ int write_send_wqe(Qp *qp, const ibv_send_wr *wr, shm::SendWqe &w) {
                     ((wr->send_flags & IBV_SEND_FENCE) ? shm::kWqeFence : 0) |
                     (is_inline ? shm::kWqeInline : 0));
   w.imm_or_rkey = wr->imm_data;
-  if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+  if (qp->ibv.qp_type == IBV_QPT_UD) {
+    if (!wr->wr.ud.ah || wr->wr.ud.ah->pd != qp->ibv.pd) return EINVAL;
+    const ctl::AddressVector &av = Ah::of(wr->wr.ud.ah)->av;
+    std::memcpy(w.ud.dgid, av.dgid, 16);
+    w.ud.remote_qpn = wr->wr.ud.remote_qpn;
+    w.ud.remote_qkey = wr->wr.ud.remote_qkey;
+    w.ud.flow_label = av.flow_label;
+    w.ud.sgid_index = av.sgid_index;
+    w.ud.hop_limit = av.hop_limit;
+    w.ud.traffic_class = av.traffic_class;
+    w.ud.sl = av.sl;
+  } else if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+             wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
     w.remote_addr = wr->wr.atomic.remote_addr;
     w.rkey = wr->wr.atomic.rkey;
     w.compare_add = wr->wr.atomic.compare_add;
@@ -372,23 +393,67 @@ VRNIC_EXPORT ibv_ah *ibv_create_ah(ibv_pd *pd, ibv_ah_attr *attr) {
   auto *ah = new (std::nothrow) Ah{};
   if (!ah) return fail_null<ibv_ah>(ENOMEM);
   ah->ibv = {pd->context, pd, resp.handle};
+  ah->av = req.av;
   return &ah->ibv;
 }
 
 VRNIC_EXPORT int ibv_destroy_ah(ibv_ah *ah) {
   ctl::HandleReq req{ah->handle, 0};
   int err = Context::of(ah->context)->conn.call(ctl::Op::kDestroyAh, &req, sizeof(req), nullptr, 0);
-  if (!err) delete reinterpret_cast<Ah *>(ah);
+  if (!err) delete Ah::of(ah);
   return err;
 }
 
-// UD, multicast and SRQs come with the full-API work: clean failures until then.
-VRNIC_EXPORT ibv_ah *ibv_create_ah_from_wc(ibv_pd *, ibv_wc *, ibv_grh *, uint8_t) {
-  return fail_null<ibv_ah>(EOPNOTSUPP);
+// The address of a UD sender, from its completion and the GRH its datagram arrived with.
+VRNIC_EXPORT int ibv_init_ah_from_wc(ibv_context *context, uint8_t port_num, ibv_wc *wc,
+                                     ibv_grh *grh, ibv_ah_attr *ah_attr) {
+  if (!context || !wc || !ah_attr) return EINVAL;
+  std::memset(ah_attr, 0, sizeof(*ah_attr));
+  ah_attr->dlid = wc->slid;
+  ah_attr->sl = wc->sl;
+  ah_attr->src_path_bits = wc->dlid_path_bits;
+  ah_attr->port_num = port_num;
+  if (!(wc->wc_flags & IBV_WC_GRH)) return 0;
+  if (!grh) return EINVAL;
+  const auto *raw = reinterpret_cast<const uint8_t *>(grh);
+  uint8_t sender[16] = {}, receiver[16] = {};
+  static const uint8_t kZero[20] = {};
+  if (std::memcmp(raw, kZero, 20) == 0 && (raw[20] >> 4) == 4) {  // IPv4 header at byte 20
+    sender[10] = sender[11] = receiver[10] = receiver[11] = 0xff;
+    std::memcpy(sender + 12, raw + 20 + 12, 4);
+    std::memcpy(receiver + 12, raw + 20 + 16, 4);
+    ah_attr->grh.traffic_class = raw[21];
+  } else if ((raw[0] >> 4) == 6) {
+    std::memcpy(sender, grh->sgid.raw, 16);
+    std::memcpy(receiver, grh->dgid.raw, 16);
+    uint32_t vtf = be32toh(grh->version_tclass_flow);
+    ah_attr->grh.traffic_class = uint8_t(vtf >> 20);
+    ah_attr->grh.flow_label = vtf & 0xfffff;
+  } else {
+    return EINVAL;
+  }
+  ah_attr->is_global = 1;
+  ah_attr->grh.hop_limit = 0xff;
+  std::memcpy(ah_attr->grh.dgid.raw, sender, 16);
+  const ctl::DeviceInfo &info = Context::of(context)->info;
+  for (uint32_t i = 0; i < ctl::kGidTableLen; i++) {
+    if (info.gids[i].type != ctl::kGidEmpty && std::memcmp(info.gids[i].gid, receiver, 16) == 0) {
+      ah_attr->grh.sgid_index = uint8_t(i);
+      return 0;
+    }
+  }
+  return ENOENT;  // it was not sent to one of our GIDs
 }
-VRNIC_EXPORT int ibv_init_ah_from_wc(ibv_context *, uint8_t, ibv_wc *, ibv_grh *, ibv_ah_attr *) {
-  return EOPNOTSUPP;
+
+VRNIC_EXPORT ibv_ah *ibv_create_ah_from_wc(ibv_pd *pd, ibv_wc *wc, ibv_grh *grh,
+                                           uint8_t port_num) {
+  ibv_ah_attr attr;
+  if (int err = ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr))
+    return fail_null<ibv_ah>(err);
+  return ibv_create_ah(pd, &attr);
 }
+
+// Multicast and SRQs come with the full-API work: clean failures until then.
 VRNIC_EXPORT int ibv_attach_mcast(ibv_qp *, const union ibv_gid *, uint16_t) { return EOPNOTSUPP; }
 VRNIC_EXPORT int ibv_detach_mcast(ibv_qp *, const union ibv_gid *, uint16_t) { return EOPNOTSUPP; }
 VRNIC_EXPORT ibv_srq *ibv_create_srq(ibv_pd *, ibv_srq_init_attr *) {
