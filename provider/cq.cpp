@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <new>
 
 #include "internal.h"
@@ -66,6 +67,52 @@ int req_notify_cq(ibv_cq *ibcq, int solicited_only) {
   return 0;
 }
 
+Cq *create_cq(ibv_context *context, int cqe, void *cq_context, ibv_comp_channel *channel,
+              int comp_vector) {
+  if (cqe < 1 || comp_vector < 0 || comp_vector >= context->num_comp_vectors)
+    return fail_null<Cq>(EINVAL);
+  Context *c = Context::of(context);
+  auto *cq = new (std::nothrow) Cq{};
+  if (!cq) return fail_null<Cq>(ENOMEM);
+  std::memset(&cq->ex, 0, sizeof(cq->ex));
+  ctl::CreateCqReq req{uint32_t(cqe), channel ? Channel::of(channel)->handle : 0,
+                       reinterpret_cast<uint64_t>(cq)};
+  ctl::CreateCqResp resp{};
+  std::vector<int> fds;
+  int err = c->conn.call(ctl::Op::kCreateCq, &req, sizeof(req), &resp, sizeof(resp), nullptr, 0,
+                         &fds);
+  if (!err && fds.size() != 1) err = EPROTO;
+  void *map = MAP_FAILED;
+  size_t len = shm::cq_region_bytes(resp.slots);
+  if (!err) map = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+  for (int fd : fds) ::close(fd);
+  if (!err && map == MAP_FAILED) err = ENOMEM;
+  if (err) {
+    if (resp.handle) {
+      ctl::HandleReq d{resp.handle, 0};
+      c->conn.call(ctl::Op::kDestroyCq, &d, sizeof(d), nullptr, 0);
+    }
+    delete cq;
+    return fail_null<Cq>(err);
+  }
+  cq->handle = resp.handle;
+  cq->shared = static_cast<shm::CqShared *>(map);
+  cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
+  cq->mask = resp.slots - 1;
+  cq->map_len = len;
+  pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+  ibv_cq &ib = cq->ibv;
+  ib.context = context;
+  ib.channel = channel;
+  ib.cq_context = cq_context;
+  ib.handle = resp.handle;
+  ib.cqe = int(resp.slots);
+  pthread_mutex_init(&ib.mutex, nullptr);
+  pthread_cond_init(&ib.cond, nullptr);
+  if (channel) __atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_RELAXED);
+  return cq;
+}
+
 }  // namespace vrnic::provider
 
 extern "C" {
@@ -101,47 +148,8 @@ VRNIC_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel *channel) {
 
 VRNIC_EXPORT ibv_cq *ibv_create_cq(ibv_context *context, int cqe, void *cq_context,
                                    ibv_comp_channel *channel, int comp_vector) {
-  if (cqe < 1 || comp_vector < 0 || comp_vector >= context->num_comp_vectors)
-    return fail_null<ibv_cq>(EINVAL);
-  Context *c = Context::of(context);
-  auto *cq = new (std::nothrow) Cq{};
-  if (!cq) return fail_null<ibv_cq>(ENOMEM);
-  ctl::CreateCqReq req{uint32_t(cqe), channel ? Channel::of(channel)->handle : 0,
-                       reinterpret_cast<uint64_t>(cq)};
-  ctl::CreateCqResp resp{};
-  std::vector<int> fds;
-  int err = c->conn.call(ctl::Op::kCreateCq, &req, sizeof(req), &resp, sizeof(resp), nullptr, 0,
-                         &fds);
-  if (!err && fds.size() != 1) err = EPROTO;
-  void *map = MAP_FAILED;
-  size_t len = shm::cq_region_bytes(resp.slots);
-  if (!err) map = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-  for (int fd : fds) ::close(fd);
-  if (!err && map == MAP_FAILED) err = ENOMEM;
-  if (err) {
-    if (resp.handle) {
-      ctl::HandleReq d{resp.handle, 0};
-      c->conn.call(ctl::Op::kDestroyCq, &d, sizeof(d), nullptr, 0);
-    }
-    delete cq;
-    return fail_null<ibv_cq>(err);
-  }
-  cq->handle = resp.handle;
-  cq->shared = static_cast<shm::CqShared *>(map);
-  cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
-  cq->mask = resp.slots - 1;
-  cq->map_len = len;
-  pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
-  ibv_cq &ib = cq->ibv;
-  ib.context = context;
-  ib.channel = channel;
-  ib.cq_context = cq_context;
-  ib.handle = resp.handle;
-  ib.cqe = int(resp.slots);
-  pthread_mutex_init(&ib.mutex, nullptr);
-  pthread_cond_init(&ib.cond, nullptr);
-  if (channel) __atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_RELAXED);
-  return &ib;
+  Cq *cq = create_cq(context, cqe, cq_context, channel, comp_vector);
+  return cq ? &cq->ibv : nullptr;
 }
 
 VRNIC_EXPORT int ibv_destroy_cq(ibv_cq *ibcq) {

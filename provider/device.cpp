@@ -91,6 +91,7 @@ void setup_ops(Context *c) {
   c->vctx.query_port = query_port;
   c->vctx.query_device_ex = query_device_ex;
   c->vctx.create_qp_ex = create_qp_ex;
+  c->vctx.create_cq_ex = create_cq_ex;
   c->vctx.sz = sizeof(verbs_context);
   ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
 }

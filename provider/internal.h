@@ -75,7 +75,11 @@ struct Mr {
 };
 
 struct Cq {
-  ibv_cq ibv;
+  // ibv_cq_ex begins with ibv_cq's fields: one object serves both APIs.
+  union {
+    ibv_cq ibv;
+    ibv_cq_ex ex;
+  };
   uint32_t handle = 0;
   shm::CqShared *shared = nullptr;
   shm::Cqe *ring = nullptr;
@@ -83,11 +87,19 @@ struct Cq {
   uint32_t consumer = 0;
   size_t map_len = 0;
   pthread_spinlock_t lock;
-  static Cq *of(ibv_cq *c) { return outer_of(c, &Cq::ibv); }
+  uint64_t wc_flags = 0;  // what the ibv_cq_ex read functions may be asked for
+  uint32_t poll_pos = 0;  // ibv_start_poll/next_poll: the CQE being read
+  static Cq *of(ibv_cq *c) { return reinterpret_cast<Cq *>(c); }
+  static Cq *of(ibv_cq_ex *c) { return reinterpret_cast<Cq *>(c); }
 };
+static_assert(offsetof(Cq, ibv) == 0 && offsetof(Cq, ex) == 0);
 
 struct Qp {
-  ibv_qp ibv;
+  // ibv_qp_ex begins with an ibv_qp: one object serves both APIs.
+  union {
+    ibv_qp ibv;
+    ibv_qp_ex ex;
+  };
   uint32_t handle = 0;
   uint32_t worker = 0;
   shm::QpShared *shared = nullptr;
@@ -98,8 +110,14 @@ struct Qp {
   bool sq_sig_all = false;
   size_t map_len = 0;
   pthread_spinlock_t sq_lock, rq_lock;
-  static Qp *of(ibv_qp *q) { return outer_of(q, &Qp::ibv); }
+  bool extended = false;     // created with send_ops_flags: ibv_qp_to_qp_ex works
+  // ibv_wr_* batch between ibv_wr_start and ibv_wr_complete (sq_lock held meanwhile).
+  uint32_t wr_producer = 0;  // next slot to fill
+  int wr_error = 0;          // first error in the batch, reported by ibv_wr_complete
+  static Qp *of(ibv_qp *q) { return reinterpret_cast<Qp *>(q); }
+  static Qp *of(ibv_qp_ex *q) { return reinterpret_cast<Qp *>(q); }
 };
+static_assert(offsetof(Qp, ibv) == 0 && offsetof(Qp, ex) == 0);
 
 struct Ah {
   ibv_ah ibv;
@@ -129,5 +147,14 @@ int query_port(ibv_context *ctx, uint8_t port, ibv_port_attr *attr, size_t len);
 int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
                     ibv_device_attr_ex *attr, size_t attr_size);
 ibv_qp *create_qp_ex(ibv_context *ctx, ibv_qp_init_attr_ex *attr);
+ibv_cq_ex *create_cq_ex(ibv_context *ctx, ibv_cq_init_attr_ex *attr);
+// Shared by ibv_create_cq and ibv_create_cq_ex; NULL with errno set on failure.
+Cq *create_cq(ibv_context *ctx, int cqe, void *cq_context, ibv_comp_channel *channel,
+              int comp_vector);
+// The ibv_wr_* and ibv_cq_ex entry points (qp_ex.cpp, cq_ex.cpp). Returns 0 or an errno.
+int setup_qp_ex(Qp *qp, uint64_t send_ops_flags);
+int setup_cq_ex(Cq *cq, uint64_t wc_flags);
+// Rings the QP's doorbell after new WQEs were published.
+void ring_sq_doorbell(Qp *qp);
 
 }  // namespace vrnic::provider

@@ -151,9 +151,13 @@ int post_send(ibv_qp *ibqp, ibv_send_wr *wr, ibv_send_wr **bad_wr) {
   qp->shared->sq.producer.store(producer, std::memory_order_release);
   pthread_spin_unlock(&qp->sq_lock);
   if (err) *bad_wr = wr;
-  if (qp->shared->doorbell_pending.exchange(1, std::memory_order_seq_cst) == 0)
-    Context::of(ibqp->context)->ring_doorbell(qp->worker, qp->handle);
+  ring_sq_doorbell(qp);
   return err;
+}
+
+void ring_sq_doorbell(Qp *qp) {
+  if (qp->shared->doorbell_pending.exchange(1, std::memory_order_seq_cst) == 0)
+    Context::of(qp->ibv.context)->ring_doorbell(qp->worker, qp->handle);
 }
 
 int post_recv(ibv_qp *ibqp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr) {
@@ -199,13 +203,15 @@ int post_recv(ibv_qp *ibqp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr) {
 }
 
 ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
-  if (attr->comp_mask & ~uint32_t(IBV_QP_INIT_ATTR_PD)) return fail_null<ibv_qp>(EOPNOTSUPP);
+  if (attr->comp_mask & ~uint32_t(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
+    return fail_null<ibv_qp>(EOPNOTSUPP);
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) return fail_null<ibv_qp>(EINVAL);
   if (!attr->send_cq || !attr->recv_cq) return fail_null<ibv_qp>(EINVAL);
   if (attr->srq) return fail_null<ibv_qp>(EOPNOTSUPP);
   Context *c = Context::of(context);
   auto *qp = new (std::nothrow) Qp{};
   if (!qp) return fail_null<ibv_qp>(ENOMEM);
+  std::memset(&qp->ex, 0, sizeof(qp->ex));
   ctl::CreateQpReq req{};
   req.pd = attr->pd->handle;
   req.send_cq = Cq::of(attr->send_cq)->handle;
@@ -265,6 +271,12 @@ ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
   attr->cap.max_send_sge = resp.caps.max_send_sge;
   attr->cap.max_recv_sge = resp.caps.max_recv_sge;
   attr->cap.max_inline_data = resp.caps.max_inline_data;
+  if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+    if (int e = setup_qp_ex(qp, attr->send_ops_flags)) {
+      ibv_destroy_qp(&ib);
+      return fail_null<ibv_qp>(e);
+    }
+  }
   return &ib;
 }
 
@@ -377,8 +389,11 @@ VRNIC_EXPORT int ibv_destroy_qp(ibv_qp *ibqp) {
   return 0;
 }
 
-// The ibv_wr_* API comes with the full-API work; until then no QP is extended.
-VRNIC_EXPORT ibv_qp_ex *ibv_qp_to_qp_ex(ibv_qp *) { return fail_null<ibv_qp_ex>(EOPNOTSUPP); }
+// Only QPs created with send_ops_flags have the ibv_wr_* interface (as in rdma-core).
+VRNIC_EXPORT ibv_qp_ex *ibv_qp_to_qp_ex(ibv_qp *ibqp) {
+  Qp *qp = Qp::of(ibqp);
+  return qp->extended ? &qp->ex : nullptr;
+}
 
 VRNIC_EXPORT int ibv_query_qp_data_in_order(ibv_qp *, enum ibv_wr_opcode, uint32_t) { return 0; }
 
