@@ -240,6 +240,28 @@ bool Server::handle(Session &s) {
     case ctl::Op::kDestroyQp:
       reply(destroy_qp(s, handle_of()), nullptr, 0);
       break;
+    case ctl::Op::kCreateSrq: {
+      ctl::CreateSrqResp resp{};
+      std::vector<int> fds;
+      auto *req = m->as<ctl::CreateSrqReq>();
+      int st = req ? create_srq(s, *req, resp, fds) : EINVAL;
+      reply(st, &resp, sizeof(resp), fds);
+      for (int fd : fds) ::close(fd);
+      break;
+    }
+    case ctl::Op::kModifySrq: {
+      auto *req = m->as<ctl::ModifySrqReq>();
+      reply(req ? modify_srq(s, *req) : EINVAL, nullptr, 0);
+      break;
+    }
+    case ctl::Op::kQuerySrq: {
+      ctl::QuerySrqResp resp{};
+      reply(query_srq(s, handle_of(), resp), &resp, sizeof(resp));
+      break;
+    }
+    case ctl::Op::kDestroySrq:
+      reply(destroy_srq(s, handle_of()), nullptr, 0);
+      break;
     case ctl::Op::kCreateAh: {
       ctl::HandleResp resp{};
       auto *req = m->as<ctl::CreateAhReq>();
@@ -476,6 +498,7 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
   ProtectionDomain *pd = pds_.get(req.pd);
   if (!pd || pd->session != s.id) return EINVAL;
   if (!owns(s.cqs, req.send_cq) || !owns(s.cqs, req.recv_cq)) return EINVAL;
+  if (req.srq && (!owns(s.srqs, req.srq) || req.qp_type == IBV_QPT_UD)) return EINVAL;
   if (req.qp_type == IBV_QPT_XRC_SEND || req.qp_type == IBV_QPT_XRC_RECV ||
       req.qp_type == IBV_QPT_RAW_PACKET || req.qp_type == IBV_QPT_DRIVER)
     return EOPNOTSUPP;
@@ -508,6 +531,7 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
   qp->own_rq.ring = reinterpret_cast<shm::RecvWqe *>(base + shm::kQpHeaderBytes +
                                                      sq_slots * sizeof(shm::SendWqe));
   qp->own_rq.mask = rq_slots - 1;
+  qp->own_rq.pd = req.pd;
   qp->meta.reset(new WqeMeta[sq_slots]());
   qp->attr.qp_state = IBV_QPS_RESET;
   qp->attr.cap = {sq_slots, rq_slots, shm::kMaxSge, shm::kMaxSge, shm::kMaxInline, 0};
@@ -527,6 +551,10 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
     raw->qpn = Device::qpn_of_handle(handle);
     raw->send_cq->refs++;
     raw->recv_cq->refs++;
+    if (req.srq) {
+      raw->rq = dev_.srqs.get(req.srq);
+      raw->rq->refs++;
+    }
   });
   if (!handle) {
     ::munmap(map, bytes);
@@ -535,7 +563,7 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
   }
   pd->refs++;
   s.qps.push_back(handle);
-  qp_owners_[handle] = {req.pd, req.send_cq, req.recv_cq};
+  qp_owners_[handle] = {req.pd, req.send_cq, req.recv_cq, req.srq};
   resp.handle = handle;
   resp.qpn = Device::qpn_of_handle(handle);
   resp.sq_slots = sq_slots;
@@ -645,12 +673,109 @@ int Server::destroy_qp(Session &s, uint32_t handle) {
     workers_[0]->forget_qp(*qp);
     qp->send_cq->refs--;
     qp->recv_cq->refs--;
+    if (qp->rq != &qp->own_rq) qp->rq->refs--;
     ::munmap(qp->shared, shm::qp_region_bytes(qp->sq_mask + 1, qp->own_rq.mask + 1));
     dev_.qps.remove(handle);
   });
   if (ProtectionDomain *pd = pds_.get(qp_owners_[handle].pd)) pd->refs--;
   qp_owners_.erase(handle);
   erase_handle(s.qps, handle);
+  return 0;
+}
+
+int Server::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::CreateSrqResp &resp,
+                       std::vector<int> &fds) {
+  ProtectionDomain *pd = pds_.get(req.pd);
+  if (!pd || pd->session != s.id) return EINVAL;
+  const ctl::SrqAttrWire &a = req.attr;
+  if (a.max_wr < 1 || a.max_wr > dev_.info.max_srq_wr || a.max_sge > shm::kMaxSge ||
+      a.srq_limit > a.max_wr)
+    return EINVAL;
+  uint32_t slots = std::bit_ceil(a.max_wr);
+  size_t bytes = shm::srq_region_bytes(slots);
+  void *map;
+  int fd = make_region("vrnic-srq", bytes, &map);
+  if (fd < 0) return -fd;
+  auto srq = std::make_unique<ReceiveQueue>();
+  auto *shared = static_cast<shm::SrqShared *>(map);
+  shared->limit.store(a.srq_limit);
+  srq->indices = &shared->ring;
+  srq->ring = reinterpret_cast<shm::RecvWqe *>(static_cast<uint8_t *>(map) + shm::kSrqHeaderBytes);
+  srq->mask = slots - 1;
+  srq->limit = &shared->limit;
+  srq->session = s.id;
+  srq->pd = req.pd;
+  srq->cookie = req.cookie;
+  srq->async_fd = s.async_fd;
+  uint32_t handle = 0;
+  workers_[0]->execute([&] {
+    ReceiveQueue *raw = srq.get();
+    handle = dev_.srqs.insert(std::move(srq));
+    if (handle) raw->handle = handle;
+  });
+  if (!handle) {
+    ::munmap(map, bytes);
+    ::close(fd);
+    return ENOMEM;
+  }
+  pd->refs++;
+  s.srqs.push_back(handle);
+  resp.handle = handle;
+  resp.slots = slots;
+  resp.attr = {slots, shm::kMaxSge, a.srq_limit, 0};
+  fds.push_back(fd);
+  return 0;
+}
+
+int Server::modify_srq(Session &s, const ctl::ModifySrqReq &req) {
+  if (!owns(s.srqs, req.handle)) return EINVAL;
+  if (req.attr_mask & ~uint32_t(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  int st = 0;
+  workers_[0]->execute([&] {
+    ReceiveQueue &srq = *dev_.srqs.get(req.handle);
+    uint32_t slots = srq.mask + 1;
+    // The ring is sized at creation; "resizing" within it is all vrnic offers.
+    if ((req.attr_mask & IBV_SRQ_MAX_WR) && (req.attr.max_wr < 1 || req.attr.max_wr > slots)) {
+      st = EINVAL;
+      return;
+    }
+    if (req.attr_mask & IBV_SRQ_LIMIT) {
+      if (req.attr.srq_limit > slots) {
+        st = EINVAL;
+        return;
+      }
+      srq.limit->store(req.attr.srq_limit);
+    }
+  });
+  return st;
+}
+
+int Server::query_srq(Session &s, uint32_t handle, ctl::QuerySrqResp &resp) {
+  if (!owns(s.srqs, handle)) return EINVAL;
+  workers_[0]->execute([&] {
+    ReceiveQueue &srq = *dev_.srqs.get(handle);
+    resp.attr = {srq.mask + 1, shm::kMaxSge, srq.limit->load(), 0};
+  });
+  return 0;
+}
+
+int Server::destroy_srq(Session &s, uint32_t handle) {
+  if (!owns(s.srqs, handle)) return EINVAL;
+  int st = 0;
+  uint32_t pd = 0;
+  workers_[0]->execute([&] {
+    ReceiveQueue *srq = dev_.srqs.get(handle);
+    if (srq->refs) {
+      st = EBUSY;
+      return;
+    }
+    pd = srq->pd;
+    ::munmap(reinterpret_cast<uint8_t *>(srq->indices), shm::srq_region_bytes(srq->mask + 1));
+    dev_.srqs.remove(handle);
+  });
+  if (st) return st;
+  if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
+  erase_handle(s.srqs, handle);
   return 0;
 }
 
@@ -689,6 +814,7 @@ void Server::stats(ctl::StatsResp &resp) {
     resp.mrs = dev_.mrs.size();
     resp.cqs = dev_.cqs.size();
     resp.qps = dev_.qps.size();
+    resp.srqs = dev_.srqs.size();
     resp.packets_sent = dev_.counters.packets_sent;
     resp.packets_received = dev_.counters.packets_received;
     resp.packets_dropped = dev_.counters.packets_dropped;
@@ -705,6 +831,9 @@ void Server::close_session(uint32_t id) {
   if (it == sessions_.end()) return;
   Session &s = *it->second;
   while (!s.qps.empty()) destroy_qp(s, s.qps.back());
+  while (!s.srqs.empty()) {
+    if (destroy_srq(s, s.srqs.back())) break;
+  }
   while (!s.mrs.empty()) dereg_mr(s, s.mrs.back());
   while (!s.ahs.empty()) destroy_ah(s, s.ahs.back());
   while (!s.cqs.empty()) {

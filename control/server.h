@@ -39,7 +39,7 @@ struct AddressHandle {
 };
 
 struct QpOwner {
-  uint32_t pd, send_cq, recv_cq;
+  uint32_t pd, send_cq, recv_cq, srq;
 };
 
 struct Session {
@@ -50,7 +50,7 @@ struct Session {
   int async_fd = -1;
   int shm_fd = -1;
   shm::SessionShared *shm = nullptr;
-  std::vector<uint32_t> pds, mrs, cqs, qps, ahs, channels;
+  std::vector<uint32_t> pds, mrs, cqs, qps, ahs, channels, srqs;
   ~Session();
 };
 
@@ -83,6 +83,11 @@ class Server {
   int modify_qp(Session &s, const ctl::ModifyQpReq &req);
   int query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp);
   int destroy_qp(Session &s, uint32_t handle);
+  int create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::CreateSrqResp &resp,
+                 std::vector<int> &fds);
+  int modify_srq(Session &s, const ctl::ModifySrqReq &req);
+  int query_srq(Session &s, uint32_t handle, ctl::QuerySrqResp &resp);
+  int destroy_srq(Session &s, uint32_t handle);
   int create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &resp);
   int destroy_ah(Session &s, uint32_t handle);
   void stats(ctl::StatsResp &resp);

@@ -23,6 +23,8 @@ Device::Device() {
   info.max_qp_rd_atom = kMaxRdAtomic;
   info.max_ah = 1u << 16;
   info.max_inline = shm::kMaxInline;
+  info.max_srq = 1u << 16;
+  info.max_srq_wr = 16384;
   info.max_mr_size = 1ull << 40;
   std::snprintf(info.fw_ver, sizeof(info.fw_ver), "0.1.0");
   info.port_state = IBV_PORT_ACTIVE;

@@ -33,6 +33,7 @@ class Device {
   SlotTable<MemoryRegion> mrs{1u << 20};
   SlotTable<QueuePair> qps{1u << 20};
   SlotTable<CompletionQueue> cqs{1u << 20};
+  SlotTable<ReceiveQueue> srqs{1u << 16};
 
   MemoryRegion *mr_by_key(uint32_t key) const {
     MemoryRegion *mr = mrs.get(key >> 8);

@@ -48,6 +48,8 @@ void qp_enter_error(Worker &w, QueuePair &qp) {
   qp.shared->state.store(IBV_QPS_ERR, std::memory_order_release);
   qp.comp.ack_deadline = qp.comp.rnr_deadline = 0;
   qp_flush(w, qp);
+  // A QP on an SRQ takes no more WQEs from it: tell the owner (IB spec 11.6.3).
+  if (qp.rq != &qp.own_rq) raise_event(qp.async_fd, IBV_EVENT_QP_LAST_WQE_REACHED, qp.cookie);
 }
 
 void qp_flush(Worker &w, QueuePair &qp) {
@@ -65,6 +67,15 @@ void qp_flush(Worker &w, QueuePair &qp) {
   qp.req.offset = 0;
   qp.shared->sq.consumer.store(qp.comp.wqe, std::memory_order_release);
 
+  if (qp.resp.has_wqe) {  // taken for a message that will not finish now
+    shm::Cqe cqe{};
+    cqe.wr_id = qp.resp.wqe.wr_id;
+    cqe.status = IBV_WC_WR_FLUSH_ERR;
+    cqe.opcode = IBV_WC_RECV;
+    cqe.qp_num = qp.qpn;
+    qp.resp.has_wqe = false;
+    qp.recv_cq->push(cqe, false);
+  }
   // Only the QP's own receive queue is flushed; an SRQ serves its other QPs on.
   while (qp.rq == &qp.own_rq && !qp.own_rq.empty()) {
     shm::Cqe cqe{};

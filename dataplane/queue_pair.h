@@ -64,6 +64,10 @@ struct ResponderState {
   uint32_t msn = 0;
   bool nak_sent = false;   // a NAK (sequence or RNR) is out for `psn`: drop until it arrives
   bool uc_drop = false;    // UC: the message in progress was dropped; skip to the next first
+  // The receive WQE taken for the message in progress: a private copy, since the ring slot
+  // (or, for an SRQ, the next WQE) may be reused as soon as it is taken.
+  bool has_wqe = false;
+  shm::RecvWqe wqe;
   // SEND in progress
   bool in_send = false;
   uint32_t recv_bytes = 0;

@@ -37,11 +37,26 @@ void fail(Worker &w, QueuePair &qp, uint32_t psn, uint8_t nak_code) {
 }
 
 // Completes the receive WQE at the head of the receive queue.
+// Takes the next receive WQE for a new message; false when there is none.
+bool take_recv_wqe(QueuePair &qp) {
+  if (qp.rq->empty()) return false;
+  qp.resp.wqe = qp.rq->head();
+  qp.resp.wqe.num_sge = std::min(qp.resp.wqe.num_sge, shm::kMaxSge);
+  qp.resp.has_wqe = true;
+  qp.rq->pop();
+  return true;
+}
+
+SgeList recv_sges(const QueuePair &qp) {
+  return {qp.resp.wqe.sge, qp.resp.wqe.num_sge, qp.rq->pd};
+}
+
+// Completes the receive WQE the message used.
 bool complete_recv(Worker &w, QueuePair &qp, shm::Cqe cqe, bool solicited) {
-  cqe.wr_id = qp.rq->head().wr_id;
+  cqe.wr_id = qp.resp.wqe.wr_id;
   cqe.qp_num = qp.qpn;
   if (qp.type != IBV_QPT_UD) cqe.src_qp = qp.attr.dest_qp_num;
-  qp.rq->pop();
+  qp.resp.has_wqe = false;
   if (!qp.recv_cq->push(cqe, solicited)) {
     qp_enter_error(w, qp);
     return false;
@@ -57,8 +72,6 @@ void fail_recv(Worker &w, QueuePair &qp, uint32_t psn, uint8_t wc_status, uint8_
   if (qp.type == IBV_QPT_UC) return qp_enter_error(w, qp);  // a local error: no NAK to send
   fail(w, qp, psn, nak_code);
 }
-
-bool rq_empty(const QueuePair &qp) { return qp.rq->empty(); }
 
 void rnr_nak(Worker &w, QueuePair &qp, uint32_t psn) {
   if (qp.type == IBV_QPT_UC) return drop_uc_message(w, qp);  // no receive WQE: dropped
@@ -82,13 +95,12 @@ void receive_send(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo 
   ResponderState &r = qp.resp;
   uint32_t psn = pkt.bth().psn();
   if (info.flags & kOpFirst) {
-    if (rq_empty(qp)) return rnr_nak(w, qp, psn);
+    if (!r.has_wqe && !take_recv_wqe(qp)) return rnr_nak(w, qp, psn);
     r.in_send = true;
     r.recv_bytes = 0;
     r.recv_sge = r.recv_sge_offset = 0;
   }
-  const shm::RecvWqe &rwqe = qp.rq->head();
-  SgeList list{rwqe.sge, std::min(rwqe.num_sge, shm::kMaxSge), qp.pd};
+  SgeList list = recv_sges(qp);
   SgeCursor cur{r.recv_sge, r.recv_sge_offset};
   if (int st = sge_scatter(w.dev, list, cur, pkt.payload, pkt.payload_len)) {
     if (st == IBV_WC_LOC_LEN_ERR) return fail_recv(w, qp, psn, st, kNakInvalidRequest);
@@ -131,7 +143,8 @@ void receive_write(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo
     return fail(w, qp, psn, kNakInvalidRequest);
   // The immediate needs a receive WQE: check before touching memory, so an RNR retry of
   // this packet starts from the same place.
-  if (last && (info.flags & kOpImm) && rq_empty(qp)) return rnr_nak(w, qp, psn);
+  if (last && (info.flags & kOpImm) && !r.has_wqe && !take_recv_wqe(qp))
+    return rnr_nak(w, qp, psn);
   if (pkt.payload_len) {
     const MemoryRegion *mr = w.dev.mr_by_key(r.write_rkey);
     if (!mr || !mr->write(r.write_va, pkt.payload, pkt.payload_len))
@@ -285,12 +298,12 @@ void build_grh(const Packet &pkt, uint8_t grh[40]) {
 // Q_Key is dropped.
 void receive_ud(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
   const Deth &deth = pkt.ext<Deth>(info.deth_off);
-  if (op_transport(pkt.bth().opcode()) != kUd || deth.qkey() != qp.attr.qkey || rq_empty(qp)) {
+  if (op_transport(pkt.bth().opcode()) != kUd || deth.qkey() != qp.attr.qkey ||
+      !take_recv_wqe(qp)) {
     w.dev.counters.packets_dropped++;
     return;
   }
-  const shm::RecvWqe &rwqe = qp.rq->head();
-  SgeList list{rwqe.sge, std::min(rwqe.num_sge, shm::kMaxSge), qp.pd};
+  SgeList list = recv_sges(qp);
   SgeCursor cur;
   uint8_t grh[40];
   build_grh(pkt, grh);

@@ -47,7 +47,8 @@ void fill_device_attr(const ctl::DeviceInfo &d, ibv_device_attr *a) {
   a->max_qp = int(d.max_qp);
   a->max_qp_wr = int(d.max_qp_wr);
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
-                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_N_NOTIFY_CQ;
+                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_N_NOTIFY_CQ |
+                        IBV_DEVICE_SRQ_RESIZE;
   a->max_sge = int(d.max_sge);
   a->max_sge_rd = int(d.max_sge);
   a->max_cq = int(d.max_cq);
@@ -61,6 +62,9 @@ void fill_device_attr(const ctl::DeviceInfo &d, ibv_device_attr *a) {
   a->atomic_cap = IBV_ATOMIC_HCA;
   a->max_ah = int(d.max_ah);
   a->max_pkeys = 1;
+  a->max_srq = int(d.max_srq);
+  a->max_srq_wr = int(d.max_srq_wr);
+  a->max_srq_sge = int(d.max_sge);
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;
 }
@@ -88,10 +92,12 @@ void setup_ops(Context *c) {
   ctx.ops.req_notify_cq = req_notify_cq;
   ctx.ops.post_send = post_send;
   ctx.ops.post_recv = post_recv;
+  ctx.ops.post_srq_recv = post_srq_recv;
   c->vctx.query_port = query_port;
   c->vctx.query_device_ex = query_device_ex;
   c->vctx.create_qp_ex = create_qp_ex;
   c->vctx.create_cq_ex = create_cq_ex;
+  c->vctx.create_srq_ex = create_srq_ex;
   c->vctx.sz = sizeof(verbs_context);
   ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
 }

@@ -125,6 +125,19 @@ struct Ah {
   static Ah *of(ibv_ah *a) { return outer_of(a, &Ah::ibv); }
 };
 
+struct Srq {
+  ibv_srq ibv;
+  uint32_t handle = 0;
+  shm::SrqShared *shared = nullptr;
+  shm::RecvWqe *ring = nullptr;
+  uint32_t slots = 0;
+  uint32_t max_wr = 0;  // what the application may have outstanding
+  uint32_t max_sge = 0;
+  size_t map_len = 0;
+  pthread_spinlock_t lock;
+  static Srq *of(ibv_srq *s) { return outer_of(s, &Srq::ibv); }
+};
+
 struct Channel {
   ibv_comp_channel ibv;
   uint32_t handle = 0;
@@ -147,6 +160,11 @@ int query_port(ibv_context *ctx, uint8_t port, ibv_port_attr *attr, size_t len);
 int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
                     ibv_device_attr_ex *attr, size_t attr_size);
 ibv_qp *create_qp_ex(ibv_context *ctx, ibv_qp_init_attr_ex *attr);
+ibv_srq *create_srq_ex(ibv_context *ctx, ibv_srq_init_attr_ex *attr);
+int post_srq_recv(ibv_srq *srq, ibv_recv_wr *wr, ibv_recv_wr **bad_wr);
+// Writes receive WRs into a ring; returns 0 or the errno for ibv_post_recv/_srq_recv.
+int post_recv_wrs(shm::RingIndices &ring, shm::RecvWqe *slots, uint32_t nslots,
+                  uint32_t max_wr, uint32_t max_sge, ibv_recv_wr *wr, ibv_recv_wr **bad_wr);
 ibv_cq_ex *create_cq_ex(ibv_context *ctx, ibv_cq_init_attr_ex *attr);
 // Shared by ibv_create_cq and ibv_create_cq_ex; NULL with errno set on failure.
 Cq *create_cq(ibv_context *ctx, int cqe, void *cq_context, ibv_comp_channel *channel,

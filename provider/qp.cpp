@@ -160,27 +160,21 @@ void ring_sq_doorbell(Qp *qp) {
     Context::of(qp->ibv.context)->ring_doorbell(qp->worker, qp->handle);
 }
 
-int post_recv(ibv_qp *ibqp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr) {
-  Qp *qp = Qp::of(ibqp);
-  uint32_t state = qp->shared->state.load(std::memory_order_acquire);
-  if (state == IBV_QPS_RESET) {
-    *bad_wr = wr;
-    return EINVAL;
-  }
-  pthread_spin_lock(&qp->rq_lock);
-  uint32_t producer = qp->shared->rq.producer.load(std::memory_order_relaxed);
-  uint32_t consumer = qp->shared->rq.consumer.load(std::memory_order_acquire);
+int post_recv_wrs(shm::RingIndices &ring, shm::RecvWqe *slots, uint32_t nslots,
+                  uint32_t max_wr, uint32_t max_sge, ibv_recv_wr *wr, ibv_recv_wr **bad_wr) {
+  uint32_t producer = ring.producer.load(std::memory_order_relaxed);
+  uint32_t consumer = ring.consumer.load(std::memory_order_acquire);
   int err = 0;
   for (; wr; wr = wr->next) {
-    if (producer - consumer >= qp->caps.max_recv_wr) {
+    if (producer - consumer >= max_wr) {
       err = ENOMEM;
       break;
     }
-    if (wr->num_sge < 0 || uint32_t(wr->num_sge) > qp->caps.max_recv_sge) {
+    if (wr->num_sge < 0 || uint32_t(wr->num_sge) > max_sge) {
       err = EINVAL;
       break;
     }
-    shm::RecvWqe &w = qp->rq[producer & (qp->rq_slots - 1)];
+    shm::RecvWqe &w = slots[producer & (nslots - 1)];
     w.wr_id = wr->wr_id;
     w.num_sge = uint32_t(wr->num_sge);
     uint64_t total = 0;
@@ -191,14 +185,25 @@ int post_recv(ibv_qp *ibqp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr) {
     w.length = uint32_t(std::min<uint64_t>(total, UINT32_MAX));
     producer++;
   }
-  qp->shared->rq.producer.store(producer, std::memory_order_release);
-  pthread_spin_unlock(&qp->rq_lock);
+  ring.producer.store(producer, std::memory_order_release);
   if (err) *bad_wr = wr;
+  return err;
+}
+
+int post_recv(ibv_qp *ibqp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr) {
+  Qp *qp = Qp::of(ibqp);
+  uint32_t state = qp->shared->state.load(std::memory_order_acquire);
+  if (state == IBV_QPS_RESET || ibqp->srq) {  // a QP on an SRQ has no receive queue
+    *bad_wr = wr;
+    return EINVAL;
+  }
+  pthread_spin_lock(&qp->rq_lock);
+  int err = post_recv_wrs(qp->shared->rq, qp->rq, qp->rq_slots, qp->caps.max_recv_wr,
+                          qp->caps.max_recv_sge, wr, bad_wr);
+  pthread_spin_unlock(&qp->rq_lock);
   // Receives need no doorbell (the responder looks when a message arrives), except in the
   // error state, where the worker must flush them.
-  if (state == IBV_QPS_ERR &&
-      qp->shared->doorbell_pending.exchange(1, std::memory_order_seq_cst) == 0)
-    Context::of(ibqp->context)->ring_doorbell(qp->worker, qp->handle);
+  if (state == IBV_QPS_ERR) ring_sq_doorbell(qp);
   return err;
 }
 
@@ -207,7 +212,7 @@ ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
     return fail_null<ibv_qp>(EOPNOTSUPP);
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) return fail_null<ibv_qp>(EINVAL);
   if (!attr->send_cq || !attr->recv_cq) return fail_null<ibv_qp>(EINVAL);
-  if (attr->srq) return fail_null<ibv_qp>(EOPNOTSUPP);
+
   Context *c = Context::of(context);
   auto *qp = new (std::nothrow) Qp{};
   if (!qp) return fail_null<ibv_qp>(ENOMEM);
@@ -218,6 +223,7 @@ ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
   req.recv_cq = Cq::of(attr->recv_cq)->handle;
   req.qp_type = attr->qp_type;
   req.sq_sig_all = attr->sq_sig_all;
+  req.srq = attr->srq ? Srq::of(attr->srq)->handle : 0;
   req.cookie = reinterpret_cast<uint64_t>(&qp->ibv);
   req.caps = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
               attr->cap.max_recv_sge, attr->cap.max_inline_data, 0};
@@ -259,7 +265,7 @@ ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
   ib.pd = attr->pd;
   ib.send_cq = attr->send_cq;
   ib.recv_cq = attr->recv_cq;
-  ib.srq = nullptr;
+  ib.srq = attr->srq;
   ib.handle = resp.handle;
   ib.qp_num = resp.qpn;
   ib.state = IBV_QPS_RESET;
@@ -468,14 +474,8 @@ VRNIC_EXPORT ibv_ah *ibv_create_ah_from_wc(ibv_pd *pd, ibv_wc *wc, ibv_grh *grh,
   return ibv_create_ah(pd, &attr);
 }
 
-// Multicast and SRQs come with the full-API work: clean failures until then.
+// Multicast comes with the full-API work: a clean failure until then.
 VRNIC_EXPORT int ibv_attach_mcast(ibv_qp *, const union ibv_gid *, uint16_t) { return EOPNOTSUPP; }
 VRNIC_EXPORT int ibv_detach_mcast(ibv_qp *, const union ibv_gid *, uint16_t) { return EOPNOTSUPP; }
-VRNIC_EXPORT ibv_srq *ibv_create_srq(ibv_pd *, ibv_srq_init_attr *) {
-  return fail_null<ibv_srq>(EOPNOTSUPP);
-}
-VRNIC_EXPORT int ibv_modify_srq(ibv_srq *, ibv_srq_attr *, int) { return EOPNOTSUPP; }
-VRNIC_EXPORT int ibv_query_srq(ibv_srq *, ibv_srq_attr *) { return EOPNOTSUPP; }
-VRNIC_EXPORT int ibv_destroy_srq(ibv_srq *) { return EOPNOTSUPP; }
 
 }  // extern "C"

@@ -31,6 +31,10 @@ enum class Op : uint16_t {
   kCreateAh,
   kDestroyAh,
   kStats,
+  kCreateSrq,
+  kModifySrq,
+  kQuerySrq,
+  kDestroySrq,
 };
 
 struct MsgHeader {
@@ -68,6 +72,8 @@ struct DeviceInfo {
   uint32_t max_qp_rd_atom;
   uint32_t max_ah;
   uint32_t max_inline;
+  uint32_t max_srq;
+  uint32_t max_srq_wr;
   uint64_t max_mr_size;
   char fw_ver[64];
   // port 1
@@ -157,7 +163,7 @@ struct CreateQpReq {
   uint32_t recv_cq;
   uint32_t qp_type;  // enum ibv_qp_type
   uint32_t sq_sig_all;
-  uint32_t reserved;
+  uint32_t srq;      // 0: the QP has its own receive queue
   uint64_t cookie;   // echoed in async events
   QpCaps caps;
 };
@@ -220,6 +226,32 @@ struct QueryQpResp {
   QpAttrWire attr;
 };
 
+struct SrqAttrWire {
+  uint32_t max_wr;
+  uint32_t max_sge;
+  uint32_t srq_limit;
+  uint32_t reserved;
+};
+struct CreateSrqReq {
+  uint32_t pd;
+  uint32_t reserved;
+  uint64_t cookie;  // echoed in SRQ limit events
+  SrqAttrWire attr;
+};
+struct CreateSrqResp {
+  uint32_t handle;
+  uint32_t slots;
+  SrqAttrWire attr;  // what was granted
+};  // fds: [0] SRQ memfd
+struct ModifySrqReq {
+  uint32_t handle;
+  uint32_t attr_mask;  // enum ibv_srq_attr_mask
+  SrqAttrWire attr;
+};
+struct QuerySrqResp {
+  SrqAttrWire attr;
+};
+
 struct CreateAhReq {
   uint32_t pd;
   uint32_t reserved;
@@ -234,7 +266,7 @@ struct StatsResp {
   uint32_t qps;
   uint32_t ahs;
   uint32_t channels;
-  uint32_t reserved;
+  uint32_t srqs;
   uint64_t packets_sent;
   uint64_t packets_received;
   uint64_t packets_dropped;

@@ -120,6 +120,19 @@ inline size_t qp_region_bytes(uint32_t sq_slots, uint32_t rq_slots) {
   return kQpHeaderBytes + size_t(sq_slots) * sizeof(SendWqe) + size_t(rq_slots) * sizeof(RecvWqe);
 }
 
+// Shared receive queue memory: this header page, then the receive ring.
+struct SrqShared {
+  RingIndices ring;
+  // Low-water mark armed by ibv_modify_srq(IBV_SRQ_LIMIT); vrnicd disarms it (sets 0) when
+  // it raises IBV_EVENT_SRQ_LIMIT_REACHED.
+  alignas(kCacheLine) std::atomic<uint32_t> limit;
+};
+inline constexpr size_t kSrqHeaderBytes = 4096;
+static_assert(sizeof(SrqShared) <= kSrqHeaderBytes);
+inline size_t srq_region_bytes(uint32_t slots) {
+  return kSrqHeaderBytes + size_t(slots) * sizeof(RecvWqe);
+}
+
 enum CqNotify : uint32_t { kNotifyNone = 0, kNotifyNext = 1, kNotifySolicited = 2 };
 
 // CQ memory: this header page, then the CQE ring.
