@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# rdma-core's ibv_rc_pingpong, server and client on vrnic0 (GID index 0), over 127.0.0.1.
+# rdma-core's pingpong examples (RC, UC, UD, SRQ), server and client on vrnic0 (GID index 0),
+# over 127.0.0.1.
 # shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 vrnic_script_init pingpong
 
-# pingpong ARGS...: both sides exit 0 and print "bytes in". -c makes the receiver check the
-# data it got (it prints "invalid data in page N" otherwise).
+# pingpong PROG ARGS...: both sides exit 0 and print "bytes in". -c makes the receiver check
+# the data it got (it prints "invalid data in page N" otherwise).
 pingpong() {
-  local port ok=0 side f
+  local prog=$1 port ok=0 side f
+  shift
   ensure_vrnicd || return 1
   port=$(next_port)
-  verbs_pair "pingpong-$port" "$port" ibv_rc_pingpong -d vrnic0 -g 0 -c "$@" || return 1
+  verbs_pair "$prog-$port" "$port" "$prog" -d vrnic0 -g 0 -c "$@" || return 1
   for side in server client; do
     f=$SERVER_LOG
     [[ $side == client ]] && f=$CLIENT_LOG
@@ -33,10 +35,16 @@ pingpong() {
   cat "$CLIENT_LOG"
 }
 
-check "ibv_rc_pingpong -s 1 -n 1000" pingpong -s 1 -n 1000
-check "ibv_rc_pingpong -s 4096 -n 1000" pingpong -s 4096 -n 1000
-check "ibv_rc_pingpong -s 65536 -n 1000" pingpong -s 65536 -n 1000
-check "ibv_rc_pingpong -e -s 4096 -n 1000 (completion events)" pingpong -e -s 4096 -n 1000
+check "ibv_rc_pingpong -s 1 -n 1000" pingpong ibv_rc_pingpong -s 1 -n 1000
+check "ibv_rc_pingpong -s 4096 -n 1000" pingpong ibv_rc_pingpong -s 4096 -n 1000
+check "ibv_rc_pingpong -s 65536 -n 1000" pingpong ibv_rc_pingpong -s 65536 -n 1000
+check "ibv_rc_pingpong -e -s 4096 -n 1000 (completion events)" \
+  pingpong ibv_rc_pingpong -e -s 4096 -n 1000
+for prog in ibv_uc_pingpong ibv_ud_pingpong "ibv_srq_pingpong -q 16"; do
+  read -ra cmd <<<"$prog"
+  check "$prog -n 1000" pingpong "${cmd[@]}" -n 1000
+  check "$prog -e -n 1000 (completion events)" pingpong "${cmd[@]}" -e -n 1000
+done
 [[ -n $VRNICD_PID ]] && check "vrnicd: no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
 
 vrnic_script_finish

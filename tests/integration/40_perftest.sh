@@ -46,6 +46,12 @@ check "ib_write_lat -n 1000" perftest ib_write_lat -n 1000
 check "ib_read_lat -n 1000" perftest ib_read_lat -n 1000
 check "ib_send_lat -n 1000" perftest ib_send_lat -n 1000
 check "ib_atomic_lat -n 1000" perftest ib_atomic_lat -n 1000
+# Other transports and queue shapes.
+check "ib_send_bw -c UD -n 5000" perftest ib_send_bw -c UD -n 5000
+check "ib_send_lat -c UD -n 1000" perftest ib_send_lat -c UD -n 1000
+check "ib_write_bw -c UC -s 65536 -n 5000" perftest ib_write_bw -c UC -s 65536 -n 5000
+check "ib_send_bw --use-srq -s 65536 -n 5000" perftest ib_send_bw --use-srq -s 65536 -n 5000
+check "ib_write_bw -q 64 -s 4096 -n 1000" perftest ib_write_bw -q 64 -s 4096 -n 1000
 [[ -n $VRNICD_PID ]] && check "vrnicd: no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
 
 vrnic_script_finish
