@@ -195,6 +195,11 @@ bool Server::handle(Session &s) {
       reply(st, &resp, sizeof(resp));
       break;
     }
+    case ctl::Op::kAllocNullMr: {
+      ctl::RegMrResp resp{};
+      reply(alloc_null_mr(s, handle_of(), resp), &resp, sizeof(resp));
+      break;
+    }
     case ctl::Op::kDeregMr:
       reply(dereg_mr(s, handle_of()), nullptr, 0);
       break;
@@ -381,19 +386,37 @@ int Server::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp) {
     mr->pieces.push_back(piece);
   }
   if (expect != req->addr + req->length) return EINVAL;
-  uint32_t handle = 0, key = 0;
+  return insert_mr(s, std::move(mr), resp) ? 0 : ENOMEM;
+}
+
+uint32_t Server::insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp) {
+  uint32_t handle = 0, key = 0, pd = mr->pd;
   MemoryRegion *raw = mr.get();
   workers_[0]->execute([&] {
     handle = dev_.mrs.insert(std::move(mr));
-    if (handle) key = handle << 8 | dev_.mrs.generation(handle);
-    if (handle) raw->handle = handle, raw->key = key;
+    if (!handle) return;
+    key = handle << 8 | dev_.mrs.generation(handle);
+    raw->handle = handle;
+    raw->key = key;
   });
-  if (!handle) return ENOMEM;
-  pd->refs++;
+  if (!handle) return 0;
+  pds_.get(pd)->refs++;
   s.mrs.push_back(handle);
   resp.handle = handle;
   resp.lkey = resp.rkey = key;
-  return 0;
+  return handle;
+}
+
+int Server::alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp) {
+  ProtectionDomain *p = pds_.get(pd);
+  if (!p || p->session != s.id) return EINVAL;
+  auto mr = std::make_unique<MemoryRegion>();
+  mr->pd = pd;
+  mr->session = s.id;
+  mr->null_mr = true;
+  mr->access = IBV_ACCESS_LOCAL_WRITE;  // local use only: no rkey works on it
+  mr->length = UINT64_MAX;
+  return insert_mr(s, std::move(mr), resp) ? 0 : ENOMEM;
 }
 
 int Server::dereg_mr(Session &s, uint32_t handle) {
@@ -648,9 +671,11 @@ int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
       qp.comp.retry_left = q.retry_cnt;
       qp.comp.rnr_left = q.rnr_retry;
     }
+    if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD) qp.sq_drained_reported = false;
     q.qp_state = next;
     qp.shared->state.store(next, std::memory_order_release);
     if (next == IBV_QPS_RTS) w.schedule(qp);  // WQEs posted before RTS may now go
+    if (next == IBV_QPS_SQD) qp_check_drained(qp);
   });
   return st;
 }
@@ -661,7 +686,7 @@ int Server::query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp) {
     QueuePair &qp = *dev_.qps.get(handle);
     resp.attr = qp.attr;
     resp.attr.cur_qp_state = qp.attr.qp_state;
-    resp.attr.sq_draining = 0;
+    resp.attr.sq_draining = qp.attr.qp_state == IBV_QPS_SQD && qp_sq_busy(qp);
   });
   return 0;
 }

@@ -73,6 +73,9 @@ class Server {
   int dealloc_pd(Session &s, uint32_t handle);
   int reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp);
   int dereg_mr(Session &s, uint32_t handle);
+  int alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp);
+  // Puts an MR in the key table (on the worker); returns its handle, 0 when full.
+  uint32_t insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp);
   int create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp);
   int destroy_channel(Session &s, uint32_t handle);
   int create_cq(Session &s, const ctl::CreateCqReq &req, ctl::CreateCqResp &resp,

@@ -196,11 +196,17 @@ void completer_retire(Worker &w, QueuePair &qp) {
       return;
     }
     if (meta.status != IBV_WC_SUCCESS) {
-      qp_enter_error(w, qp);
+      // An unreliable QP's send errors stop only its send queue (IB spec 10.3.1: SQE).
+      if (qp.type == IBV_QPT_RC) {
+        qp_enter_error(w, qp);
+      } else {
+        qp_enter_send_error(w, qp);
+      }
       return;
     }
   }
   if (retired) w.schedule(qp);
+  qp_check_drained(qp);
 }
 
 void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt) {

@@ -20,7 +20,12 @@ const MrPieceMap *MemoryRegion::find_piece(uint64_t va) const {
   return it == pieces.begin() ? nullptr : &*(it - 1);
 }
 
+namespace {
+alignas(64) uint8_t g_zeros[4096];  // what a null MR reads as (never written)
+}  // namespace
+
 uint8_t *MemoryRegion::local_span(uint64_t io_addr, uint64_t len) const {
+  if (null_mr) return len <= sizeof(g_zeros) ? g_zeros : nullptr;
   uint64_t va = addr + (io_addr - iova);
   const MrPieceMap *p = find_piece(va);
   if (!p || !p->local || va - p->va + len > p->length) return nullptr;
@@ -43,6 +48,10 @@ bool MemoryRegion::for_each_chunk(uint64_t io_addr, size_t len, Fn &&fn) const {
 }
 
 bool MemoryRegion::read(uint64_t io_addr, void *dst, size_t len) const {
+  if (null_mr) {
+    std::memset(dst, 0, len);
+    return true;
+  }
   auto *out = static_cast<uint8_t *>(dst);
   return for_each_chunk(io_addr, len, [&](const MrPieceMap &p, uint64_t va, size_t n) {
     if (p.local) {
@@ -57,6 +66,7 @@ bool MemoryRegion::read(uint64_t io_addr, void *dst, size_t len) const {
 }
 
 bool MemoryRegion::write(uint64_t io_addr, const void *src, size_t len) const {
+  if (null_mr) return true;
   auto *in = static_cast<const uint8_t *>(src);
   return for_each_chunk(io_addr, len, [&](const MrPieceMap &p, uint64_t va, size_t n) {
     if (p.local) {
@@ -74,6 +84,7 @@ bool MemoryRegion::write(uint64_t io_addr, const void *src, size_t len) const {
 // a CPU atomic where the page is shared, else read-modify-write by this (the only) worker.
 bool MemoryRegion::atomic_cmp_swap(uint64_t io_addr, uint64_t compare, uint64_t swap,
                                    uint64_t *orig) const {
+  if (null_mr) return false;
   if (uint8_t *p = local_span(io_addr, 8)) {
     std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t *>(p));
     uint64_t expected = compare;
@@ -86,6 +97,7 @@ bool MemoryRegion::atomic_cmp_swap(uint64_t io_addr, uint64_t compare, uint64_t 
 }
 
 bool MemoryRegion::atomic_fetch_add(uint64_t io_addr, uint64_t add, uint64_t *orig) const {
+  if (null_mr) return false;
   if (uint8_t *p = local_span(io_addr, 8)) {
     *orig = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t *>(p)).fetch_add(add);
     return true;

@@ -39,11 +39,13 @@ class MemoryRegion {
   uint64_t addr = 0;    // client VA of the first byte
   uint64_t iova = 0;    // address the region is accessed by
   uint64_t length = 0;
+  // ibv_alloc_null_mr: reads give zeros, writes are dropped, any address is in range.
+  bool null_mr = false;
   std::vector<MrPieceMap> pieces;  // sorted, covering [addr, addr + length)
   std::vector<Mapping> mappings;   // unmapped on destruction
 
   bool contains(uint64_t io_addr, uint64_t len) const {
-    return io_addr >= iova && len <= length && io_addr - iova <= length - len;
+    return null_mr || (io_addr >= iova && len <= length && io_addr - iova <= length - len);
   }
   // A pointer to [io_addr, io_addr + len) if it lies in one locally mapped piece.
   uint8_t *local_span(uint64_t io_addr, uint64_t len) const;

@@ -8,6 +8,18 @@
 
 namespace vrnic {
 
+static void qp_flush_receive_side(QueuePair &qp);
+
+// Work requests a QP in error (or SQE) gives back unexecuted.
+static shm::Cqe flush_cqe(const QueuePair &qp, uint64_t wr_id, uint8_t opcode) {
+  shm::Cqe cqe{};
+  cqe.wr_id = wr_id;
+  cqe.status = IBV_WC_WR_FLUSH_ERR;
+  cqe.opcode = opcode;
+  cqe.qp_num = qp.qpn;
+  return cqe;
+}
+
 Packet *new_packet_to(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
                       bool solicited, const PacketDestination &to) {
   Packet *pkt = w.alloc_packet();
@@ -52,42 +64,50 @@ void qp_enter_error(Worker &w, QueuePair &qp) {
   if (qp.rq != &qp.own_rq) raise_event(qp.async_fd, IBV_EVENT_QP_LAST_WQE_REACHED, qp.cookie);
 }
 
+void qp_enter_send_error(Worker &w, QueuePair &qp) {
+  qp.attr.qp_state = IBV_QPS_SQE;
+  qp.shared->state.store(IBV_QPS_SQE, std::memory_order_release);
+  qp_flush_send_queue(qp);
+  (void)w;
+}
+
+bool qp_sq_busy(const QueuePair &qp) { return qp.comp.wqe != qp.req.started; }
+
+void qp_check_drained(QueuePair &qp) {
+  if (qp.state() != IBV_QPS_SQD || qp_sq_busy(qp) || qp.sq_drained_reported) return;
+  qp.sq_drained_reported = true;
+  if (qp.attr.en_sqd_async_notify) raise_event(qp.async_fd, IBV_EVENT_SQ_DRAINED, qp.cookie);
+}
+
 void qp_flush(Worker &w, QueuePair &qp) {
+  qp_flush_send_queue(qp);
+  qp_flush_receive_side(qp);
+  (void)w;
+}
+
+void qp_flush_send_queue(QueuePair &qp) {
   uint32_t producer = qp.sq_producer();
   while (qp.comp.wqe != producer) {
-    const shm::SendWqe &wqe = qp.wqe(qp.comp.wqe);
-    shm::Cqe cqe{};
-    cqe.wr_id = wqe.wr_id;
-    cqe.status = IBV_WC_WR_FLUSH_ERR;
-    cqe.qp_num = qp.qpn;
-    if (!qp.send_cq->push(cqe, false)) break;
+    if (!qp.send_cq->push(flush_cqe(qp, qp.wqe(qp.comp.wqe).wr_id, IBV_WC_SEND), false)) break;
     qp.comp.wqe++;
   }
   qp.req.wqe = qp.req.started = qp.comp.wqe;
   qp.req.offset = 0;
   qp.shared->sq.consumer.store(qp.comp.wqe, std::memory_order_release);
+}
 
+static void qp_flush_receive_side(QueuePair &qp) {
   if (qp.resp.has_wqe) {  // taken for a message that will not finish now
-    shm::Cqe cqe{};
-    cqe.wr_id = qp.resp.wqe.wr_id;
-    cqe.status = IBV_WC_WR_FLUSH_ERR;
-    cqe.opcode = IBV_WC_RECV;
-    cqe.qp_num = qp.qpn;
     qp.resp.has_wqe = false;
-    qp.recv_cq->push(cqe, false);
+    qp.recv_cq->push(flush_cqe(qp, qp.resp.wqe.wr_id, IBV_WC_RECV), false);
   }
   // Only the QP's own receive queue is flushed; an SRQ serves its other QPs on.
   while (qp.rq == &qp.own_rq && !qp.own_rq.empty()) {
-    shm::Cqe cqe{};
-    cqe.wr_id = qp.own_rq.head().wr_id;
-    cqe.status = IBV_WC_WR_FLUSH_ERR;
-    cqe.opcode = IBV_WC_RECV;
-    cqe.qp_num = qp.qpn;
+    uint64_t wr_id = qp.own_rq.head().wr_id;
     qp.own_rq.pop();
-    if (!qp.recv_cq->push(cqe, false)) break;
+    if (!qp.recv_cq->push(flush_cqe(qp, wr_id, IBV_WC_RECV), false)) break;
   }
   qp.resp.in_send = false;
-  (void)w;
 }
 
 }  // namespace vrnic

@@ -114,6 +114,8 @@ class QueuePair {
   CompleterState comp;
   ResponderState resp;
 
+  bool sq_drained_reported = false;  // SQD: IBV_EVENT_SQ_DRAINED sent for this drain
+  bool comm_established = false;     // IBV_EVENT_COMM_EST sent
   bool in_run_queue = false;
   bool in_ack_list = false;
   bool in_timer_list = false;

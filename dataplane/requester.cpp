@@ -180,14 +180,21 @@ bool send_read_or_atomic(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &m
 
 }  // namespace
 
+// Send queue draining (SQD) finishes what was started, retransmissions included, but starts
+// nothing new.
+uint32_t send_limit(QueuePair &qp) {
+  return qp.state() == IBV_QPS_SQD ? qp.req.started : qp.sq_producer();
+}
+
 bool requester_has_work(QueuePair &qp) {
-  return qp.state() == IBV_QPS_RTS && !qp.comp.rnr_deadline && qp.req.wqe != qp.sq_producer();
+  return (qp.state() == IBV_QPS_RTS || qp.state() == IBV_QPS_SQD) && !qp.comp.rnr_deadline &&
+         qp.req.wqe != send_limit(qp);
 }
 
 uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
   RequesterState &req = qp.req;
-  if (qp.state() != IBV_QPS_RTS || qp.comp.rnr_deadline) return 0;
-  uint32_t producer = qp.sq_producer();
+  if ((qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD) || qp.comp.rnr_deadline) return 0;
+  uint32_t producer = send_limit(qp);
   uint32_t sent = 0;
   bool retire = false;
   while (sent < budget && req.wqe != producer) {

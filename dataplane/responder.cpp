@@ -3,6 +3,7 @@
 // coalesced ACKs, NAKs and read/atomic responses (which go out in PSN order).
 #include <infiniband/verbs.h>
 
+#include "events.h"
 #include "sge_io.h"
 #include "transport.h"
 #include "worker.h"
@@ -347,6 +348,11 @@ void responder_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
   if (qp.state() == IBV_QPS_ERR) {
     w.dev.counters.packets_dropped++;
     return;
+  }
+  // The first packet a QP receives in RTR tells its owner the connection is up.
+  if (qp.state() == IBV_QPS_RTR && !qp.comm_established) {
+    qp.comm_established = true;
+    raise_event(qp.async_fd, IBV_EVENT_COMM_EST, qp.cookie);
   }
   if (qp.type == IBV_QPT_UD) return receive_ud(w, qp, pkt, info);
   if (op_transport(pkt.bth().opcode()) != (qp.type == IBV_QPT_UC ? kUc : kRc) ||

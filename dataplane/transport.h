@@ -29,6 +29,11 @@ void responder_send_ack(Worker &w, QueuePair &qp);
 
 // QP life cycle on the data path.
 void qp_enter_error(Worker &w, QueuePair &qp);
+void qp_enter_send_error(Worker &w, QueuePair &qp);  // UC/UD: SQE, receive side goes on
+void qp_flush_send_queue(QueuePair &qp);
+// SQD: tells the owner once nothing is outstanding (if it asked to be told).
+void qp_check_drained(QueuePair &qp);
+bool qp_sq_busy(const QueuePair &qp);
 void qp_flush(Worker &w, QueuePair &qp);  // completes everything outstanding with FLUSH_ERR
 void qp_reset_transport(QueuePair &qp);
 

@@ -177,6 +177,10 @@ bool Worker::serve_run_queue() {
       qp_flush(*this, *qp);
       continue;
     }
+    if (qp->state() == IBV_QPS_SQE) {  // new sends complete in error; receives go on
+      qp_flush_send_queue(*qp);
+      continue;
+    }
     uint32_t sent = responder_send_reads(*this, *qp, kQpBudget);
     if (sent < kQpBudget) sent += requester_run(*this, *qp, kQpBudget - sent);
     if (requester_has_work(*qp) || responder_has_work(*qp)) {

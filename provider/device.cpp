@@ -98,6 +98,8 @@ void setup_ops(Context *c) {
   c->vctx.create_qp_ex = create_qp_ex;
   c->vctx.create_cq_ex = create_cq_ex;
   c->vctx.create_srq_ex = create_srq_ex;
+  c->vctx.alloc_null_mr = alloc_null_mr;
+  c->vctx.modify_cq = modify_cq;
   c->vctx.sz = sizeof(verbs_context);
   ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
 }

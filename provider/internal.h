@@ -72,6 +72,8 @@ struct Pd {
 
 struct Mr {
   ibv_mr ibv;
+  int access = 0;
+  static Mr *of(ibv_mr *m) { return outer_of(m, &Mr::ibv); }
 };
 
 struct Cq {
@@ -161,6 +163,8 @@ int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
                     ibv_device_attr_ex *attr, size_t attr_size);
 ibv_qp *create_qp_ex(ibv_context *ctx, ibv_qp_init_attr_ex *attr);
 ibv_srq *create_srq_ex(ibv_context *ctx, ibv_srq_init_attr_ex *attr);
+ibv_mr *alloc_null_mr(ibv_pd *pd);
+int modify_cq(ibv_cq *cq, ibv_modify_cq_attr *attr);
 int post_srq_recv(ibv_srq *srq, ibv_recv_wr *wr, ibv_recv_wr **bad_wr);
 // Writes receive WRs into a ring; returns 0 or the errno for ibv_post_recv/_srq_recv.
 int post_recv_wrs(shm::RingIndices &ring, shm::RecvWqe *slots, uint32_t nslots,

@@ -284,6 +284,7 @@ VRNIC_EXPORT ibv_mr *ibv_reg_mr_iova2(ibv_pd *pd, void *addr, size_t length, uin
   if (err) return fail_null<ibv_mr>(err);
   auto *mr = new (std::nothrow) Mr{};
   if (!mr) return fail_null<ibv_mr>(ENOMEM);
+  mr->access = int(access);
   mr->ibv.context = pd->context;
   mr->ibv.pd = pd;
   mr->ibv.addr = addr;
@@ -306,14 +307,44 @@ VRNIC_EXPORT ibv_mr *ibv_reg_mr_iova(ibv_pd *pd, void *addr, size_t length, uint
 VRNIC_EXPORT int ibv_dereg_mr(ibv_mr *mr) {
   ctl::HandleReq req{mr->handle, 0};
   int err = Context::of(mr->context)->conn.call(ctl::Op::kDeregMr, &req, sizeof(req), nullptr, 0);
-  if (!err) delete reinterpret_cast<Mr *>(mr);
+  if (!err) delete Mr::of(mr);
   return err;
 }
 
-VRNIC_EXPORT int ibv_rereg_mr(ibv_mr *, int, ibv_pd *, void *, size_t, int) {
-  errno = EOPNOTSUPP;
-  return IBV_REREG_MR_ERR_INPUT;
+// A new registration replaces the old one: translation, PD and access as asked, the rest
+// as it was. The keys change, as verbs allows.
+VRNIC_EXPORT int ibv_rereg_mr(ibv_mr *mr, int flags, ibv_pd *pd, void *addr, size_t length,
+                              int access) {
+  constexpr int kKnown =
+      IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  if (!mr || !flags || (flags & ~kKnown)) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  ibv_pd *new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : mr->pd;
+  void *new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->addr;
+  size_t new_len = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->length;
+  int new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : Mr::of(mr)->access;
+  if (!new_pd || new_pd->context != mr->context) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  ibv_mr *fresh = ibv_reg_mr_iova2(new_pd, new_addr, new_len,
+                                   reinterpret_cast<uint64_t>(new_addr), unsigned(new_access));
+  if (!fresh) return IBV_REREG_MR_ERR_INPUT;  // the old registration stands, errno set
+  ctl::HandleReq req{mr->handle, 0};
+  if (int err = Context::of(mr->context)->conn.call(ctl::Op::kDeregMr, &req, sizeof(req), nullptr, 0)) {
+    ibv_dereg_mr(fresh);
+    errno = err;
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  Mr *old = Mr::of(mr), *now = Mr::of(fresh);
+  old->ibv = now->ibv;
+  old->access = now->access;
+  delete now;
+  return 0;
 }
+
 
 // Registered memory stays usable in the parent; children see it as MADV_DONTFORK asks.
 VRNIC_EXPORT int ibv_fork_init(void) { return 0; }
@@ -326,3 +357,26 @@ VRNIC_EXPORT int ibv_dofork_range(void *base, size_t size) {
 }
 
 }  // extern "C"
+
+namespace vrnic::provider {
+
+ibv_mr *alloc_null_mr(ibv_pd *pd) {
+  ctl::HandleReq req{pd->handle, 0};
+  ctl::RegMrResp resp{};
+  if (int err = Context::of(pd->context)
+                    ->conn.call(ctl::Op::kAllocNullMr, &req, sizeof(req), &resp, sizeof(resp)))
+    return fail_null<ibv_mr>(err);
+  auto *mr = new (std::nothrow) Mr{};
+  if (!mr) return fail_null<ibv_mr>(ENOMEM);
+  mr->access = IBV_ACCESS_LOCAL_WRITE;
+  mr->ibv.context = pd->context;
+  mr->ibv.pd = pd;
+  mr->ibv.addr = nullptr;
+  mr->ibv.length = SIZE_MAX;
+  mr->ibv.handle = resp.handle;
+  mr->ibv.lkey = resp.lkey;
+  mr->ibv.rkey = 0;  // nothing remote can reach it
+  return &mr->ibv;
+}
+
+}  // namespace vrnic::provider

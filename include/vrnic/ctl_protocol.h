@@ -35,6 +35,7 @@ enum class Op : uint16_t {
   kModifySrq,
   kQuerySrq,
   kDestroySrq,
+  kAllocNullMr,
 };
 
 struct MsgHeader {
