@@ -200,6 +200,15 @@ bool Server::handle(Session &s) {
       reply(alloc_null_mr(s, handle_of(), resp), &resp, sizeof(resp));
       break;
     }
+    case ctl::Op::kAllocMw: {
+      ctl::AllocMwResp resp{};
+      auto *req = m->as<ctl::AllocMwReq>();
+      reply(req ? alloc_mw(s, *req, resp) : EINVAL, &resp, sizeof(resp));
+      break;
+    }
+    case ctl::Op::kDeallocMw:
+      reply(dealloc_mw(s, handle_of()), nullptr, 0);
+      break;
     case ctl::Op::kDeregMr:
       reply(dereg_mr(s, handle_of()), nullptr, 0);
       break;
@@ -422,11 +431,57 @@ int Server::alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp) {
 int Server::dereg_mr(Session &s, uint32_t handle) {
   if (!owns(s.mrs, handle)) return EINVAL;
   uint32_t pd = 0;
+  int st = 0;
   workers_[0]->execute([&] {
+    if (dev_.mrs.get(handle)->bound_windows) {
+      st = EBUSY;  // memory windows still expose it
+      return;
+    }
     if (auto mr = dev_.mrs.remove(handle)) pd = mr->pd;
   });
+  if (st) return st;
   if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
   erase_handle(s.mrs, handle);
+  return 0;
+}
+
+int Server::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &resp) {
+  ProtectionDomain *pd = pds_.get(req.pd);
+  if (!pd || pd->session != s.id) return EINVAL;
+  if (req.type != IBV_MW_TYPE_1 && req.type != IBV_MW_TYPE_2) return EINVAL;
+  auto mw = std::make_unique<MemoryWindow>();
+  mw->pd = req.pd;
+  mw->session = s.id;
+  mw->type = uint8_t(req.type);
+  uint32_t handle = 0;
+  workers_[0]->execute([&] {
+    MemoryWindow *raw = mw.get();
+    handle = dev_.mws.insert(std::move(mw));
+    if (!handle) return;
+    raw->handle = handle;
+    raw->key = kMwKeyBit | handle << 8 | dev_.mws.generation(handle);
+    resp.rkey = raw->key;
+  });
+  if (!handle) return ENOMEM;
+  pd->refs++;
+  s.mws.push_back(handle);
+  resp.handle = handle;
+  return 0;
+}
+
+int Server::dealloc_mw(Session &s, uint32_t handle) {
+  if (!owns(s.mws, handle)) return EINVAL;
+  uint32_t pd = 0;
+  workers_[0]->execute([&] {
+    MemoryWindow *mw = dev_.mws.get(handle);
+    if (mw->bound) {
+      if (MemoryRegion *mr = dev_.mr_by_key(mw->mr_key)) mr->bound_windows--;
+    }
+    pd = mw->pd;
+    dev_.mws.remove(handle);
+  });
+  if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
+  erase_handle(s.mws, handle);
   return 0;
 }
 
@@ -840,6 +895,7 @@ void Server::stats(ctl::StatsResp &resp) {
     resp.cqs = dev_.cqs.size();
     resp.qps = dev_.qps.size();
     resp.srqs = dev_.srqs.size();
+    resp.mws = dev_.mws.size();
     resp.packets_sent = dev_.counters.packets_sent;
     resp.packets_received = dev_.counters.packets_received;
     resp.packets_dropped = dev_.counters.packets_dropped;
@@ -859,6 +915,7 @@ void Server::close_session(uint32_t id) {
   while (!s.srqs.empty()) {
     if (destroy_srq(s, s.srqs.back())) break;
   }
+  while (!s.mws.empty()) dealloc_mw(s, s.mws.back());
   while (!s.mrs.empty()) dereg_mr(s, s.mrs.back());
   while (!s.ahs.empty()) destroy_ah(s, s.ahs.back());
   while (!s.cqs.empty()) {

@@ -50,7 +50,7 @@ struct Session {
   int async_fd = -1;
   int shm_fd = -1;
   shm::SessionShared *shm = nullptr;
-  std::vector<uint32_t> pds, mrs, cqs, qps, ahs, channels, srqs;
+  std::vector<uint32_t> pds, mrs, cqs, qps, ahs, channels, srqs, mws;
   ~Session();
 };
 
@@ -74,6 +74,8 @@ class Server {
   int reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp);
   int dereg_mr(Session &s, uint32_t handle);
   int alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp);
+  int alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &resp);
+  int dealloc_mw(Session &s, uint32_t handle);
   // Puts an MR in the key table (on the worker); returns its handle, 0 when full.
   uint32_t insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp);
   int create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp);

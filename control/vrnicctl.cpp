@@ -21,10 +21,10 @@ int stats(int sock) {
     return 1;
   }
   std::printf(
-      "sessions=%u\npds=%u\nmrs=%u\ncqs=%u\nqps=%u\nahs=%u\nchannels=%u\nsrqs=%u\n"
+      "sessions=%u\npds=%u\nmrs=%u\ncqs=%u\nqps=%u\nahs=%u\nchannels=%u\nsrqs=%u\nmws=%u\n"
       "packets_sent=%llu\npackets_received=%llu\npackets_dropped=%llu\nretransmits=%llu\n"
       "rnr_naks_sent=%llu\nnaks_sent=%llu\n",
-      r->sessions, r->pds, r->mrs, r->cqs, r->qps, r->ahs, r->channels, r->srqs,
+      r->sessions, r->pds, r->mrs, r->cqs, r->qps, r->ahs, r->channels, r->srqs, r->mws,
       (unsigned long long)r->packets_sent, (unsigned long long)r->packets_received,
       (unsigned long long)r->packets_dropped, (unsigned long long)r->retransmits,
       (unsigned long long)r->rnr_naks_sent, (unsigned long long)r->naks_sent);

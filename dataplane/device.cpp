@@ -43,4 +43,19 @@ Device::Device() {
   g.type = 1;  // IBV_GID_TYPE_SYSFS_ROCE_V2
 }
 
+const MemoryRegion *Device::resolve_rkey(const QueuePair &qp, uint32_t rkey, uint64_t va,
+                                         uint64_t len, uint32_t right) const {
+  if (!(qp.attr.qp_access_flags & right)) return nullptr;
+  if (const MemoryWindow *mw = mw_by_key(rkey)) {
+    if (!mw->bound || mw->pd != qp.pd || !(mw->access & right)) return nullptr;
+    if (mw->type == IBV_MW_TYPE_2 && mw->qpn != qp.qpn) return nullptr;
+    if (va < mw->va || len > mw->length || va - mw->va > mw->length - len) return nullptr;
+    const MemoryRegion *mr = mr_by_key(mw->mr_key);
+    return mr && mr->contains(va, len) ? mr : nullptr;
+  }
+  const MemoryRegion *mr = mr_by_key(rkey);
+  if (!mr || mr->pd != qp.pd || !(mr->access & right) || !mr->contains(va, len)) return nullptr;
+  return mr;
+}
+
 }  // namespace vrnic

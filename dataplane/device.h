@@ -7,6 +7,7 @@
 
 #include "completion_queue.h"
 #include "memory_region.h"
+#include "memory_window.h"
 #include "queue_pair.h"
 #include "slot_table.h"
 #include "vrnic/ctl_protocol.h"
@@ -34,11 +35,21 @@ class Device {
   SlotTable<QueuePair> qps{1u << 20};
   SlotTable<CompletionQueue> cqs{1u << 20};
   SlotTable<ReceiveQueue> srqs{1u << 16};
+  SlotTable<MemoryWindow> mws{1u << 16};
 
   MemoryRegion *mr_by_key(uint32_t key) const {
     MemoryRegion *mr = mrs.get(key >> 8);
     return mr && mr->key == key ? mr : nullptr;
   }
+  MemoryWindow *mw_by_key(uint32_t key) const {
+    if (!(key & kMwKeyBit)) return nullptr;
+    MemoryWindow *mw = mws.get((key & ~kMwKeyBit) >> 8);
+    return mw && mw->key == key ? mw : nullptr;
+  }
+  // The region an rkey gives `qp` access to for [va, va+len) with `right`: an MR's own rkey
+  // or a bound window's; nullptr when the key does not allow it.
+  const MemoryRegion *resolve_rkey(const QueuePair &qp, uint32_t rkey, uint64_t va,
+                                   uint64_t len, uint32_t right) const;
   QueuePair *qp_by_qpn(uint32_t qpn) const {
     return qpn >= kQpnBase ? qps.get(qpn - kQpnBase + 1) : nullptr;
   }

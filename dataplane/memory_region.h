@@ -41,6 +41,7 @@ class MemoryRegion {
   uint64_t length = 0;
   // ibv_alloc_null_mr: reads give zeros, writes are dropped, any address is in range.
   bool null_mr = false;
+  uint32_t bound_windows = 0;  // deregistration waits until none is bound
   std::vector<MrPieceMap> pieces;  // sorted, covering [addr, addr + length)
   std::vector<Mapping> mappings;   // unmapped on destruction
 

@@ -54,7 +54,7 @@ struct ResponderResource {
   uint32_t packets = 0;
   uint32_t sent = 0;        // read response packets sent
   uint64_t va = 0;
-  uint32_t rkey = 0;
+  uint32_t mr_key = 0;  // the region the rkey resolved to
   uint32_t length = 0;
   uint64_t atomic_orig = 0;
 };
@@ -74,7 +74,7 @@ struct ResponderState {
   uint32_t recv_sge = 0, recv_sge_offset = 0;
   // WRITE in progress
   bool in_write = false;
-  uint32_t write_rkey = 0;
+  uint32_t write_mr_key = 0;  // the region the rkey resolved to (directly or via a window)
   uint64_t write_va = 0;
   uint32_t write_left = 0;
   uint32_t write_total = 0;

@@ -17,6 +17,8 @@ constexpr int32_t kPsnWindow = 1024;
 // does not fire) before the last packet.
 constexpr uint32_t kAckReqInterval = 256;
 
+bool is_local_op(uint8_t op) { return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV; }
+
 bool is_read_or_atomic(uint8_t op) {
   return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
          op == IBV_WR_ATOMIC_FETCH_AND_ADD;
@@ -40,11 +42,24 @@ void start_wqe(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
   meta.first_psn = meta.resp_psn = qp.req.psn;
   uint64_t total = 0;
   bool allowed = qp.type == IBV_QPT_RC ||
-                 (qp.type == IBV_QPT_UC && !is_read_or_atomic(wqe.opcode)) ||
+                 (qp.type == IBV_QPT_UC && !is_read_or_atomic(wqe.opcode) &&
+                  wqe.opcode != IBV_WR_SEND_WITH_INV) ||
                  wqe.opcode == IBV_WR_SEND || wqe.opcode == IBV_WR_SEND_WITH_IMM;
   switch (allowed ? wqe.opcode : 0xff) {
+    case IBV_WR_BIND_MW:
+    case IBV_WR_LOCAL_INV:
+      if (qp.type == IBV_QPT_UD) {
+        meta.status = IBV_WC_LOC_QP_OP_ERR;
+      } else {
+        meta.status = uint8_t(execute_local_op(w.dev, qp, wqe));
+      }
+      meta.last_psn = psn_add(meta.first_psn, -1u);  // no packet, no PSN
+      meta.length = 0;
+      qp.req.started++;
+      return;
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
       if (wqe.flags & shm::kWqeInline) {
@@ -89,6 +104,7 @@ void start_wqe(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
 uint8_t send_or_write_opcode(uint8_t wr_op, bool first, bool last) {
   bool write = wr_op == IBV_WR_RDMA_WRITE || wr_op == IBV_WR_RDMA_WRITE_WITH_IMM;
   bool imm = wr_op == IBV_WR_SEND_WITH_IMM || wr_op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (wr_op == IBV_WR_SEND_WITH_INV && last) return first ? kSendOnlyInv : kSendLastInv;
   if (first && last)
     return write ? (imm ? kWriteOnlyImm : kWriteOnly) : (imm ? kSendOnlyImm : kSendOnly);
   if (first) return write ? kWriteFirst : kSendFirst;
@@ -120,6 +136,7 @@ bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
   const OpcodeInfo &info = opcode_info(opcode);
   if (info.flags & kOpReth) pkt->ext<Reth>(info.reth_off).set(wqe.remote_addr, wqe.rkey, meta.length);
   if (info.flags & kOpImm) pkt->ext<ImmDt>(info.imm_off).set_raw(wqe.imm_or_rkey);
+  if (info.flags & kOpIeth) pkt->ext<Ieth>(info.ieth_off).set(wqe.imm_or_rkey);
   if (info.flags & kOpDeth) {
     // A Q_Key with the high bit set means "use the QP's own" (IB spec 10.2.5).
     uint32_t qkey = int32_t(wqe.ud.remote_qkey) < 0 ? qp.attr.qkey : wqe.ud.remote_qkey;
@@ -212,6 +229,11 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
     if (meta.status) {  // stop here; the completer reports it once earlier WQEs retire
       retire = true;
       break;
+    }
+    if (is_local_op(meta.opcode)) {  // done when started: nothing goes on the wire
+      req.wqe++;
+      retire = true;
+      continue;
     }
     bool ok = is_read_or_atomic(meta.opcode) ? send_read_or_atomic(w, qp, wqe, meta)
                                              : send_data_packet(w, qp, wqe, meta);

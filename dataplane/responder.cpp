@@ -84,10 +84,7 @@ void rnr_nak(Worker &w, QueuePair &qp, uint32_t psn) {
 // Checks an rkey for `len` bytes at va with `right`; the QP must allow it too.
 const MemoryRegion *remote_mr(Worker &w, QueuePair &qp, uint32_t rkey, uint64_t va, uint64_t len,
                               uint32_t right) {
-  if (!(qp.attr.qp_access_flags & right)) return nullptr;
-  const MemoryRegion *mr = w.dev.mr_by_key(rkey);
-  if (!mr || mr->pd != qp.pd || !(mr->access & right) || !mr->contains(va, len)) return nullptr;
-  return mr;
+  return w.dev.resolve_rkey(qp, rkey, va, len, right);
 }
 
 void finish_message(QueuePair &qp) { qp.resp.msn = (qp.resp.msn + 1) & 0xffffff; }
@@ -122,6 +119,13 @@ void receive_send(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo 
       cqe.imm_data = pkt.ext<ImmDt>(info.imm_off).raw();
       cqe.wc_flags = IBV_WC_WITH_IMM;
     }
+    if (info.flags & kOpIeth) {
+      uint32_t rkey = pkt.ext<Ieth>(info.ieth_off).rkey();
+      if (!invalidate_window(w.dev, qp, rkey))
+        return fail_recv(w, qp, psn, IBV_WC_REM_INV_REQ_ERR, kNakInvalidRequest);
+      cqe.imm_data = rkey;  // ibv_wc.invalidated_rkey, host order
+      cqe.wc_flags = IBV_WC_WITH_INV;
+    }
     complete_recv(w, qp, cqe, pkt.bth().solicited());
   }
 }
@@ -131,11 +135,13 @@ void receive_write(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo
   uint32_t psn = pkt.bth().psn();
   if (info.flags & kOpFirst) {
     const Reth &reth = pkt.ext<Reth>(info.reth_off);
-    if (reth.dma_len() &&
-        !remote_mr(w, qp, reth.rkey(), reth.va(), reth.dma_len(), IBV_ACCESS_REMOTE_WRITE))
-      return fail(w, qp, psn, kNakRemoteAccess);
+    const MemoryRegion *mr =
+        reth.dma_len()
+            ? remote_mr(w, qp, reth.rkey(), reth.va(), reth.dma_len(), IBV_ACCESS_REMOTE_WRITE)
+            : nullptr;
+    if (reth.dma_len() && !mr) return fail(w, qp, psn, kNakRemoteAccess);
     r.in_write = true;
-    r.write_rkey = reth.rkey();
+    r.write_mr_key = mr ? mr->key : 0;
     r.write_va = reth.va();
     r.write_left = r.write_total = reth.dma_len();
   }
@@ -147,7 +153,7 @@ void receive_write(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo
   if (last && (info.flags & kOpImm) && !r.has_wqe && !take_recv_wqe(qp))
     return rnr_nak(w, qp, psn);
   if (pkt.payload_len) {
-    const MemoryRegion *mr = w.dev.mr_by_key(r.write_rkey);
+    const MemoryRegion *mr = w.dev.mr_by_key(r.write_mr_key);
     if (!mr || !mr->write(r.write_va, pkt.payload, pkt.payload_len))
       return fail(w, qp, psn, kNakRemoteAccess);
   }
@@ -184,8 +190,11 @@ void receive_read(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo 
                   bool duplicate) {
   uint32_t psn = pkt.bth().psn();
   const Reth &reth = pkt.ext<Reth>(info.reth_off);
-  if (reth.dma_len() &&
-      !remote_mr(w, qp, reth.rkey(), reth.va(), reth.dma_len(), IBV_ACCESS_REMOTE_READ)) {
+  const MemoryRegion *mr =
+      reth.dma_len()
+          ? remote_mr(w, qp, reth.rkey(), reth.va(), reth.dma_len(), IBV_ACCESS_REMOTE_READ)
+          : nullptr;
+  if (reth.dma_len() && !mr) {
     if (!duplicate) fail(w, qp, psn, kNakRemoteAccess);
     return;
   }
@@ -198,7 +207,7 @@ void receive_read(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo 
   res->first_psn = psn;
   res->packets = reth.dma_len() ? (reth.dma_len() + qp.mtu - 1) / qp.mtu : 1;
   res->va = reth.va();
-  res->rkey = reth.rkey();
+  res->mr_key = mr ? mr->key : 0;
   res->length = reth.dma_len();
   if (!duplicate) {
     qp.resp.psn = psn_add(psn, res->packets);
@@ -435,7 +444,7 @@ uint32_t responder_send_reads(Worker &w, QueuePair &qp, uint32_t budget) {
                      : first       ? kReadResponseFirst
                      : last        ? kReadResponseLast
                                    : kReadResponseMiddle;
-    const MemoryRegion *mr = chunk ? w.dev.mr_by_key(res.rkey) : nullptr;
+    const MemoryRegion *mr = chunk ? w.dev.mr_by_key(res.mr_key) : nullptr;
     if (chunk && (!mr || !mr->contains(res.va + offset, chunk))) {
       r.res_sending = r.res_head;  // the region went away under the read
       fail(w, qp, psn, kNakRemoteAccess);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "device.h"
 #include "packet.h"
 #include "queue_pair.h"
 
@@ -15,6 +16,12 @@ class Worker;
 // Requester: packets for new and retransmitted WQEs; returns how many it sent.
 uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget);
 bool requester_has_work(QueuePair &qp);
+
+// Local operations of the send queue (memory window bind, local invalidate), executed when
+// the requester reaches them; returns 0 or the ibv_wc_status of the failure.
+int execute_local_op(Device &dev, QueuePair &qp, const shm::SendWqe &wqe);
+// Remote invalidation (SEND with invalidate) of a type 2 window bound to `qp`.
+bool invalidate_window(Device &dev, const QueuePair &qp, uint32_t rkey);
 
 // Completer.
 void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt);

@@ -80,16 +80,36 @@ void end_poll(ibv_cq_ex *ex) {
   if (kLocked) pthread_spin_unlock(&cq->lock);
 }
 
-ibv_wc_opcode read_opcode(ibv_cq_ex *ex) { return ibv_wc_opcode(current(ex).opcode); }
-uint32_t read_vendor_err(ibv_cq_ex *) { return 0; }
-uint32_t read_byte_len(ibv_cq_ex *ex) { return current(ex).byte_len; }
-__be32 read_imm_data(ibv_cq_ex *ex) { return current(ex).imm_data; }  // or invalidated rkey
-uint32_t read_qp_num(ibv_cq_ex *ex) { return current(ex).qp_num; }
-uint32_t read_src_qp(ibv_cq_ex *ex) { return current(ex).src_qp; }
-unsigned int read_wc_flags(ibv_cq_ex *ex) { return current(ex).wc_flags; }
-uint32_t read_slid(ibv_cq_ex *ex) { return current(ex).slid; }
-uint8_t read_sl(ibv_cq_ex *ex) { return current(ex).sl; }
-uint8_t read_dlid_path_bits(ibv_cq_ex *) { return 0; }  // RoCE: no LID path bits
+ibv_wc_opcode read_opcode(ibv_cq_ex *ex) {
+  return ibv_wc_opcode(current(ex).opcode);
+}
+uint32_t read_vendor_err(ibv_cq_ex *) {
+  return 0;
+}
+uint32_t read_byte_len(ibv_cq_ex *ex) {
+  return current(ex).byte_len;
+}
+__be32 read_imm_data(ibv_cq_ex *ex) {
+  return current(ex).imm_data;
+}  // or invalidated rkey
+uint32_t read_qp_num(ibv_cq_ex *ex) {
+  return current(ex).qp_num;
+}
+uint32_t read_src_qp(ibv_cq_ex *ex) {
+  return current(ex).src_qp;
+}
+unsigned int read_wc_flags(ibv_cq_ex *ex) {
+  return current(ex).wc_flags;
+}
+uint32_t read_slid(ibv_cq_ex *ex) {
+  return current(ex).slid;
+}
+uint8_t read_sl(ibv_cq_ex *ex) {
+  return current(ex).sl;
+}
+uint8_t read_dlid_path_bits(ibv_cq_ex *) {
+  return 0;
+}  // RoCE: no LID path bits
 
 }  // namespace
 
@@ -136,8 +156,8 @@ ibv_cq_ex *create_cq_ex(ibv_context *context, ibv_cq_init_attr_ex *attr) {
   if (attr->wc_flags & ~kSupportedWcFlags) return fail_null<ibv_cq_ex>(EOPNOTSUPP);
   if (attr->cqe > uint32_t(INT_MAX) || attr->comp_vector > uint32_t(INT_MAX))
     return fail_null<ibv_cq_ex>(EINVAL);
-  Cq *cq = create_cq(context, int(attr->cqe), attr->cq_context, attr->channel,
-                     int(attr->comp_vector));
+  Cq *cq =
+      create_cq(context, int(attr->cqe), attr->cq_context, attr->channel, int(attr->comp_vector));
   if (!cq) return nullptr;
   if (int err = setup_cq_ex(cq, attr->wc_flags)) {
     ibv_destroy_cq(&cq->ibv);

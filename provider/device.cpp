@@ -48,7 +48,8 @@ void fill_device_attr(const ctl::DeviceInfo &d, ibv_device_attr *a) {
   a->max_qp_wr = int(d.max_qp_wr);
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
                         IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_N_NOTIFY_CQ |
-                        IBV_DEVICE_SRQ_RESIZE;
+                        IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_MEM_WINDOW |
+                        IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_sge = int(d.max_sge);
   a->max_sge_rd = int(d.max_sge);
   a->max_cq = int(d.max_cq);
@@ -65,6 +66,7 @@ void fill_device_attr(const ctl::DeviceInfo &d, ibv_device_attr *a) {
   a->max_srq = int(d.max_srq);
   a->max_srq_wr = int(d.max_srq_wr);
   a->max_srq_sge = int(d.max_sge);
+  a->max_mw = int(d.max_pd);
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;
 }
@@ -93,6 +95,9 @@ void setup_ops(Context *c) {
   ctx.ops.post_send = post_send;
   ctx.ops.post_recv = post_recv;
   ctx.ops.post_srq_recv = post_srq_recv;
+  ctx.ops.alloc_mw = alloc_mw;
+  ctx.ops.bind_mw = bind_mw;
+  ctx.ops.dealloc_mw = dealloc_mw;
   c->vctx.query_port = query_port;
   c->vctx.query_device_ex = query_device_ex;
   c->vctx.create_qp_ex = create_qp_ex;

@@ -155,6 +155,11 @@ T *fail_null(int err) {
 
 // Per-object-family entry points used when the context is set up.
 int post_send(ibv_qp *qp, ibv_send_wr *wr, ibv_send_wr **bad_wr);
+// allow_type1: the WR list comes from ibv_bind_mw (type 1 window binds).
+int post_send_wrs(Qp *qp, ibv_send_wr *wr, ibv_send_wr **bad_wr, bool allow_type1);
+ibv_mw *alloc_mw(ibv_pd *pd, ibv_mw_type type);
+int dealloc_mw(ibv_mw *mw);
+int bind_mw(ibv_qp *qp, ibv_mw *mw, ibv_mw_bind *bind);
 int post_recv(ibv_qp *qp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr);
 int poll_cq(ibv_cq *cq, int n, ibv_wc *wc);
 int req_notify_cq(ibv_cq *cq, int solicited_only);

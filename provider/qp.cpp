@@ -51,27 +51,52 @@ bool supported_opcode(ibv_wr_opcode op) {
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_BIND_MW:
+    case IBV_WR_LOCAL_INV:
       return true;
     default:
       return false;
   }
 }
 
+// A window bind as vrnicd reads it: rkey = the window's new rkey, remote_addr/compare_add =
+// the range, swap = rights << 32 | the MR's lkey.
+int encode_bind(Qp *qp, ibv_mw *mw, uint32_t new_rkey, const ibv_mw_bind_info &info,
+                shm::SendWqe &w) {
+  if (!mw || mw->pd != qp->ibv.pd || (info.mr && info.mr->pd != mw->pd)) return EINVAL;
+  if ((new_rkey & ~0xffu) != (mw->rkey & ~0xffu)) return EINVAL;  // only the key byte may change
+  if (!info.mr && (info.addr || info.length)) return EINVAL;
+  w.rkey = new_rkey;
+  w.remote_addr = info.addr;
+  w.compare_add = info.length;
+  w.swap = uint64_t(info.mw_access_flags) << 32 | (info.mr ? info.mr->lkey : 0);
+  w.num_sge = 0;
+  w.length = 0;
+  return 0;
+}
+
 bool opcode_fits_qp(ibv_qp_type type, ibv_wr_opcode op) {
   if (type == IBV_QPT_UD) return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
   if (type == IBV_QPT_UC)
     return op != IBV_WR_RDMA_READ && op != IBV_WR_ATOMIC_CMP_AND_SWP &&
-           op != IBV_WR_ATOMIC_FETCH_AND_ADD;
+           op != IBV_WR_ATOMIC_FETCH_AND_ADD && op != IBV_WR_SEND_WITH_INV;
   return true;
 }
 
 // Validates one send WR and writes it into its slot; returns 0 or the errno for post_send.
-int write_send_wqe(Qp *qp, const ibv_send_wr *wr, shm::SendWqe &w) {
+int write_send_wqe(Qp *qp, const ibv_send_wr *wr, shm::SendWqe &w, bool allow_type1) {
   if (!supported_opcode(wr->opcode) || !opcode_fits_qp(qp->ibv.qp_type, wr->opcode))
     return EINVAL;
+  if (wr->opcode == IBV_WR_BIND_MW) {
+    // Type 1 windows are bound with ibv_bind_mw, type 2 through the send queue.
+    ibv_mw *mw = wr->bind_mw.mw;
+    if (!mw || mw->type != (allow_type1 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2)) return EINVAL;
+  }
   if (wr->num_sge < 0) return EINVAL;
   bool is_inline = (wr->send_flags & IBV_SEND_INLINE) &&
                    (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM ||
+                    wr->opcode == IBV_WR_SEND_WITH_INV ||
                     wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM);
   w.wr_id = wr->wr_id;
   w.opcode = uint8_t(wr->opcode);
@@ -79,7 +104,16 @@ int write_send_wqe(Qp *qp, const ibv_send_wr *wr, shm::SendWqe &w) {
                     ((wr->send_flags & IBV_SEND_SOLICITED) ? shm::kWqeSolicited : 0) |
                     ((wr->send_flags & IBV_SEND_FENCE) ? shm::kWqeFence : 0) |
                     (is_inline ? shm::kWqeInline : 0));
-  w.imm_or_rkey = wr->imm_data;
+  w.imm_or_rkey = (wr->opcode == IBV_WR_SEND_WITH_INV || wr->opcode == IBV_WR_LOCAL_INV)
+                      ? wr->invalidate_rkey
+                      : wr->imm_data;
+  if (wr->opcode == IBV_WR_BIND_MW)
+    return encode_bind(qp, wr->bind_mw.mw, wr->bind_mw.rkey, wr->bind_mw.bind_info, w);
+  if (wr->opcode == IBV_WR_LOCAL_INV) {
+    w.num_sge = 0;
+    w.length = 0;
+    return 0;
+  }
   if (qp->ibv.qp_type == IBV_QPT_UD) {
     if (!wr->wr.ud.ah || wr->wr.ud.ah->pd != qp->ibv.pd) return EINVAL;
     const ctl::AddressVector &av = Ah::of(wr->wr.ud.ah)->av;
@@ -130,7 +164,10 @@ int write_send_wqe(Qp *qp, const ibv_send_wr *wr, shm::SendWqe &w) {
 namespace vrnic::provider {
 
 int post_send(ibv_qp *ibqp, ibv_send_wr *wr, ibv_send_wr **bad_wr) {
-  Qp *qp = Qp::of(ibqp);
+  return post_send_wrs(Qp::of(ibqp), wr, bad_wr, false);
+}
+
+int post_send_wrs(Qp *qp, ibv_send_wr *wr, ibv_send_wr **bad_wr, bool allow_type1) {
   uint32_t state = qp->shared->state.load(std::memory_order_acquire);
   if (state < IBV_QPS_RTS && state != IBV_QPS_ERR) {
     *bad_wr = wr;
@@ -145,7 +182,8 @@ int post_send(ibv_qp *ibqp, ibv_send_wr *wr, ibv_send_wr **bad_wr) {
       err = ENOMEM;
       break;
     }
-    if ((err = write_send_wqe(qp, wr, qp->sq[producer & (qp->sq_slots - 1)]))) break;
+    if ((err = write_send_wqe(qp, wr, qp->sq[producer & (qp->sq_slots - 1)], allow_type1)))
+      break;
     producer++;
   }
   qp->shared->sq.producer.store(producer, std::memory_order_release);
@@ -473,6 +511,46 @@ VRNIC_EXPORT ibv_ah *ibv_create_ah_from_wc(ibv_pd *pd, ibv_wc *wc, ibv_grh *grh,
     return fail_null<ibv_ah>(err);
   return ibv_create_ah(pd, &attr);
 }
+
+}  // extern "C"
+
+namespace vrnic::provider {
+
+ibv_mw *alloc_mw(ibv_pd *pd, ibv_mw_type type) {
+  ctl::AllocMwReq req{pd->handle, uint32_t(type)};
+  ctl::AllocMwResp resp{};
+  if (int err = Context::of(pd->context)
+                    ->conn.call(ctl::Op::kAllocMw, &req, sizeof(req), &resp, sizeof(resp)))
+    return fail_null<ibv_mw>(err);
+  auto *mw = new (std::nothrow) ibv_mw{pd->context, pd, resp.rkey, resp.handle, type};
+  return mw ? mw : fail_null<ibv_mw>(ENOMEM);
+}
+
+int dealloc_mw(ibv_mw *mw) {
+  ctl::HandleReq req{mw->handle, 0};
+  int err = Context::of(mw->context)->conn.call(ctl::Op::kDeallocMw, &req, sizeof(req), nullptr, 0);
+  if (!err) delete mw;
+  return err;
+}
+
+// Type 1: a bind WR on the QP's send queue; the window takes its next rkey once posted.
+int bind_mw(ibv_qp *qp, ibv_mw *mw, ibv_mw_bind *bind) {
+  ibv_send_wr wr{};
+  wr.wr_id = bind->wr_id;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = bind->send_flags;
+  wr.bind_mw.mw = mw;
+  wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+  wr.bind_mw.bind_info = bind->bind_info;
+  ibv_send_wr *bad;
+  int err = post_send_wrs(Qp::of(qp), &wr, &bad, true);
+  if (!err) mw->rkey = wr.bind_mw.rkey;
+  return err;
+}
+
+}  // namespace vrnic::provider
+
+extern "C" {
 
 // Multicast comes with the full-API work: a clean failure until then.
 VRNIC_EXPORT int ibv_attach_mcast(ibv_qp *, const union ibv_gid *, uint16_t) { return EOPNOTSUPP; }

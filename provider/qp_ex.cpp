@@ -91,10 +91,18 @@ shm::SendWqe *current_wqe(Qp *qp) {
   return &qp->sq[(qp->wr_producer - 1) & (qp->sq_slots - 1)];
 }
 
-const void *buf_addr(const ibv_sge &s) { return reinterpret_cast<const void *>(s.addr); }
-size_t buf_len(const ibv_sge &s) { return s.length; }
-const void *buf_addr(const ibv_data_buf &b) { return b.addr; }
-size_t buf_len(const ibv_data_buf &b) { return b.length; }
+const void *buf_addr(const ibv_sge &s) {
+  return reinterpret_cast<const void *>(s.addr);
+}
+size_t buf_len(const ibv_sge &s) {
+  return s.length;
+}
+const void *buf_addr(const ibv_data_buf &b) {
+  return b.addr;
+}
+size_t buf_len(const ibv_data_buf &b) {
+  return b.length;
+}
 
 // Copies the logically concatenated buffers into the WQE (ibv_sge or ibv_data_buf lists).
 template <typename Buf>
@@ -149,7 +157,9 @@ void wr_abort(ibv_qp_ex *ex) {
 
 // ---- WR builders ----
 
-void wr_send(ibv_qp_ex *ex) { begin_wqe(Qp::of(ex), IBV_WR_SEND); }
+void wr_send(ibv_qp_ex *ex) {
+  begin_wqe(Qp::of(ex), IBV_WR_SEND);
+}
 
 void wr_send_imm(ibv_qp_ex *ex, __be32 imm_data) {
   if (shm::SendWqe *w = begin_wqe(Qp::of(ex), IBV_WR_SEND_WITH_IMM)) w->imm_or_rkey = imm_data;

@@ -36,6 +36,8 @@ enum class Op : uint16_t {
   kQuerySrq,
   kDestroySrq,
   kAllocNullMr,
+  kAllocMw,
+  kDeallocMw,
 };
 
 struct MsgHeader {
@@ -133,6 +135,15 @@ struct RegMrResp {
   uint32_t lkey;
   uint32_t rkey;
   uint32_t reserved;
+};
+
+struct AllocMwReq {
+  uint32_t pd;
+  uint32_t type;  // enum ibv_mw_type
+};
+struct AllocMwResp {
+  uint32_t handle;
+  uint32_t rkey;
 };
 
 struct CreateChannelReq {
@@ -268,6 +279,8 @@ struct StatsResp {
   uint32_t ahs;
   uint32_t channels;
   uint32_t srqs;
+  uint32_t mws;
+  uint32_t reserved;
   uint64_t packets_sent;
   uint64_t packets_received;
   uint64_t packets_dropped;
