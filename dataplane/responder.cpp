@@ -133,6 +133,11 @@ void receive_send(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo 
 void receive_write(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
   ResponderState &r = qp.resp;
   uint32_t psn = pkt.bth().psn();
+  bool last = info.flags & kOpLast;
+  // The immediate needs a receive WQE: check before changing any state or memory, so an RNR
+  // retry of this packet starts from the same place.
+  if (last && (info.flags & kOpImm) && !r.has_wqe && !take_recv_wqe(qp))
+    return rnr_nak(w, qp, psn);
   if (info.flags & kOpFirst) {
     const Reth &reth = pkt.ext<Reth>(info.reth_off);
     const MemoryRegion *mr =
@@ -145,13 +150,8 @@ void receive_write(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo
     r.write_va = reth.va();
     r.write_left = r.write_total = reth.dma_len();
   }
-  bool last = info.flags & kOpLast;
   if (pkt.payload_len > r.write_left || (last && pkt.payload_len != r.write_left))
     return fail(w, qp, psn, kNakInvalidRequest);
-  // The immediate needs a receive WQE: check before touching memory, so an RNR retry of
-  // this packet starts from the same place.
-  if (last && (info.flags & kOpImm) && !r.has_wqe && !take_recv_wqe(qp))
-    return rnr_nak(w, qp, psn);
   if (pkt.payload_len) {
     const MemoryRegion *mr = w.dev.mr_by_key(r.write_mr_key);
     if (!mr || !mr->write(r.write_va, pkt.payload, pkt.payload_len))
