@@ -85,20 +85,12 @@ Cq *create_cq(ibv_context *context, int cqe, void *cq_context, ibv_comp_channel 
   ctl::CreateCqReq req{uint32_t(cqe), channel ? Channel::of(channel)->handle : 0,
                        reinterpret_cast<uint64_t>(cq)};
   ctl::CreateCqResp resp{};
-  std::vector<int> fds;
-  int err = c->conn.call(ctl::Op::kCreateCq, &req, sizeof(req), &resp, sizeof(resp), nullptr, 0,
-                         &fds);
-  if (!err && fds.size() != 1) err = EPROTO;
-  void *map = MAP_FAILED;
-  size_t len = shm::cq_region_bytes(resp.slots);
-  if (!err) map = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-  for (int fd : fds) ::close(fd);
-  if (!err && map == MAP_FAILED) err = ENOMEM;
+  void *map = nullptr;
+  size_t len = 0;
+  int err = c->create_mapped(
+      ctl::Op::kCreateCq, &req, sizeof(req), resp, ctl::Op::kDestroyCq,
+      [](const ctl::CreateCqResp &r) { return shm::cq_region_bytes(r.slots); }, &map, &len);
   if (err) {
-    if (resp.handle) {
-      ctl::HandleReq d{resp.handle, 0};
-      c->conn.call(ctl::Op::kDestroyCq, &d, sizeof(d), nullptr, 0);
-    }
     delete cq;
     return fail_null<Cq>(err);
   }

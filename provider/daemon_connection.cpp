@@ -1,3 +1,4 @@
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -50,6 +51,13 @@ int DaemonConnection::call(ctl::Op op, const void *req, size_t req_len, void *re
   }
   return 0;
 }
+
+void *Context::mmap_shared(int fd, size_t len) {
+  void *p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void Context::close_fd(int fd) { ::close(fd); }
 
 void Context::ring_doorbell(uint32_t worker, uint32_t qp_handle) {
   session_shm->doorbells[worker].push(qp_handle);

@@ -64,6 +64,30 @@ struct Context {
                     &Context::vctx);
   }
   void ring_doorbell(uint32_t worker, uint32_t qp_handle);
+  // Runs a create command whose response starts with the new object's handle and carries
+  // the memfd of its shared memory, and maps that memory (length_of(resp) bytes). On any
+  // failure the object is destroyed again (destroy_op) and an errno returned.
+  template <typename Resp, typename LengthOf>
+  int create_mapped(ctl::Op create_op, const void *req, size_t req_len, Resp &resp,
+                    ctl::Op destroy_op, LengthOf length_of, void **map, size_t *map_len) {
+    static_assert(offsetof(Resp, handle) == 0);
+    std::vector<int> fds;
+    int err = conn.call(create_op, req, req_len, &resp, sizeof(resp), nullptr, 0, &fds);
+    if (!err && fds.size() != 1) err = EPROTO;
+    if (!err) {
+      *map_len = length_of(resp);
+      *map = mmap_shared(fds[0], *map_len);
+      if (!*map) err = ENOMEM;
+    }
+    for (int fd : fds) close_fd(fd);
+    if (err && resp.handle) {
+      ctl::HandleReq d{resp.handle, 0};
+      conn.call(destroy_op, &d, sizeof(d), nullptr, 0);
+    }
+    return err;
+  }
+  static void *mmap_shared(int fd, size_t len);
+  static void close_fd(int fd);
 };
 
 struct Pd {

@@ -266,20 +266,13 @@ ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
   req.caps = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
               attr->cap.max_recv_sge, attr->cap.max_inline_data, 0};
   ctl::CreateQpResp resp{};
-  std::vector<int> fds;
-  int err = c->conn.call(ctl::Op::kCreateQp, &req, sizeof(req), &resp, sizeof(resp), nullptr, 0,
-                         &fds);
-  if (!err && fds.size() != 1) err = EPROTO;
-  size_t len = shm::qp_region_bytes(resp.sq_slots, resp.rq_slots);
-  void *map = MAP_FAILED;
-  if (!err) map = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-  for (int fd : fds) ::close(fd);
-  if (!err && map == MAP_FAILED) err = ENOMEM;
+  void *map = nullptr;
+  size_t len = 0;
+  int err = c->create_mapped(
+      ctl::Op::kCreateQp, &req, sizeof(req), resp, ctl::Op::kDestroyQp,
+      [](const ctl::CreateQpResp &r) { return shm::qp_region_bytes(r.sq_slots, r.rq_slots); },
+      &map, &len);
   if (err) {
-    if (resp.handle) {
-      ctl::HandleReq d{resp.handle, 0};
-      c->conn.call(ctl::Op::kDestroyQp, &d, sizeof(d), nullptr, 0);
-    }
     delete qp;
     return fail_null<ibv_qp>(err);
   }

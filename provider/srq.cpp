@@ -28,20 +28,12 @@ ibv_srq *create_srq_ex(ibv_context *context, ibv_srq_init_attr_ex *attr) {
   req.cookie = reinterpret_cast<uint64_t>(&srq->ibv);
   req.attr = {attr->attr.max_wr, attr->attr.max_sge, attr->attr.srq_limit, 0};
   ctl::CreateSrqResp resp{};
-  std::vector<int> fds;
-  int err = c->conn.call(ctl::Op::kCreateSrq, &req, sizeof(req), &resp, sizeof(resp), nullptr, 0,
-                         &fds);
-  if (!err && fds.size() != 1) err = EPROTO;
-  size_t len = shm::srq_region_bytes(resp.slots);
-  void *map = MAP_FAILED;
-  if (!err) map = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-  for (int fd : fds) ::close(fd);
-  if (!err && map == MAP_FAILED) err = ENOMEM;
+  void *map = nullptr;
+  size_t len = 0;
+  int err = c->create_mapped(
+      ctl::Op::kCreateSrq, &req, sizeof(req), resp, ctl::Op::kDestroySrq,
+      [](const ctl::CreateSrqResp &r) { return shm::srq_region_bytes(r.slots); }, &map, &len);
   if (err) {
-    if (resp.handle) {
-      ctl::HandleReq d{resp.handle, 0};
-      c->conn.call(ctl::Op::kDestroySrq, &d, sizeof(d), nullptr, 0);
-    }
     delete srq;
     return fail_null<ibv_srq>(err);
   }
