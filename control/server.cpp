@@ -229,6 +229,15 @@ bool Server::handle(Session &s) {
       for (int fd : fds) ::close(fd);
       break;
     }
+    case ctl::Op::kResizeCq: {
+      ctl::CreateCqResp resp{};
+      std::vector<int> fds;
+      auto *req = m->as<ctl::ResizeCqReq>();
+      int st = req ? resize_cq(s, *req, resp, fds) : EINVAL;
+      reply(st, &resp, sizeof(resp), fds);
+      for (int fd : fds) ::close(fd);
+      break;
+    }
     case ctl::Op::kDestroyCq:
       reply(destroy_cq(s, handle_of()), nullptr, 0);
       break;
@@ -566,6 +575,49 @@ int Server::destroy_cq(Session &s, uint32_t handle) {
   if (st) return st;
   if (CompletionChannel *ch = channels_.get(channel)) ch->refs--;
   erase_handle(s.cqs, handle);
+  return 0;
+}
+
+// A new ring takes over the CQEs not yet polled; the provider holds its CQ lock meanwhile.
+int Server::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::CreateCqResp &resp,
+                      std::vector<int> &fds) {
+  if (!owns(s.cqs, req.handle)) return EINVAL;
+  if (req.cqe < 1 || req.cqe > dev_.info.max_cqe) return EINVAL;
+  uint32_t slots = std::bit_ceil(req.cqe);
+  size_t bytes = shm::cq_region_bytes(slots);
+  void *map;
+  int fd = make_region("vrnic-cq", bytes, &map);
+  if (fd < 0) return -fd;
+  auto *fresh = static_cast<shm::CqShared *>(map);
+  auto *ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
+  int st = 0;
+  workers_[0]->execute([&] {
+    CompletionQueue &cq = *dev_.cqs.get(req.handle);
+    uint32_t consumer = cq.shared->ring.consumer.load(std::memory_order_acquire);
+    uint32_t pending = cq.producer - consumer;
+    if (pending > slots) {
+      st = EINVAL;  // the completions waiting would not fit
+      return;
+    }
+    for (uint32_t i = 0; i < pending; i++) ring[i] = cq.ring[(consumer + i) & cq.mask];
+    fresh->ring.producer.store(pending);
+    fresh->ring.consumer.store(0);
+    fresh->notify.store(cq.shared->notify.load());
+    ::munmap(cq.shared, shm::cq_region_bytes(cq.mask + 1));
+    cq.shared = fresh;
+    cq.ring = ring;
+    cq.mask = slots - 1;
+    cq.producer = pending;
+    cq.overrun_reported = false;
+  });
+  if (st) {
+    ::munmap(map, bytes);
+    ::close(fd);
+    return st;
+  }
+  resp.handle = req.handle;
+  resp.slots = slots;
+  fds.push_back(fd);
   return 0;
 }
 

@@ -83,6 +83,8 @@ class Server {
   int create_cq(Session &s, const ctl::CreateCqReq &req, ctl::CreateCqResp &resp,
                 std::vector<int> &fds);
   int destroy_cq(Session &s, uint32_t handle);
+  int resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::CreateCqResp &resp,
+                std::vector<int> &fds);
   int create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp &resp,
                 std::vector<int> &fds);
   int modify_qp(Session &s, const ctl::ModifyQpReq &req);

@@ -163,7 +163,37 @@ VRNIC_EXPORT int ibv_destroy_cq(ibv_cq *ibcq) {
   return 0;
 }
 
-VRNIC_EXPORT int ibv_resize_cq(ibv_cq *, int) { return EOPNOTSUPP; }
+VRNIC_EXPORT int ibv_resize_cq(ibv_cq *ibcq, int cqe) {
+  if (cqe < 1) return EINVAL;
+  Cq *cq = Cq::of(ibcq);
+  Context *c = Context::of(ibcq->context);
+  ctl::ResizeCqReq req{cq->handle, uint32_t(cqe)};
+  ctl::CreateCqResp resp{};
+  std::vector<int> fds;
+  // Polling waits while vrnicd moves the unpolled completions to the new ring.
+  pthread_spin_lock(&cq->lock);
+  int err = c->conn.call(ctl::Op::kResizeCq, &req, sizeof(req), &resp, sizeof(resp), nullptr, 0,
+                         &fds);
+  if (!err && fds.size() != 1) err = EPROTO;
+  if (!err) {
+    size_t len = shm::cq_region_bytes(resp.slots);
+    void *map = Context::mmap_shared(fds[0], len);
+    if (!map) {
+      err = ENOMEM;  // vrnicd moved on; this CQ can no longer be polled
+    } else {
+      ::munmap(cq->shared, cq->map_len);
+      cq->shared = static_cast<shm::CqShared *>(map);
+      cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
+      cq->mask = resp.slots - 1;
+      cq->consumer = 0;
+      cq->map_len = len;
+      ibcq->cqe = int(resp.slots);
+    }
+  }
+  pthread_spin_unlock(&cq->lock);
+  for (int fd : fds) ::close(fd);
+  return err;
+}
 
 VRNIC_EXPORT int ibv_get_cq_event(ibv_comp_channel *channel, ibv_cq **cq, void **cq_context) {
   ctl::EventRecord rec;

@@ -89,9 +89,10 @@ uint32_t read_vendor_err(ibv_cq_ex *) {
 uint32_t read_byte_len(ibv_cq_ex *ex) {
   return current(ex).byte_len;
 }
+// Also ibv_wc_read_invalidated_rkey.
 __be32 read_imm_data(ibv_cq_ex *ex) {
   return current(ex).imm_data;
-}  // or invalidated rkey
+}
 uint32_t read_qp_num(ibv_cq_ex *ex) {
   return current(ex).qp_num;
 }
@@ -107,9 +108,10 @@ uint32_t read_slid(ibv_cq_ex *ex) {
 uint8_t read_sl(ibv_cq_ex *ex) {
   return current(ex).sl;
 }
+// RoCE: no LID path bits.
 uint8_t read_dlid_path_bits(ibv_cq_ex *) {
   return 0;
-}  // RoCE: no LID path bits
+}
 
 }  // namespace
 

@@ -38,6 +38,7 @@ enum class Op : uint16_t {
   kAllocNullMr,
   kAllocMw,
   kDeallocMw,
+  kResizeCq,
 };
 
 struct MsgHeader {
@@ -155,10 +156,14 @@ struct CreateCqReq {
   uint32_t channel;  // 0: none
   uint64_t cookie;   // echoed in completion events
 };
+struct ResizeCqReq {
+  uint32_t handle;
+  uint32_t cqe;
+};
 struct CreateCqResp {
   uint32_t handle;
   uint32_t slots;
-};  // fds: [0] CQ memfd
+};  // fds: [0] CQ memfd (also the response to kResizeCq: the new ring)
 
 struct QpCaps {
   uint32_t max_send_wr;
