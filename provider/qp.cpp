@@ -7,6 +7,7 @@
 #include <new>
 
 #include "internal.h"
+#include "send_wqe.h"
 
 using namespace vrnic;
 using namespace vrnic::provider;
@@ -42,121 +43,44 @@ void from_wire(const ctl::AddressVector &av, ibv_ah_attr &a) {
   a.src_path_bits = av.src_path_bits;
 }
 
-bool supported_opcode(ibv_wr_opcode op) {
-  switch (op) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-    case IBV_WR_RDMA_READ:
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-    case IBV_WR_SEND_WITH_INV:
-    case IBV_WR_BIND_MW:
-    case IBV_WR_LOCAL_INV:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// A window bind as vrnicd reads it: rkey = the window's new rkey, remote_addr/compare_add =
-// the range, swap = rights << 32 | the MR's lkey.
-int encode_bind(Qp *qp, ibv_mw *mw, uint32_t new_rkey, const ibv_mw_bind_info &info,
-                shm::SendWqe &w) {
-  if (!mw || mw->pd != qp->ibv.pd || (info.mr && info.mr->pd != mw->pd)) return EINVAL;
-  if ((new_rkey & ~0xffu) != (mw->rkey & ~0xffu)) return EINVAL;  // only the key byte may change
-  if (!info.mr && (info.addr || info.length)) return EINVAL;
-  w.rkey = new_rkey;
-  w.remote_addr = info.addr;
-  w.compare_add = info.length;
-  w.swap = uint64_t(info.mw_access_flags) << 32 | (info.mr ? info.mr->lkey : 0);
-  w.num_sge = 0;
-  w.length = 0;
-  return 0;
-}
-
-bool opcode_fits_qp(ibv_qp_type type, ibv_wr_opcode op) {
-  if (type == IBV_QPT_UD) return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
-  if (type == IBV_QPT_UC)
-    return op != IBV_WR_RDMA_READ && op != IBV_WR_ATOMIC_CMP_AND_SWP &&
-           op != IBV_WR_ATOMIC_FETCH_AND_ADD && op != IBV_WR_SEND_WITH_INV;
-  return true;
-}
-
 // Validates one send WR and writes it into its slot; returns 0 or the errno for post_send.
 int write_send_wqe(Qp *qp, const ibv_send_wr *wr, shm::SendWqe &w, bool allow_type1) {
-  if (!supported_opcode(wr->opcode) || !opcode_fits_qp(qp->ibv.qp_type, wr->opcode))
+  if (!opcode_supported(wr->opcode) || !opcode_fits_qp(qp->ibv.qp_type, wr->opcode) ||
+      wr->num_sge < 0)
     return EINVAL;
-  if (wr->opcode == IBV_WR_BIND_MW) {
-    // Type 1 windows are bound with ibv_bind_mw, type 2 through the send queue.
-    ibv_mw *mw = wr->bind_mw.mw;
-    if (!mw || mw->type != (allow_type1 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2)) return EINVAL;
-  }
-  if (wr->num_sge < 0) return EINVAL;
-  bool is_inline = (wr->send_flags & IBV_SEND_INLINE) &&
-                   (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM ||
-                    wr->opcode == IBV_WR_SEND_WITH_INV ||
-                    wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM);
-  w.wr_id = wr->wr_id;
-  w.opcode = uint8_t(wr->opcode);
-  w.flags = uint8_t(((wr->send_flags & IBV_SEND_SIGNALED) ? shm::kWqeSignaled : 0) |
-                    ((wr->send_flags & IBV_SEND_SOLICITED) ? shm::kWqeSolicited : 0) |
-                    ((wr->send_flags & IBV_SEND_FENCE) ? shm::kWqeFence : 0) |
-                    (is_inline ? shm::kWqeInline : 0));
-  w.imm_or_rkey = (wr->opcode == IBV_WR_SEND_WITH_INV || wr->opcode == IBV_WR_LOCAL_INV)
-                      ? wr->invalidate_rkey
-                      : wr->imm_data;
-  if (wr->opcode == IBV_WR_BIND_MW)
-    return encode_bind(qp, wr->bind_mw.mw, wr->bind_mw.rkey, wr->bind_mw.bind_info, w);
-  if (wr->opcode == IBV_WR_LOCAL_INV) {
-    w.num_sge = 0;
-    w.length = 0;
-    return 0;
-  }
-  if (qp->ibv.qp_type == IBV_QPT_UD) {
-    if (!wr->wr.ud.ah || wr->wr.ud.ah->pd != qp->ibv.pd) return EINVAL;
-    const ctl::AddressVector &av = Ah::of(wr->wr.ud.ah)->av;
-    std::memcpy(w.ud.dgid, av.dgid, 16);
-    w.ud.remote_qpn = wr->wr.ud.remote_qpn;
-    w.ud.remote_qkey = wr->wr.ud.remote_qkey;
-    w.ud.flow_label = av.flow_label;
-    w.ud.sgid_index = av.sgid_index;
-    w.ud.hop_limit = av.hop_limit;
-    w.ud.traffic_class = av.traffic_class;
-    w.ud.sl = av.sl;
-  } else if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-             wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-    w.remote_addr = wr->wr.atomic.remote_addr;
-    w.rkey = wr->wr.atomic.rkey;
-    w.compare_add = wr->wr.atomic.compare_add;
-    w.swap = wr->wr.atomic.swap;
-  } else {
-    w.remote_addr = wr->wr.rdma.remote_addr;
-    w.rkey = wr->wr.rdma.rkey;
-  }
-  if (is_inline) {
-    uint64_t total = 0;
-    for (int i = 0; i < wr->num_sge; i++) total += wr->sg_list[i].length;
-    if (total > qp->caps.max_inline_data) return EINVAL;
-    uint8_t *out = w.inline_data;
-    for (int i = 0; i < wr->num_sge; i++) {
-      std::memcpy(out, reinterpret_cast<const void *>(wr->sg_list[i].addr), wr->sg_list[i].length);
-      out += wr->sg_list[i].length;
+  encode_header(w, wr->wr_id, wr->opcode, wr->send_flags);
+  switch (wr->opcode) {
+    case IBV_WR_BIND_MW: {
+      // Type 1 windows are bound with ibv_bind_mw, type 2 through the send queue.
+      ibv_mw *mw = wr->bind_mw.mw;
+      if (!mw || mw->type != (allow_type1 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2)) return EINVAL;
+      return encode_bind(qp, w, mw, wr->bind_mw.rkey, wr->bind_mw.bind_info);
     }
-    w.num_sge = 0;
-    w.length = uint32_t(total);
-    return 0;
+    case IBV_WR_LOCAL_INV:
+      w.imm_or_rkey = wr->invalidate_rkey;
+      return 0;
+    case IBV_WR_SEND_WITH_INV:
+      w.imm_or_rkey = wr->invalidate_rkey;
+      break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      w.remote_addr = wr->wr.atomic.remote_addr;
+      w.rkey = wr->wr.atomic.rkey;
+      w.compare_add = wr->wr.atomic.compare_add;
+      w.swap = wr->wr.atomic.swap;
+      break;
+    default:
+      w.imm_or_rkey = wr->imm_data;
+      if (qp->ibv.qp_type == IBV_QPT_UD) {
+        if (int err = encode_ud_address(qp, w, wr->wr.ud.ah, wr->wr.ud.remote_qpn,
+                                        wr->wr.ud.remote_qkey))
+          return err;
+      } else {
+        w.remote_addr = wr->wr.rdma.remote_addr;
+        w.rkey = wr->wr.rdma.rkey;
+      }
   }
-  if (uint32_t(wr->num_sge) > qp->caps.max_send_sge) return EINVAL;
-  uint64_t total = 0;
-  for (int i = 0; i < wr->num_sge; i++) {
-    w.sge[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
-    total += wr->sg_list[i].length;
-  }
-  w.num_sge = uint8_t(wr->num_sge);
-  w.length = uint32_t(std::min<uint64_t>(total, UINT32_MAX));
-  return 0;
+  return encode_sges(qp, w, wr->sg_list, size_t(wr->num_sge));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "internal.h"
+#include "send_wqe.h"
 
 using namespace vrnic;
 using namespace vrnic::provider;
@@ -18,26 +19,21 @@ constexpr uint64_t kSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM
 constexpr uint64_t kWriteOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
 constexpr uint64_t kReadAtomicOps = IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                                     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+constexpr uint64_t kWindowOps = IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
 
-// The send_ops_flags vrnic executes on each QP type (the rest of the ibv_wr_* operations --
-// memory windows, SEND_WITH_INV, TSO, atomic write -- are not implemented by vrnicd yet).
+// The send_ops_flags vrnic executes on each QP type (TSO and atomic write are not
+// implemented by vrnicd).
 uint64_t supported_send_ops(ibv_qp_type type) {
   switch (type) {
     case IBV_QPT_RC:
-      return kSendOps | kWriteOps | kReadAtomicOps;
+      return kSendOps | kWriteOps | kReadAtomicOps | kWindowOps | IBV_QP_EX_WITH_SEND_WITH_INV;
     case IBV_QPT_UC:
-      return kSendOps | kWriteOps;
+      return kSendOps | kWriteOps | kWindowOps;
     case IBV_QPT_UD:
       return kSendOps;
     default:
       return 0;
   }
-}
-
-// Operations whose data may be inline (the rest read into or compare local memory).
-bool may_be_inline(uint8_t opcode) {
-  return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM || opcode == IBV_WR_RDMA_WRITE ||
-         opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
 }
 
 // Records the batch's first error; ibv_wr_complete reports it and posts nothing.
@@ -60,15 +56,8 @@ shm::SendWqe *begin_wqe(Qp *qp, ibv_wr_opcode opcode) {
     return nullptr;
   }
   shm::SendWqe &w = qp->sq[qp->wr_producer++ & (qp->sq_slots - 1)];
-  std::memset(&w, 0, offsetof(shm::SendWqe, sge));  // the header; data setters fill the rest
-  unsigned flags = qp->ex.wr_flags;
-  w.wr_id = qp->ex.wr_id;
-  w.opcode = uint8_t(opcode);
   // IBV_SEND_INLINE with ibv_wr_set_sge*: the data is copied at once, as ibv_post_send does.
-  w.flags = uint8_t(((flags & IBV_SEND_SIGNALED) ? shm::kWqeSignaled : 0) |
-                    ((flags & IBV_SEND_SOLICITED) ? shm::kWqeSolicited : 0) |
-                    ((flags & IBV_SEND_FENCE) ? shm::kWqeFence : 0) |
-                    ((flags & IBV_SEND_INLINE) && may_be_inline(w.opcode) ? shm::kWqeInline : 0));
+  encode_header(w, qp->ex.wr_id, opcode, qp->ex.wr_flags);
   return &w;
 }
 
@@ -89,38 +78,6 @@ shm::SendWqe *current_wqe(Qp *qp) {
     return nullptr;
   }
   return &qp->sq[(qp->wr_producer - 1) & (qp->sq_slots - 1)];
-}
-
-const void *buf_addr(const ibv_sge &s) {
-  return reinterpret_cast<const void *>(s.addr);
-}
-size_t buf_len(const ibv_sge &s) {
-  return s.length;
-}
-const void *buf_addr(const ibv_data_buf &b) {
-  return b.addr;
-}
-size_t buf_len(const ibv_data_buf &b) {
-  return b.length;
-}
-
-// Copies the logically concatenated buffers into the WQE (ibv_sge or ibv_data_buf lists).
-template <typename Buf>
-void copy_inline(Qp *qp, shm::SendWqe &w, const Buf *bufs, size_t n) {
-  if (!may_be_inline(w.opcode)) return fail(qp, EINVAL);
-  size_t total = 0;
-  for (size_t i = 0; i < n; i++) {
-    total += buf_len(bufs[i]);
-    if (total > qp->caps.max_inline_data) return fail(qp, EINVAL);
-  }
-  uint8_t *out = w.inline_data;
-  for (size_t i = 0; i < n; i++) {
-    if (buf_len(bufs[i])) std::memcpy(out, buf_addr(bufs[i]), buf_len(bufs[i]));
-    out += buf_len(bufs[i]);
-  }
-  w.flags |= shm::kWqeInline;
-  w.num_sge = 0;
-  w.length = uint32_t(total);
 }
 
 // ---- ibv_wr_start / ibv_wr_complete / ibv_wr_abort ----
@@ -192,6 +149,24 @@ void wr_atomic_fetch_add(ibv_qp_ex *ex, uint32_t rkey, uint64_t remote_addr, uin
   if (w) w->compare_add = add;
 }
 
+void wr_send_inv(ibv_qp_ex *ex, uint32_t invalidate_rkey) {
+  if (shm::SendWqe *w = begin_wqe(Qp::of(ex), IBV_WR_SEND_WITH_INV))
+    w->imm_or_rkey = invalidate_rkey;
+}
+
+void wr_local_inv(ibv_qp_ex *ex, uint32_t invalidate_rkey) {
+  if (shm::SendWqe *w = begin_wqe(Qp::of(ex), IBV_WR_LOCAL_INV)) w->imm_or_rkey = invalidate_rkey;
+}
+
+// Type 2 windows only: type 1 windows are bound with ibv_bind_mw.
+void wr_bind_mw(ibv_qp_ex *ex, ibv_mw *mw, uint32_t rkey, const ibv_mw_bind_info *info) {
+  Qp *qp = Qp::of(ex);
+  shm::SendWqe *w = begin_wqe(qp, IBV_WR_BIND_MW);
+  if (!w) return;
+  if (!mw || !info || mw->type != IBV_MW_TYPE_2) return fail(qp, EINVAL);
+  if (int err = encode_bind(qp, *w, mw, rkey, *info)) fail(qp, err);
+}
+
 // Any entry point vrnic cannot honour on this QP: the batch fails with Err.
 template <int Err, typename... Args>
 void reject(ibv_qp_ex *ex, Args...) {
@@ -204,15 +179,8 @@ void wr_set_sge_list(ibv_qp_ex *ex, size_t num_sge, const ibv_sge *sg_list) {
   Qp *qp = Qp::of(ex);
   shm::SendWqe *w = current_wqe(qp);
   if (!w) return;
-  if (w->flags & shm::kWqeInline) return copy_inline(qp, *w, sg_list, num_sge);
-  if (num_sge > qp->caps.max_send_sge) return fail(qp, EINVAL);
-  uint64_t total = 0;
-  for (size_t i = 0; i < num_sge; i++) {
-    w->sge[i] = {sg_list[i].addr, sg_list[i].length, sg_list[i].lkey};
-    total += sg_list[i].length;
-  }
-  w->num_sge = uint8_t(num_sge);
-  w->length = uint32_t(std::min<uint64_t>(total, UINT32_MAX));
+  if (w->opcode == IBV_WR_BIND_MW || w->opcode == IBV_WR_LOCAL_INV) return fail(qp, EINVAL);
+  if (int err = encode_sges(qp, *w, sg_list, num_sge)) fail(qp, err);
 }
 
 void wr_set_sge(ibv_qp_ex *ex, uint32_t lkey, uint64_t addr, uint32_t length) {
@@ -222,7 +190,9 @@ void wr_set_sge(ibv_qp_ex *ex, uint32_t lkey, uint64_t addr, uint32_t length) {
 
 void wr_set_inline_data_list(ibv_qp_ex *ex, size_t num_buf, const ibv_data_buf *buf_list) {
   Qp *qp = Qp::of(ex);
-  if (shm::SendWqe *w = current_wqe(qp)) copy_inline(qp, *w, buf_list, num_buf);
+  shm::SendWqe *w = current_wqe(qp);
+  if (!w) return;
+  if (int err = encode_inline(qp, *w, buf_list, num_buf)) fail(qp, err);
 }
 
 void wr_set_inline_data(ibv_qp_ex *ex, void *addr, size_t length) {
@@ -235,16 +205,7 @@ void wr_set_ud_addr(ibv_qp_ex *ex, ibv_ah *ah, uint32_t remote_qpn, uint32_t rem
   Qp *qp = Qp::of(ex);
   shm::SendWqe *w = current_wqe(qp);
   if (!w) return;
-  if (!ah || ah->pd != qp->ibv.pd) return fail(qp, EINVAL);
-  const ctl::AddressVector &av = Ah::of(ah)->av;
-  std::memcpy(w->ud.dgid, av.dgid, 16);
-  w->ud.remote_qpn = remote_qpn;
-  w->ud.remote_qkey = remote_qkey;
-  w->ud.flow_label = av.flow_label;
-  w->ud.sgid_index = av.sgid_index;
-  w->ud.hop_limit = av.hop_limit;
-  w->ud.traffic_class = av.traffic_class;
-  w->ud.sl = av.sl;
+  if (int err = encode_ud_address(qp, *w, ah, remote_qpn, remote_qkey)) fail(qp, err);
 }
 
 }  // namespace
@@ -283,10 +244,18 @@ int setup_qp_ex(Qp *qp, uint64_t send_ops_flags) {
     ex.wr_atomic_cmp_swp = reject<EINVAL>;
     ex.wr_atomic_fetch_add = reject<EINVAL>;
   }
-  ex.wr_send_inv = reject<EOPNOTSUPP>;
+  if (supported & kWindowOps) {
+    ex.wr_bind_mw = wr_bind_mw;
+    ex.wr_local_inv = wr_local_inv;
+  } else {
+    ex.wr_bind_mw = reject<EINVAL>;
+    ex.wr_local_inv = reject<EINVAL>;
+  }
+  if (supported & IBV_QP_EX_WITH_SEND_WITH_INV)
+    ex.wr_send_inv = wr_send_inv;
+  else
+    ex.wr_send_inv = reject<EINVAL>;
   ex.wr_send_tso = reject<EOPNOTSUPP>;
-  ex.wr_bind_mw = reject<EOPNOTSUPP>;
-  ex.wr_local_inv = reject<EOPNOTSUPP>;
   ex.wr_atomic_write = reject<EOPNOTSUPP>;
   ex.wr_set_sge = wr_set_sge;
   ex.wr_set_sge_list = wr_set_sge_list;
