@@ -1,0 +1,134 @@
+// What vrnic does not have fails the way rdma-core documents for a device without it:
+// NULL with errno EOPNOTSUPP (or that errno returned), never a crash. README lists these.
+#include <catch2/catch.hpp>
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace {
+
+struct Device {
+  ibv_context *ctx = nullptr;
+  ibv_pd *pd = nullptr;
+  ibv_cq *cq = nullptr;
+  Device() {
+    int n = 0;
+    ibv_device **list = ibv_get_device_list(&n);
+    REQUIRE(list);
+    REQUIRE(n == 1);
+    ctx = ibv_open_device(list[0]);
+    ibv_free_device_list(list);
+    REQUIRE(ctx);
+    pd = ibv_alloc_pd(ctx);
+    REQUIRE(pd);
+    cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+    REQUIRE(cq);
+  }
+  ~Device() {
+    ibv_destroy_cq(cq);
+    ibv_dealloc_pd(pd);
+    ibv_close_device(ctx);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("device memory, ODP and dma-buf registration are not supported", "[unsupported]") {
+  Device d;
+  ibv_alloc_dm_attr dm{4096, 0, 0};
+  errno = 0;
+  CHECK(ibv_alloc_dm(d.ctx, &dm) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+  static char buf[8192];
+  CHECK(ibv_reg_mr(d.pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND) ==
+        nullptr);
+  CHECK(errno == EOPNOTSUPP);
+  CHECK(ibv_reg_dmabuf_mr(d.pd, 0, 4096, 0, 3, IBV_ACCESS_LOCAL_WRITE) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+  ibv_sge sge{reinterpret_cast<uint64_t>(buf), sizeof(buf), 0};
+  CHECK(ibv_advise_mr(d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1) == EOPNOTSUPP);
+}
+
+TEST_CASE("flow steering, WQs, RSS tables, XRC, counters, TDs are not supported",
+          "[unsupported]") {
+  Device d;
+  ibv_qp_init_attr qa{};
+  qa.send_cq = qa.recv_cq = d.cq;
+  qa.qp_type = IBV_QPT_RC;
+  qa.cap = {4, 4, 1, 1, 0};
+  ibv_qp *qp = ibv_create_qp(d.pd, &qa);
+  REQUIRE(qp);
+  ibv_flow_attr flow{};
+  flow.size = sizeof(flow);
+  flow.port = 1;
+  errno = 0;
+  CHECK(ibv_create_flow(qp, &flow) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+  CHECK(ibv_destroy_qp(qp) == 0);
+
+  ibv_wq_init_attr wq{};
+  wq.wq_type = IBV_WQT_RQ;
+  wq.max_wr = 4;
+  wq.max_sge = 1;
+  wq.pd = d.pd;
+  wq.cq = d.cq;
+  errno = 0;
+  CHECK(ibv_create_wq(d.ctx, &wq) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+  ibv_rwq_ind_table_init_attr ind{};
+  errno = 0;
+  CHECK(ibv_create_rwq_ind_table(d.ctx, &ind) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+  ibv_xrcd_init_attr xrcd{};
+  xrcd.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+  xrcd.fd = -1;
+  errno = 0;
+  CHECK(ibv_open_xrcd(d.ctx, &xrcd) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+  ibv_counters_init_attr counters{};
+  errno = 0;
+  CHECK(ibv_create_counters(d.ctx, &counters) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+  ibv_td_init_attr td{};
+  errno = 0;
+  CHECK(ibv_alloc_td(d.ctx, &td) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+}
+
+TEST_CASE("ECE, import/unimport and multicast are not supported", "[unsupported]") {
+  Device d;
+  ibv_qp_init_attr qa{};
+  qa.send_cq = qa.recv_cq = d.cq;
+  qa.qp_type = IBV_QPT_UD;
+  qa.cap = {4, 4, 1, 1, 0};
+  ibv_qp *qp = ibv_create_qp(d.pd, &qa);
+  REQUIRE(qp);
+  ibv_ece ece{};
+  CHECK(ibv_query_ece(qp, &ece) == EOPNOTSUPP);
+  CHECK(ibv_set_ece(qp, &ece) == EOPNOTSUPP);
+  ibv_gid gid{};
+  CHECK(ibv_attach_mcast(qp, &gid, 0) == EOPNOTSUPP);
+  CHECK(ibv_detach_mcast(qp, &gid, 0) == EOPNOTSUPP);
+  CHECK(ibv_destroy_qp(qp) == 0);
+  errno = 0;
+  CHECK(ibv_import_device(3) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+  CHECK(ibv_import_pd(d.ctx, 1) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+  CHECK(ibv_import_mr(d.pd, 1) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+}
+
+TEST_CASE("XRC and raw packet QPs are refused", "[unsupported]") {
+  Device d;
+  for (ibv_qp_type type : {IBV_QPT_RAW_PACKET, IBV_QPT_XRC_RECV}) {
+    ibv_qp_init_attr qa{};
+    qa.send_cq = qa.recv_cq = d.cq;
+    qa.qp_type = type;
+    qa.cap = {4, 4, 1, 1, 0};
+    errno = 0;
+    CHECK(ibv_create_qp(d.pd, &qa) == nullptr);
+    CHECK(errno == EOPNOTSUPP);
+  }
+}
