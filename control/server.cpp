@@ -66,8 +66,8 @@ Session::~Session() {
   if (sock >= 0) ::close(sock);
 }
 
-Server::Server(std::string socket_path, uint32_t workers)
-    : path_(std::move(socket_path)), nworkers_(workers) {}
+Server::Server(ServerConfig cfg)
+    : cfg_(std::move(cfg)), path_(cfg_.socket_path), nworkers_(cfg_.workers) {}
 
 Server::~Server() {
   while (!sessions_.empty()) close_session(sessions_.begin()->first);
@@ -106,11 +106,24 @@ absl::Status Server::start() {
   bound_ = true;
   if (::listen(listen_fd_, 64) < 0) return absl::ErrnoToStatus(errno, "listen");
 
+  return start_workers();
+}
+
+// Workers and their ports. With a udp port, GID 0 is the port's address.
+absl::Status Server::start_workers() {
   dev_.info.num_workers = nworkers_;
   for (uint32_t i = 0; i < nworkers_; i++) {
-    workers_.push_back(std::make_unique<Worker>(dev_, i, daemon_shm_));
-    workers_.back()->start();
+    auto w = std::make_unique<Worker>(dev_, i, daemon_shm_);
+    if (cfg_.udp) {
+      absl::StatusOr<std::unique_ptr<UdpPort>> port =
+          UdpPort::open(cfg_.udp_port, w->pool, w->wake_fd());
+      if (!port.ok()) return port.status();
+      std::memcpy(dev_.info.gids[0].gid, (*port)->gid(), 16);
+      w->attach_wire_port(std::move(*port));
+    }
+    workers_.push_back(std::move(w));
   }
+  for (auto &w : workers_) w->start();
   return absl::OkStatus();
 }
 

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "dataplane/device.h"
 #include "dataplane/slot_table.h"
+#include "dataplane/udp_port.h"
 #include "dataplane/worker.h"
 #include "vrnic/ctl_io.h"
 
@@ -54,9 +55,17 @@ struct Session {
   ~Session();
 };
 
+struct ServerConfig {
+  std::string socket_path;
+  uint32_t workers = 1;
+  // The wire: none (loop only: every peer is a local process), or a udp port.
+  bool udp = false;
+  UdpPortConfig udp_port;
+};
+
 class Server {
  public:
-  Server(std::string socket_path, uint32_t workers);
+  explicit Server(ServerConfig cfg);
   ~Server();
   absl::Status start();
   // Serves until *stop becomes true (checked at least every 100 ms).
@@ -98,9 +107,11 @@ class Server {
   int create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &resp);
   int destroy_ah(Session &s, uint32_t handle);
   void stats(ctl::StatsResp &resp);
+  absl::Status start_workers();
 
   Worker &worker_for_new_qp();
 
+  ServerConfig cfg_;
   std::string path_;
   int listen_fd_ = -1;
   bool bound_ = false;

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,33 +20,53 @@ void on_signal(int) { g_stop = true; }
 
 void usage(FILE *out) {
   std::fprintf(out,
-               "usage: vrnicd [--socket PATH] [--workers N]\n"
-               "  --socket PATH  control socket (default: $VRNIC_SOCKET, else\n"
-               "                 $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>.sock)\n"
-               "  --workers N    dataplane worker threads (default 1)\n");
+               "usage: vrnicd [--socket PATH] [--workers N] [--udp ADDR [--udp-port PORT]]\n"
+               "  --socket PATH    control socket (default: $VRNIC_SOCKET, else\n"
+               "                   $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>.sock)\n"
+               "  --workers N      dataplane worker threads (default 1)\n"
+               "  --udp ADDR       RoCEv2 over UDP on this IPv4 or IPv6 address (GID 0); without\n"
+               "                   it vrnic0 has only the loop port (peers are local processes)\n"
+               "  --udp-port PORT  UDP port to listen on and send to (default 4791)\n");
+}
+
+bool parse_number(const char *text, unsigned long lo, unsigned long hi, unsigned long *out) {
+  char *end;
+  errno = 0;
+  *out = std::strtoul(text, &end, 10);
+  return *text && !*end && !errno && *out >= lo && *out <= hi;
 }
 
 }  // namespace
 
 int main(int argc, char **argv) {
-  std::string socket_path = vrnic::default_socket_path();
-  uint32_t workers = 1;
+  vrnic::ServerConfig cfg;
+  cfg.socket_path = vrnic::default_socket_path();
   for (int i = 1; i < argc; i++) {
     std::string arg = argv[i];
-    if ((arg == "--socket" || arg == "--workers") && i + 1 >= argc) {
+    bool takes_value =
+        arg == "--socket" || arg == "--workers" || arg == "--udp" || arg == "--udp-port";
+    if (takes_value && i + 1 >= argc) {
       std::fprintf(stderr, "vrnicd: %s needs a value\n", arg.c_str());
       return 2;
     }
+    unsigned long n;
     if (arg == "--socket") {
-      socket_path = argv[++i];
+      cfg.socket_path = argv[++i];
     } else if (arg == "--workers") {
-      char *end;
-      unsigned long n = std::strtoul(argv[++i], &end, 10);
-      if (*end || n < 1 || n > 1) {
+      if (!parse_number(argv[++i], 1, 1, &n)) {
         std::fprintf(stderr, "vrnicd: --workers: only 1 worker is supported so far\n");
         return 2;
       }
-      workers = uint32_t(n);
+      cfg.workers = uint32_t(n);
+    } else if (arg == "--udp") {
+      cfg.udp = true;
+      cfg.udp_port.address = argv[++i];
+    } else if (arg == "--udp-port") {
+      if (!parse_number(argv[++i], 1, 65535, &n)) {
+        std::fprintf(stderr, "vrnicd: --udp-port: '%s' is not a port number\n", argv[i]);
+        return 2;
+      }
+      cfg.udp_port.udp_port = uint16_t(n);
     } else if (arg == "-h" || arg == "--help") {
       usage(stdout);
       return 0;
@@ -61,13 +82,16 @@ int main(int argc, char **argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  vrnic::Server server(socket_path, workers);
+  vrnic::Server server(cfg);
   if (absl::Status st = server.start(); !st.ok()) {
     std::fprintf(stderr, "vrnicd: %s\n", std::string(st.message()).c_str());
     return 1;
   }
-  std::fprintf(stderr, "vrnicd: vrnic0 ready on %s (loop port, %u worker%s)\n",
-               socket_path.c_str(), workers, workers == 1 ? "" : "s");
+  std::string port = cfg.udp ? "udp port " + cfg.udp_port.address + ":" +
+                                   std::to_string(cfg.udp_port.udp_port)
+                             : "loop port";
+  std::fprintf(stderr, "vrnicd: vrnic0 ready on %s (%s, %u worker%s)\n",
+               cfg.socket_path.c_str(), port.c_str(), cfg.workers, cfg.workers == 1 ? "" : "s");
   server.serve(g_stop);
   std::fprintf(stderr, "vrnicd: shutting down\n");
   return 0;

@@ -15,6 +15,15 @@ namespace vrnic {
 
 inline constexpr size_t kMaxTransportHeader = 64;  // BTH + the largest extension set (48)
 inline constexpr size_t kMaxPayload = 4096;         // the largest path MTU
+// A packet's own buffer holds a whole UDP payload as received from a wire port (headers,
+// payload, pad, ICRC) or a copied payload to send.
+inline constexpr size_t kPacketBufferBytes = kMaxPayload + 256;
+
+// What a wire port needs per packet while the kernel or a NIC owns it (a send in flight,
+// a receive posted): kept in the packet so that nothing is allocated per packet.
+struct WireScratch {
+  alignas(8) uint8_t storage[192];
+};
 
 struct Packet {
   // Addressing: source and destination GIDs (RoCEv2: IPv4-mapped or IPv6 addresses).
@@ -26,7 +35,8 @@ struct Packet {
   alignas(8) uint8_t header[kMaxTransportHeader];
   const uint8_t *payload;  // header_len bytes of header, then payload_len bytes here
   uint32_t payload_len;    // without pad
-  uint8_t *bounce;         // kMaxPayload bytes owned by this packet
+  uint8_t *bounce;         // kPacketBufferBytes owned by this packet
+  WireScratch wire;        // the port's, while it owns the packet
 
   const wire::Bth &bth() const { return *reinterpret_cast<const wire::Bth *>(header); }
   wire::Bth &bth() { return *reinterpret_cast<wire::Bth *>(header); }

@@ -4,6 +4,7 @@
 #include <infiniband/verbs.h>
 
 #include "events.h"
+#include "ip_header.h"
 #include "sge_io.h"
 #include "transport.h"
 #include "worker.h"
@@ -279,28 +280,13 @@ bool length_ok(const QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
 // header the packet came with (IPv4: in the last 20 bytes, after 20 unused ones).
 void build_grh(const Packet &pkt, uint8_t grh[40]) {
   std::memset(grh, 0, 40);
-  static const uint8_t kV4Prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  uint32_t l4_len = 8 + pkt.header_len + pkt.payload_len + kIcrcBytes;
-  if (std::memcmp(pkt.src_gid, kV4Prefix, 12) == 0) {
-    uint8_t *ip = grh + 20;
-    ip[0] = 0x45;
-    store_be16(ip + 2, uint16_t(20 + l4_len));
-    store_be16(ip + 6, 0x4000);  // don't fragment
-    ip[8] = 64;
-    ip[9] = 17;  // UDP
-    std::memcpy(ip + 12, pkt.src_gid + 12, 4);
-    std::memcpy(ip + 16, pkt.dst_gid + 12, 4);
-    uint32_t sum = 0;
-    for (int i = 0; i < 20; i += 2) sum += load_be16(ip + i);
-    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-    store_be16(ip + 10, uint16_t(~sum));
+  uint16_t l4_len = uint16_t(kUdpHeaderBytes + pkt.header_len + pkt.payload_len + kIcrcBytes);
+  if (gid_is_ipv4(pkt.src_gid)) {
+    build_ipv4(grh + 20, pkt.src_gid, pkt.dst_gid, l4_len, /*tos=*/0, /*ttl=*/64, /*id=*/0,
+               /*dont_fragment=*/true);
   } else {
-    grh[0] = 0x60;
-    store_be16(grh + 4, uint16_t(l4_len));
-    grh[6] = 17;  // next header: UDP
-    grh[7] = 64;
-    std::memcpy(grh + 8, pkt.src_gid, 16);
-    std::memcpy(grh + 24, pkt.dst_gid, 16);
+    build_ipv6(grh, pkt.src_gid, pkt.dst_gid, l4_len, /*traffic_class=*/0, /*flow_label=*/0,
+               /*hop_limit=*/64);
   }
 }
 

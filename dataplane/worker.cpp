@@ -92,11 +92,15 @@ bool Worker::run_commands() {
 // packets reference) run against a quiescent port. Receive-only: ACKs are absorbed by the
 // completer without generating new packets, so this terminates.
 void Worker::drain() {
-  while (loop_->in_flight() || ntx_) {
+  while (!quiescent()) {
     flush_tx();
     receive();
     flush_acks();
   }
+}
+
+bool Worker::quiescent() const {
+  return !loop_->in_flight() && !loop_tx_.n && !wire_tx_.n && (!wire_ || !wire_->in_flight());
 }
 
 void Worker::add_session(uint32_t id, shm::DoorbellRing *ring) {
@@ -114,21 +118,29 @@ void Worker::forget_qp(QueuePair &qp) {
   std::erase(timer_list_, &qp);
 }
 
+// Packets for this device's own GIDs take the loop port, the rest the wire (if any).
 void Worker::transmit(Packet *pkt) {
-  tx_[ntx_++] = pkt;
-  if (ntx_ == kBurst) flush_tx();
+  bool wire = wire_ && !dev.is_local_gid(pkt->dst_gid);
+  TxBatch &batch = wire ? wire_tx_ : loop_tx_;
+  batch.pkts[batch.n++] = pkt;
+  if (batch.n == kBurst) flush(wire ? *wire_ : *loop_, batch);
 }
 
 void Worker::flush_tx() {
-  if (!ntx_) return;
-  // The pool holds no more packets than the loop port can queue, so the port takes all.
-  uint16_t sent = loop_->tx_burst(tx_, ntx_);
+  if (loop_tx_.n) flush(*loop_, loop_tx_);
+  if (wire_tx_.n) flush(*wire_, wire_tx_);
+}
+
+// A port that cannot take a packet drops it: a lost packet, which the transport recovers from.
+// (The loop port always takes all: the pool holds no more packets than it can queue.)
+void Worker::flush(Port &port, TxBatch &batch) {
+  uint16_t sent = port.tx_burst(batch.pkts, batch.n);
   dev.counters.packets_sent += sent;
-  for (uint16_t i = sent; i < ntx_; i++) {
+  for (uint16_t i = sent; i < batch.n; i++) {
     dev.counters.packets_dropped++;
-    pool.free(tx_[i]);
+    pool.free(batch.pkts[i]);
   }
-  ntx_ = 0;
+  batch.n = 0;
 }
 
 void Worker::schedule(QueuePair &qp) {
@@ -194,6 +206,7 @@ bool Worker::serve_run_queue() {
 bool Worker::receive() {
   Packet *pkts[kBurst];
   uint16_t n = loop_->rx_burst(pkts, kBurst);
+  if (wire_ && n < kBurst) n += wire_->rx_burst(pkts + n, uint16_t(kBurst - n));
   for (uint16_t i = 0; i < n; i++) {
     Packet *pkt = pkts[i];
     dev.counters.packets_received++;

@@ -42,6 +42,11 @@ class Worker {
   int wake_fd() const { return wake_fd_; }
   uint32_t index() const { return index_; }
 
+  // The port to the wire (udp, later dpdk); packets for local GIDs still take the loop port.
+  // Before start() only.
+  void attach_wire_port(std::unique_ptr<Port> port) { wire_ = std::move(port); }
+  Port *wire_port() const { return wire_.get(); }
+
   void add_session(uint32_t id, shm::DoorbellRing *ring);  // worker thread only
   void remove_session(uint32_t id);                         // worker thread only
   void forget_qp(QueuePair &qp);                            // worker thread only
@@ -72,6 +77,7 @@ class Worker {
   shm::DaemonShared *daemon_shm_;
   int wake_fd_ = -1;
   std::unique_ptr<Port> loop_;
+  std::unique_ptr<Port> wire_;
   std::thread thread_;
   std::atomic<bool> running_{false};
 
@@ -80,8 +86,13 @@ class Worker {
   std::vector<QueuePair *> ack_list_;
   std::vector<QueuePair *> timer_list_;
   uint64_t next_timer_check_ = 0;
-  Packet *tx_[kBurst];
-  uint16_t ntx_ = 0;
+  struct TxBatch {
+    Packet *pkts[kBurst];
+    uint16_t n = 0;
+  };
+  TxBatch loop_tx_, wire_tx_;
+  void flush(Port &port, TxBatch &batch);
+  bool quiescent() const;
 
   std::mutex cmd_mu_;
   std::condition_variable cmd_cv_;

@@ -1,0 +1,320 @@
+#include "udp_port.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "icrc.h"
+#include "ip_header.h"
+
+namespace vrnic {
+namespace {
+
+constexpr unsigned kRingEntries = 1024;
+constexpr uint32_t kRxPosted = 128;  // receives kept posted
+constexpr uint64_t kRxTag = 1;       // user_data low bit: a receive (packets are 8-aligned)
+constexpr int kSocketBuffer = 8 << 20;
+constexpr uint8_t kTtl = 64;
+
+// Per-packet state while the kernel owns the packet, kept in Packet::wire.
+struct TxScratch {
+  msghdr msg;
+  iovec iov[3];
+  sockaddr_in6 peer;
+  uint8_t tail[8];  // pad and ICRC
+};
+struct RxScratch {
+  msghdr msg;
+  iovec iov;
+  sockaddr_in6 peer;
+};
+static_assert(sizeof(TxScratch) <= sizeof(WireScratch::storage));
+static_assert(sizeof(RxScratch) <= sizeof(WireScratch::storage));
+
+template <typename T>
+T &scratch(Packet *pkt) {
+  return *reinterpret_cast<T *>(pkt->wire.storage);
+}
+
+void set_buffers(int fd) {
+  // As root the limits can be exceeded; otherwise the kernel caps them at rmem/wmem_max.
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kSocketBuffer, sizeof(kSocketBuffer)) < 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kSocketBuffer, sizeof(kSocketBuffer));
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &kSocketBuffer, sizeof(kSocketBuffer)) < 0)
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kSocketBuffer, sizeof(kSocketBuffer));
+}
+
+// The IP and UDP headers the ICRC covers. The kernel builds the real ones; the fields it
+// may choose differently (TTL, TOS, checksums) are masked by the ICRC rules, and IPv4
+// datagrams with DF set leave an unconnected socket with ID 0.
+size_t pseudo_headers(bool ipv4, const uint8_t src[16], const uint8_t dst[16], uint16_t sport,
+                      uint16_t dport, uint16_t udp_len, uint8_t *ip, uint8_t *udp) {
+  size_t ip_len = ipv4 ? build_ipv4(ip, src, dst, udp_len, 0, kTtl, 0, true)
+                       : build_ipv6(ip, src, dst, udp_len, 0, 0, kTtl);
+  build_udp(udp, sport, dport, udp_len, 0);
+  return ip_len;
+}
+
+void gid_from_sockaddr(const sockaddr_in6 &sa, uint8_t gid[16]) {
+  if (sa.sin6_family == AF_INET) {
+    const auto &v4 = reinterpret_cast<const sockaddr_in &>(sa);
+    std::memset(gid, 0, 10);
+    gid[10] = gid[11] = 0xff;
+    std::memcpy(gid + 12, &v4.sin_addr, 4);
+  } else {
+    std::memcpy(gid, &sa.sin6_addr, 16);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<UdpPort>> UdpPort::open(const UdpPortConfig &cfg,
+                                                       PacketPool &pool, int wake_fd) {
+  std::unique_ptr<UdpPort> port(new UdpPort(pool));
+  if (absl::Status st = port->setup(cfg, wake_fd); !st.ok()) return st;
+  return port;
+}
+
+void UdpPort::to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_in6 *out,
+                          socklen_t *len) const {
+  std::memset(out, 0, sizeof(*out));
+  if (ipv4_) {
+    auto *v4 = reinterpret_cast<sockaddr_in *>(out);
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+    std::memcpy(&v4->sin_addr, gid + 12, 4);
+    *len = sizeof(sockaddr_in);
+  } else {
+    out->sin6_family = AF_INET6;
+    out->sin6_port = htons(port);
+    std::memcpy(&out->sin6_addr, gid, 16);
+    *len = sizeof(sockaddr_in6);
+  }
+}
+
+absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
+  in_addr v4;
+  in6_addr v6;
+  if (inet_pton(AF_INET, cfg.address.c_str(), &v4) == 1) {
+    ipv4_ = true;
+    gid_[10] = gid_[11] = 0xff;
+    std::memcpy(gid_ + 12, &v4, 4);
+  } else if (inet_pton(AF_INET6, cfg.address.c_str(), &v6) == 1) {
+    ipv4_ = false;
+    std::memcpy(gid_, &v6, 16);
+  } else {
+    return absl::InvalidArgumentError("not an IPv4 or IPv6 address: '" + cfg.address + "'");
+  }
+  udp_port_ = cfg.udp_port;
+  int family = ipv4_ ? AF_INET : AF_INET6;
+  auto bound_socket = [&](uint16_t port, int *fd) -> absl::Status {
+    *fd = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (*fd < 0) return absl::ErrnoToStatus(errno, "socket");
+    int one = 1;
+    if (!ipv4_) setsockopt(*fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    // Don't fragment: a RoCE packet is never split (and DF makes IPv4 IDs 0, see above).
+    int pmtu = ipv4_ ? IP_PMTUDISC_DO : IPV6_PMTUDISC_DO;
+    setsockopt(*fd, ipv4_ ? IPPROTO_IP : IPPROTO_IPV6,
+               ipv4_ ? IP_MTU_DISCOVER : IPV6_MTU_DISCOVER, &pmtu, sizeof(pmtu));
+    set_buffers(*fd);
+    sockaddr_in6 sa;
+    socklen_t len;
+    to_sockaddr(gid_, port, &sa, &len);
+    if (::bind(*fd, reinterpret_cast<sockaddr *>(&sa), len) < 0)
+      return absl::ErrnoToStatus(errno, "bind " + cfg.address + ":" + std::to_string(port));
+    return absl::OkStatus();
+  };
+  if (absl::Status st = bound_socket(udp_port_, &rx_fd_); !st.ok()) return st;
+  // Source ports for flow entropy; ports other programs hold are skipped.
+  for (uint32_t port = 0xc000; port <= 0xffff && tx_fds_.size() < cfg.tx_sockets; port++) {
+    int fd;
+    if (bound_socket(uint16_t(port), &fd).ok()) {
+      tx_fds_.push_back(fd);
+      tx_ports_.push_back(uint16_t(port));
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
+  }
+  if (tx_fds_.empty()) return absl::ResourceExhaustedError("no free UDP source port in 0xC000-0xFFFF");
+  if (int err = io_uring_queue_init(kRingEntries, &ring_, 0))
+    return absl::ErrnoToStatus(-err, "io_uring_queue_init");
+  ring_ready_ = true;
+  if (int err = io_uring_register_eventfd(&ring_, wake_fd))
+    return absl::ErrnoToStatus(-err, "io_uring_register_eventfd");
+  ready_.reserve(kRxPosted * 2);
+  post_receives();
+  return absl::OkStatus();
+}
+
+UdpPort::~UdpPort() {
+  if (ring_ready_) {
+    // Cancel what is posted, then give every packet back.
+    for (int fd : tx_fds_) ::shutdown(fd, SHUT_RDWR);
+    if (rx_fd_ >= 0) ::shutdown(rx_fd_, SHUT_RDWR);
+    io_uring_sqe *sqe = io_uring_get_sqe(&ring_);
+    if (sqe) {
+      io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+      io_uring_submit(&ring_);
+    }
+    while (tx_in_flight_ || rx_posted_) {
+      io_uring_cqe *cqe;
+      if (io_uring_wait_cqe(&ring_, &cqe)) break;
+      uint64_t data = io_uring_cqe_get_data64(cqe);
+      io_uring_cqe_seen(&ring_, cqe);
+      if (!data) continue;  // the cancel request itself
+      auto *pkt = reinterpret_cast<Packet *>(data & ~kRxTag);
+      (data & kRxTag) ? rx_posted_-- : tx_in_flight_--;
+      pool_.free(pkt);
+    }
+    io_uring_queue_exit(&ring_);
+  }
+  for (; ready_head_ < ready_.size(); ready_head_++) pool_.free(ready_[ready_head_]);
+  for (int fd : tx_fds_) ::close(fd);
+  if (rx_fd_ >= 0) ::close(rx_fd_);
+}
+
+void UdpPort::post_receives() {
+  bool posted = false;
+  while (rx_posted_ < kRxPosted) {
+    io_uring_sqe *sqe = io_uring_get_sqe(&ring_);
+    if (!sqe) break;
+    Packet *pkt = pool_.alloc();
+    if (!pkt) break;  // the pool is busy sending; receives are posted again later
+    RxScratch &rx = scratch<RxScratch>(pkt);
+    rx.iov = {pkt->bounce, kPacketBufferBytes};
+    std::memset(&rx.msg, 0, sizeof(rx.msg));
+    rx.msg.msg_name = &rx.peer;
+    rx.msg.msg_namelen = sizeof(rx.peer);
+    rx.msg.msg_iov = &rx.iov;
+    rx.msg.msg_iovlen = 1;
+    io_uring_prep_recvmsg(sqe, rx_fd_, &rx.msg, 0);
+    io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(pkt) | kRxTag);
+    rx_posted_++;
+    posted = true;
+  }
+  if (posted) io_uring_submit(&ring_);
+}
+
+uint16_t UdpPort::tx_burst(Packet **pkts, uint16_t n) {
+  uint16_t i = 0;
+  for (; i < n; i++) {
+    io_uring_sqe *sqe = io_uring_get_sqe(&ring_);
+    if (!sqe) {
+      io_uring_submit(&ring_);
+      sqe = io_uring_get_sqe(&ring_);
+      if (!sqe) break;
+    }
+    Packet *pkt = pkts[i];
+    TxScratch &tx = scratch<TxScratch>(pkt);
+    uint32_t sock = pkt->udp_sport % tx_fds_.size();
+    pkt->udp_sport = tx_ports_[sock];
+    uint8_t pad = uint8_t(-pkt->payload_len & 3);
+    pkt->header[1] = uint8_t((pkt->header[1] & ~0x30) | pad << 4);
+    uint32_t roce_len = pkt->header_len + pkt->payload_len + pad + wire::kIcrcBytes;
+    uint8_t ip[40], udp[8];
+    size_t ip_len = pseudo_headers(ipv4_, pkt->src_gid, pkt->dst_gid, pkt->udp_sport, udp_port_,
+                                   uint16_t(8 + roce_len), ip, udp);
+    std::memset(tx.tail, 0, sizeof(tx.tail));
+    tx.iov[0] = {pkt->header, pkt->header_len};
+    tx.iov[1] = {const_cast<uint8_t *>(pkt->payload), pkt->payload_len};
+    tx.iov[2] = {tx.tail, pad};
+    uint32_t icrc = roce_icrc(ip, ip_len, udp, tx.iov, 3);
+    for (int b = 0; b < 4; b++) tx.tail[pad + b] = uint8_t(icrc >> (8 * b));  // little-endian
+    tx.iov[2].iov_len = pad + wire::kIcrcBytes;
+    std::memset(&tx.msg, 0, sizeof(tx.msg));
+    socklen_t namelen;
+    to_sockaddr(pkt->dst_gid, udp_port_, &tx.peer, &namelen);
+    tx.msg.msg_name = &tx.peer;
+    tx.msg.msg_namelen = namelen;
+    tx.msg.msg_iov = tx.iov;
+    tx.msg.msg_iovlen = 3;
+    io_uring_prep_sendmsg(sqe, tx_fds_[sock], &tx.msg, 0);
+    io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(pkt));
+    tx_in_flight_++;
+    counters_.tx_bytes += roce_len;
+  }
+  if (i) io_uring_submit(&ring_);
+  return i;
+}
+
+// A received UDP payload: checked whole (lengths, header, ICRC) before anything reads it.
+void UdpPort::on_received(Packet *pkt, int len) {
+  RxScratch &rx = scratch<RxScratch>(pkt);
+  const uint8_t *frame = pkt->bounce;
+  const OpcodeInfo &info = opcode_info(frame[0]);
+  uint8_t pad = (frame[1] >> 4) & 3;
+  if (len < int(wire::Bth::kSize + wire::kIcrcBytes) || !(info.flags & kOpValid) ||
+      (frame[1] & 0x0f) != 0 /* TVer */ ||
+      len < int(info.header_bytes + pad + wire::kIcrcBytes)) {
+    counters_.rx_malformed++;
+    pool_.free(pkt);
+    return;
+  }
+  gid_from_sockaddr(rx.peer, pkt->src_gid);
+  std::memcpy(pkt->dst_gid, gid_, 16);
+  pkt->udp_sport = ntohs(rx.peer.sin6_port);  // same offset in sockaddr_in
+  uint8_t ip[40], udp[8];
+  size_t ip_len = pseudo_headers(ipv4_, pkt->src_gid, gid_, pkt->udp_sport, udp_port_,
+                                 uint16_t(8 + len), ip, udp);
+  iovec body{pkt->bounce, size_t(len) - wire::kIcrcBytes};
+  uint32_t icrc = roce_icrc(ip, ip_len, udp, &body, 1);
+  const uint8_t *got = frame + len - wire::kIcrcBytes;
+  if (icrc != (uint32_t(got[0]) | uint32_t(got[1]) << 8 | uint32_t(got[2]) << 16 |
+               uint32_t(got[3]) << 24)) {
+    counters_.rx_icrc_errors++;
+    pool_.free(pkt);
+    return;
+  }
+  pkt->header_len = info.header_bytes;
+  std::memcpy(pkt->header, frame, info.header_bytes);
+  pkt->payload = frame + info.header_bytes;
+  pkt->payload_len = uint32_t(len - info.header_bytes - pad - wire::kIcrcBytes);
+  counters_.rx_packets++;
+  counters_.rx_bytes += uint32_t(len);
+  ready_.push_back(pkt);
+}
+
+void UdpPort::reap_completions() {
+  io_uring_cqe *cqe;
+  unsigned head, seen = 0;
+  io_uring_for_each_cqe(&ring_, head, cqe) {
+    seen++;
+    uint64_t data = io_uring_cqe_get_data64(cqe);
+    auto *pkt = reinterpret_cast<Packet *>(data & ~kRxTag);
+    if (data & kRxTag) {
+      rx_posted_--;
+      if (cqe->res > 0) {
+        on_received(pkt, cqe->res);
+      } else {
+        pool_.free(pkt);
+      }
+    } else {
+      tx_in_flight_--;
+      if (cqe->res < 0) {
+        counters_.tx_errors++;  // e.g. no route: a lost packet, which RC recovers from
+      } else {
+        counters_.tx_packets++;
+      }
+      pool_.free(pkt);
+    }
+  }
+  io_uring_cq_advance(&ring_, seen);
+}
+
+uint16_t UdpPort::rx_burst(Packet **pkts, uint16_t n) {
+  if (ready_head_ == ready_.size()) {
+    ready_.clear();
+    ready_head_ = 0;
+    reap_completions();
+    post_receives();
+  }
+  uint16_t i = 0;
+  for (; i < n && ready_head_ < ready_.size(); i++) pkts[i] = ready_[ready_head_++];
+  return i;
+}
+
+}  // namespace vrnic

@@ -1,0 +1,76 @@
+// The udp port: RoCEv2 over the kernel's UDP sockets, driven through io_uring. Needs no root
+// and no hugepages and works on any IP network, loopback included (127.0.0.x as several
+// hosts). The kernel builds the IP and UDP headers; vrnic sends everything after them (BTH ...
+// payload, pad, ICRC) straight from the packet's header and the registered memory it
+// references, and checks the ICRC of everything it receives.
+#pragma once
+
+#include <liburing.h>
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "port.h"
+
+namespace vrnic {
+
+struct UdpPortConfig {
+  std::string address;      // IPv4 or IPv6 literal to bind; it becomes GID 0
+  uint16_t udp_port = 4791;  // RoCEv2's; peers are expected on the same port
+  uint32_t tx_sockets = 16;  // source ports 0xC000 + i: per-QP flow entropy
+};
+
+struct UdpPortCounters {
+  uint64_t tx_packets = 0;
+  uint64_t tx_bytes = 0;
+  uint64_t tx_errors = 0;
+  uint64_t rx_packets = 0;
+  uint64_t rx_bytes = 0;
+  uint64_t rx_icrc_errors = 0;
+  uint64_t rx_malformed = 0;
+};
+
+class UdpPort final : public Port {
+ public:
+  // wake_fd: an eventfd the port signals when packets arrive (the worker sleeps on it).
+  static absl::StatusOr<std::unique_ptr<UdpPort>> open(const UdpPortConfig &cfg,
+                                                       PacketPool &pool, int wake_fd);
+  ~UdpPort() override;
+
+  uint16_t tx_burst(Packet **pkts, uint16_t n) override;
+  uint16_t rx_burst(Packet **pkts, uint16_t n) override;
+  uint32_t in_flight() const override { return tx_in_flight_; }
+  uint32_t mtu_bytes() const override { return 4096; }
+
+  const uint8_t *gid() const { return gid_; }
+  const UdpPortCounters &counters() const { return counters_; }
+
+ private:
+  UdpPort(PacketPool &pool) : pool_(pool) {}
+  absl::Status setup(const UdpPortConfig &cfg, int wake_fd);
+  void post_receives();
+  void reap_completions();
+  void on_received(Packet *pkt, int len);
+  void to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_in6 *out, socklen_t *len) const;
+
+  PacketPool &pool_;
+  io_uring ring_{};
+  bool ring_ready_ = false;
+  bool ipv4_ = true;
+  uint8_t gid_[16] = {};
+  uint16_t udp_port_ = 4791;
+  int rx_fd_ = -1;
+  std::vector<int> tx_fds_;
+  std::vector<uint16_t> tx_ports_;
+  uint32_t tx_in_flight_ = 0;
+  uint32_t rx_posted_ = 0;
+  std::vector<Packet *> ready_;
+  size_t ready_head_ = 0;
+  UdpPortCounters counters_;
+};
+
+}  // namespace vrnic
