@@ -967,6 +967,16 @@ void Server::stats(ctl::StatsResp &resp) {
     resp.retransmits = dev_.counters.retransmits;
     resp.rnr_naks_sent = dev_.counters.rnr_naks_sent;
     resp.naks_sent = dev_.counters.naks_sent;
+    if (Port *wire = workers_[0]->wire_port()) {
+      const PortCounters &c = wire->counters();
+      resp.wire_tx_packets = c.tx_packets;
+      resp.wire_tx_bytes = c.tx_bytes;
+      resp.wire_tx_errors = c.tx_errors;
+      resp.wire_rx_packets = c.rx_packets;
+      resp.wire_rx_bytes = c.rx_bytes;
+      resp.wire_rx_icrc_errors = c.rx_icrc_errors;
+      resp.wire_rx_malformed = c.rx_malformed;
+    }
   });
 }
 

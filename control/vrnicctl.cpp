@@ -20,14 +20,28 @@ int stats(int sock) {
     std::fprintf(stderr, "vrnicctl: stats failed: %s\n", std::strerror(err ? err : EPROTO));
     return 1;
   }
-  std::printf(
-      "sessions=%u\npds=%u\nmrs=%u\ncqs=%u\nqps=%u\nahs=%u\nchannels=%u\nsrqs=%u\nmws=%u\n"
-      "packets_sent=%llu\npackets_received=%llu\npackets_dropped=%llu\nretransmits=%llu\n"
-      "rnr_naks_sent=%llu\nnaks_sent=%llu\n",
-      r->sessions, r->pds, r->mrs, r->cqs, r->qps, r->ahs, r->channels, r->srqs, r->mws,
-      (unsigned long long)r->packets_sent, (unsigned long long)r->packets_received,
-      (unsigned long long)r->packets_dropped, (unsigned long long)r->retransmits,
-      (unsigned long long)r->rnr_naks_sent, (unsigned long long)r->naks_sent);
+  auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+  std::printf("sessions=%u\npds=%u\nmrs=%u\ncqs=%u\nqps=%u\nahs=%u\nchannels=%u\nsrqs=%u\nmws=%u\n",
+              r->sessions, r->pds, r->mrs, r->cqs, r->qps, r->ahs, r->channels, r->srqs, r->mws);
+  const struct {
+    const char *name;
+    uint64_t value;
+  } counters[] = {
+      {"packets_sent", r->packets_sent},
+      {"packets_received", r->packets_received},
+      {"packets_dropped", r->packets_dropped},
+      {"retransmits", r->retransmits},
+      {"rnr_naks_sent", r->rnr_naks_sent},
+      {"naks_sent", r->naks_sent},
+      {"udp_tx_packets", r->wire_tx_packets},
+      {"udp_tx_bytes", r->wire_tx_bytes},
+      {"udp_tx_errors", r->wire_tx_errors},
+      {"udp_rx_packets", r->wire_rx_packets},
+      {"udp_rx_bytes", r->wire_rx_bytes},
+      {"udp_rx_icrc_errors", r->wire_rx_icrc_errors},
+      {"udp_rx_malformed", r->wire_rx_malformed},
+  };
+  for (const auto &c : counters) std::printf("%s=%llu\n", c.name, u(c.value));
   return 0;
 }
 

@@ -9,6 +9,16 @@
 
 namespace vrnic {
 
+struct PortCounters {
+  uint64_t tx_packets = 0;
+  uint64_t tx_bytes = 0;
+  uint64_t tx_errors = 0;
+  uint64_t rx_packets = 0;
+  uint64_t rx_bytes = 0;
+  uint64_t rx_icrc_errors = 0;
+  uint64_t rx_malformed = 0;
+};
+
 class Port {
  public:
   virtual ~Port() = default;
@@ -17,6 +27,7 @@ class Port {
   // Packets accepted but not yet delivered (a port with none in flight is quiescent).
   virtual uint32_t in_flight() const = 0;
   virtual uint32_t mtu_bytes() const = 0;
+  virtual const PortCounters &counters() const = 0;
 };
 
 }  // namespace vrnic

@@ -152,17 +152,17 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
 
 UdpPort::~UdpPort() {
   if (ring_ready_) {
-    // Cancel what is posted, then give every packet back.
-    for (int fd : tx_fds_) ::shutdown(fd, SHUT_RDWR);
-    if (rx_fd_ >= 0) ::shutdown(rx_fd_, SHUT_RDWR);
-    io_uring_sqe *sqe = io_uring_get_sqe(&ring_);
-    if (sqe) {
-      io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+    // Cancel everything posted and take the packets back (bounded: at shutdown a stuck
+    // request must not keep vrnicd from exiting; ring teardown cancels the rest).
+    if (io_uring_sqe *sqe = io_uring_get_sqe(&ring_)) {
+      io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY | IORING_ASYNC_CANCEL_ALL);
+      io_uring_sqe_set_data64(sqe, 0);
       io_uring_submit(&ring_);
     }
+    __kernel_timespec wait{1, 0};
     while (tx_in_flight_ || rx_posted_) {
       io_uring_cqe *cqe;
-      if (io_uring_wait_cqe(&ring_, &cqe)) break;
+      if (io_uring_wait_cqe_timeout(&ring_, &cqe, &wait)) break;
       uint64_t data = io_uring_cqe_get_data64(cqe);
       io_uring_cqe_seen(&ring_, cqe);
       if (!data) continue;  // the cancel request itself

@@ -24,16 +24,6 @@ struct UdpPortConfig {
   uint32_t tx_sockets = 16;  // source ports 0xC000 + i: per-QP flow entropy
 };
 
-struct UdpPortCounters {
-  uint64_t tx_packets = 0;
-  uint64_t tx_bytes = 0;
-  uint64_t tx_errors = 0;
-  uint64_t rx_packets = 0;
-  uint64_t rx_bytes = 0;
-  uint64_t rx_icrc_errors = 0;
-  uint64_t rx_malformed = 0;
-};
-
 class UdpPort final : public Port {
  public:
   // wake_fd: an eventfd the port signals when packets arrive (the worker sleeps on it).
@@ -47,7 +37,7 @@ class UdpPort final : public Port {
   uint32_t mtu_bytes() const override { return 4096; }
 
   const uint8_t *gid() const { return gid_; }
-  const UdpPortCounters &counters() const { return counters_; }
+  const PortCounters &counters() const override { return counters_; }
 
  private:
   UdpPort(PacketPool &pool) : pool_(pool) {}
@@ -70,7 +60,7 @@ class UdpPort final : public Port {
   uint32_t rx_posted_ = 0;
   std::vector<Packet *> ready_;
   size_t ready_head_ = 0;
-  UdpPortCounters counters_;
+  PortCounters counters_;
 };
 
 }  // namespace vrnic

@@ -268,10 +268,10 @@ vrnicctl_stats() {
   timeout -k 2 10 "$VRNICCTL" --socket "${1:-$VRNIC_SOCKET}" stats
 }
 
-# vrnic_stat KEY: one value from `vrnicctl stats` (key=value lines); empty if absent.
+# vrnic_stat KEY [SOCKET]: one value from `vrnicctl stats` (key=value lines); empty if absent.
 vrnic_stat() {
   local out
-  out=$(vrnicctl_stats 2>/dev/null) || return 1
+  out=$(vrnicctl_stats "${2:-}" 2>/dev/null) || return 1
   awk -F= -v k="$1" '$1 == k { print $2; found = 1; exit } END { exit !found }' <<<"$out"
 }
 
@@ -365,7 +365,7 @@ stop_vrnicd() {
   echo "vrnicd exited 0 after SIG$sig; socket removed"
 }
 
-# ensure_vrnicd: start a vrnicd unless ours is running (used at the start of each check, so
+# ensure_vrnicd [vrnicd args...]: start a vrnicd unless ours is running (used at the start of each check, so
 # a daemon that died in one check is reported there and does not fail every later one silently).
 _VRNICD_START_FAILED=0
 ensure_vrnicd() {
@@ -384,7 +384,7 @@ ensure_vrnicd() {
     vrnic_tail "$VRNICD_LOG" 10
     VRNICD_PID=
   fi
-  start_vrnicd && return 0
+  start_vrnicd "$@" && return 0
   _VRNICD_START_FAILED=1
   return 1
 }
@@ -552,7 +552,25 @@ _vrnic_status_word() {
   esac
 }
 
+# start_peer_vrnicd [vrnicd args...]: a second vrnicd (another "host") beside the group's
+# own; sets PEER_SOCKET, PEER_PID, PEER_LOG and leaves VRNICD_PID/VRNIC_SOCKET alone.
+start_peer_vrnicd() {
+  local dir main_pid=$VRNICD_PID main_log=$VRNICD_LOG rc
+  _VRNIC_DAEMON_SEQ=$((_VRNIC_DAEMON_SEQ + 1))
+  dir=$VRNIC_TMP/vrnicd.$_VRNIC_DAEMON_SEQ
+  mkdir -p "$dir" || return 1
+  PEER_SOCKET=$dir/vrnicd.sock
+  _vrnicd_spawn "$PEER_SOCKET" "$dir/vrnicd.log" "$VRNICD" --socket "$PEER_SOCKET" "$@"
+  rc=$?
+  PEER_PID=$VRNICD_PID
+  PEER_LOG=$VRNICD_LOG
+  VRNICD_PID=$main_pid
+  VRNICD_LOG=$main_log
+  return "$rc"
+}
+
 # verbs_pair TAG PORT CMD...: server `CMD -p PORT`, then client `CMD -p PORT 127.0.0.1`.
+# The client runs with VRNIC_CLIENT_ENV (e.g. VRNIC_SOCKET=... to use another vrnicd).
 # Both must exit 0. Leaves SERVER_LOG, CLIENT_LOG for further checks. Prints the tails of both
 # logs (and of vrnicd's if it died) when anything failed.
 verbs_pair() {
@@ -566,7 +584,7 @@ verbs_pair() {
     [[ -n $VRNICD_PID ]] && vrnicd_check_alive
     return 1
   fi
-  run_client "$tag" "$@" -p "$port" 127.0.0.1
+  run_client "$tag" env ${VRNIC_CLIENT_ENV:+"$VRNIC_CLIENT_ENV"} "$@" -p "$port" 127.0.0.1
   finish_server
   srv_rc=$VRNIC_RC
   echo "server: $(_vrnic_status_word "$srv_rc"); client: $(_vrnic_status_word "$CLIENT_RC")"

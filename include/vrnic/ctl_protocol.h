@@ -292,6 +292,14 @@ struct StatsResp {
   uint64_t retransmits;
   uint64_t rnr_naks_sent;
   uint64_t naks_sent;
+  // the wire port (zero without one)
+  uint64_t wire_tx_packets;
+  uint64_t wire_tx_bytes;
+  uint64_t wire_tx_errors;
+  uint64_t wire_rx_packets;
+  uint64_t wire_rx_bytes;
+  uint64_t wire_rx_icrc_errors;
+  uint64_t wire_rx_malformed;
 };
 
 // Records written by vrnicd into a completion channel's pipe or the async-event pipe.
