@@ -77,7 +77,7 @@ Masks lookup(int t, uint32_t cur, uint32_t next) {
         if (rc)
           return {true, 0, PKEY | PORT | ACC | AV | RD | DRD | RNRT | TMO | RETRY | RNR | ALT |
                                MIG};
-        if (uc) return {true, 0, PKEY | PORT | ACC | AV | ALT | MIG};
+        if (uc) return {true, 0, PKEY | ACC | AV | ALT | MIG};
         return {true, 0, PKEY | QKEY};
       }
       break;

@@ -119,6 +119,7 @@ absl::Status Server::start_workers() {
           UdpPort::open(cfg_.udp_port, w->pool, w->wake_fd());
       if (!port.ok()) return port.status();
       std::memcpy(dev_.info.gids[0].gid, (*port)->gid(), 16);
+      (*port)->set_faults(cfg_.faults);
       w->attach_wire_port(std::move(*port));
     }
     workers_.push_back(std::move(w));
@@ -172,7 +173,9 @@ bool Server::handle(Session &s) {
   int err = ctl::recv_message(s.sock, m.get());
   if (err) return false;  // closed or malformed: the client is gone or broken
   auto op = ctl::Op(m->header.op);
-  if (op != ctl::Op::kHello && op != ctl::Op::kStats && !s.shm) {
+  // vrnicctl's commands need no session; everything else comes after Hello.
+  bool management = op == ctl::Op::kStats || op == ctl::Op::kSetFaults;
+  if (op != ctl::Op::kHello && !management && !s.shm) {
     m->close_fds();
     ctl::send_message(s.sock, op, EPROTO, nullptr, 0);
     return false;
@@ -307,6 +310,11 @@ bool Server::handle(Session &s) {
     case ctl::Op::kDestroyAh:
       reply(destroy_ah(s, handle_of()), nullptr, 0);
       break;
+    case ctl::Op::kSetFaults: {
+      auto *req = m->as<ctl::SetFaultsReq>();
+      reply(req ? set_faults(*req) : EINVAL, nullptr, 0);
+      break;
+    }
     case ctl::Op::kStats: {
       ctl::StatsResp resp{};
       stats(resp);
@@ -731,6 +739,11 @@ int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
     }
     uint32_t next = (mask & IBV_QP_STATE) ? a.qp_state : cur;
     if ((st = check_qp_transition(qp.type, cur, next, mask))) return;
+    // RoCE has no alternate paths (no automatic path migration): refused as Linux does.
+    if (mask & IBV_QP_ALT_PATH) {
+      st = EINVAL;
+      return;
+    }
     // Attribute values (EINVAL as the kernel answers them).
     if (((mask & IBV_QP_PORT) && a.port_num != 1) ||
         ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) ||
@@ -977,7 +990,26 @@ void Server::stats(ctl::StatsResp &resp) {
       resp.wire_rx_icrc_errors = c.rx_icrc_errors;
       resp.wire_rx_malformed = c.rx_malformed;
     }
+    if (auto *udp = dynamic_cast<UdpPort *>(workers_[0]->wire_port())) {
+      if (const FaultCounters *f = udp->fault_counters()) {
+        resp.faults_dropped = f->dropped;
+        resp.faults_duplicated = f->duplicated;
+        resp.faults_reordered = f->reordered;
+        resp.faults_corrupted = f->corrupted;
+        resp.faults_delayed = f->delayed;
+      }
+    }
   });
+}
+
+int Server::set_faults(const ctl::SetFaultsReq &req) {
+  std::string spec(req.spec, strnlen(req.spec, sizeof(req.spec)));
+  absl::StatusOr<FaultConfig> cfg = FaultConfig::parse(spec);
+  if (!cfg.ok()) return EINVAL;
+  auto *udp = dynamic_cast<UdpPort *>(workers_[0]->wire_port());
+  if (!udp) return ENODEV;  // faults are injected on a wire
+  workers_[0]->execute([&] { udp->set_faults(*cfg); });
+  return 0;
 }
 
 // Everything a client created goes when its connection does (process exit or SIGKILL):

@@ -61,6 +61,7 @@ struct ServerConfig {
   // The wire: none (loop only: every peer is a local process), or a udp port.
   bool udp = false;
   UdpPortConfig udp_port;
+  FaultConfig faults;  // on the udp port's receive path
 };
 
 class Server {
@@ -107,6 +108,7 @@ class Server {
   int create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &resp);
   int destroy_ah(Session &s, uint32_t handle);
   void stats(ctl::StatsResp &resp);
+  int set_faults(const ctl::SetFaultsReq &req);
   absl::Status start_workers();
 
   Worker &worker_for_new_qp();

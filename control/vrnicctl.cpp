@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "vrnic/ctl_io.h"
 #include "vrnic/socket_path.h"
@@ -40,6 +41,11 @@ int stats(int sock) {
       {"udp_rx_bytes", r->wire_rx_bytes},
       {"udp_rx_icrc_errors", r->wire_rx_icrc_errors},
       {"udp_rx_malformed", r->wire_rx_malformed},
+      {"faults_dropped", r->faults_dropped},
+      {"faults_duplicated", r->faults_duplicated},
+      {"faults_reordered", r->faults_reordered},
+      {"faults_corrupted", r->faults_corrupted},
+      {"faults_delayed", r->faults_delayed},
   };
   for (const auto &c : counters) std::printf("%s=%llu\n", c.name, u(c.value));
   return 0;
@@ -47,20 +53,45 @@ int stats(int sock) {
 
 }  // namespace
 
+int set_faults(int sock, const std::string &spec) {
+  vrnic::ctl::SetFaultsReq req{};
+  if (spec.size() >= sizeof(req.spec)) {
+    std::fprintf(stderr, "vrnicctl: fault spec too long\n");
+    return 2;
+  }
+  std::memcpy(req.spec, spec.data(), spec.size());
+  int err = vrnic::ctl::send_message(sock, vrnic::ctl::Op::kSetFaults, 0, &req, sizeof(req));
+  vrnic::ctl::Message m;
+  if (!err) err = vrnic::ctl::recv_message(sock, &m);
+  if (!err) err = m.header.status;
+  if (err) {
+    std::fprintf(stderr, "vrnicctl: faults '%s': %s\n", spec.c_str(),
+                 err == ENODEV ? "vrnicd has no wire port (start it with --udp)"
+                               : std::strerror(err));
+    return 1;
+  }
+  return 0;
+}
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: vrnicctl [--socket PATH] stats\n"
+               "       vrnicctl [--socket PATH] faults SPEC   (e.g. loss=1,reorder=5; \"\" clears)\n");
+}
+
 int main(int argc, char **argv) {
   std::string path = vrnic::default_socket_path();
-  std::string cmd;
+  std::vector<std::string> args;
   for (int i = 1; i < argc; i++) {
     if (!std::strcmp(argv[i], "--socket") && i + 1 < argc) {
       path = argv[++i];
-    } else if (cmd.empty()) {
-      cmd = argv[i];
     } else {
-      cmd = "?";
+      args.push_back(argv[i]);
     }
   }
-  if (cmd != "stats") {
-    std::fprintf(stderr, "usage: vrnicctl [--socket PATH] stats\n");
+  bool ok = (args.size() == 1 && args[0] == "stats") || (args.size() == 2 && args[0] == "faults");
+  if (!ok) {
+    usage();
     return 2;
   }
   int sock = vrnic::ctl::connect_daemon(path.c_str());
@@ -69,7 +100,7 @@ int main(int argc, char **argv) {
                  path.c_str(), std::strerror(-sock));
     return 1;
   }
-  int rc = stats(sock);
+  int rc = args[0] == "stats" ? stats(sock) : set_faults(sock, args[1]);
   ::close(sock);
   return rc;
 }

@@ -26,7 +26,9 @@ void usage(FILE *out) {
                "  --workers N      dataplane worker threads (default 1)\n"
                "  --udp ADDR       RoCEv2 over UDP on this IPv4 or IPv6 address (GID 0); without\n"
                "                   it vrnic0 has only the loop port (peers are local processes)\n"
-               "  --udp-port PORT  UDP port to listen on and send to (default 4791)\n");
+               "  --udp-port PORT  UDP port to listen on and send to (default 4791)\n"
+               "  --faults SPEC    inject faults on the udp port's receive path, e.g.\n"
+               "                   loss=1,dup=1,reorder=5,corrupt=1,delay_us=100,seed=7 (percent)\n");
 }
 
 bool parse_number(const char *text, unsigned long lo, unsigned long hi, unsigned long *out) {
@@ -44,7 +46,8 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     std::string arg = argv[i];
     bool takes_value =
-        arg == "--socket" || arg == "--workers" || arg == "--udp" || arg == "--udp-port";
+        arg == "--socket" || arg == "--workers" || arg == "--udp" || arg == "--udp-port" ||
+        arg == "--faults";
     if (takes_value && i + 1 >= argc) {
       std::fprintf(stderr, "vrnicd: %s needs a value\n", arg.c_str());
       return 2;
@@ -67,6 +70,13 @@ int main(int argc, char **argv) {
         return 2;
       }
       cfg.udp_port.udp_port = uint16_t(n);
+    } else if (arg == "--faults") {
+      absl::StatusOr<vrnic::FaultConfig> faults = vrnic::FaultConfig::parse(argv[++i]);
+      if (!faults.ok()) {
+        std::fprintf(stderr, "vrnicd: --faults: %s\n", std::string(faults.status().message()).c_str());
+        return 2;
+      }
+      cfg.faults = *faults;
     } else if (arg == "-h" || arg == "--help") {
       usage(stdout);
       return 0;
@@ -75,6 +85,10 @@ int main(int argc, char **argv) {
       usage(stderr);
       return 2;
     }
+  }
+  if (cfg.faults.any() && !cfg.udp) {
+    std::fprintf(stderr, "vrnicd: --faults needs a wire port (--udp ADDR)\n");
+    return 2;
   }
   struct sigaction sa {};
   sa.sa_handler = on_signal;

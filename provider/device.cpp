@@ -48,7 +48,7 @@ void fill_device_attr(const ctl::DeviceInfo &d, ibv_device_attr *a) {
   a->max_qp_wr = int(d.max_qp_wr);
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
                         IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_N_NOTIFY_CQ |
-                        IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_MEM_WINDOW |
+                        IBV_DEVICE_MEM_WINDOW |
                         IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_sge = int(d.max_sge);
   a->max_sge_rd = int(d.max_sge);

@@ -11,6 +11,7 @@ run_catch2_binary daemon_test
 run_catch2_binary verbs_data_test
 run_catch2_binary wr_api_test
 run_catch2_binary unsupported_test
+run_catch2_binary api_test
 [[ -n $VRNICD_PID ]] && check "vrnicd: no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
 
 vrnic_script_finish
