@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -173,6 +174,8 @@ UdpPort::~UdpPort() {
     io_uring_queue_exit(&ring_);
   }
   for (; ready_head_ < ready_.size(); ready_head_++) pool_.free(ready_[ready_head_]);
+  for (; delayed_head_ < delayed_.size(); delayed_head_++) pool_.free(delayed_[delayed_head_].pkt);
+  if (held_) pool_.free(held_);
   for (int fd : tx_fds_) ::close(fd);
   if (rx_fd_ >= 0) ::close(rx_fd_);
 }
@@ -287,10 +290,12 @@ void UdpPort::reap_completions() {
     auto *pkt = reinterpret_cast<Packet *>(data & ~kRxTag);
     if (data & kRxTag) {
       rx_posted_--;
-      if (cqe->res > 0) {
-        on_received(pkt, cqe->res);
-      } else {
+      if (cqe->res <= 0) {
         pool_.free(pkt);
+      } else if (faults_) {
+        inject_faults(pkt, cqe->res);
+      } else {
+        on_received(pkt, cqe->res);
       }
     } else {
       tx_in_flight_--;
@@ -305,11 +310,84 @@ void UdpPort::reap_completions() {
   io_uring_cq_advance(&ring_, seen);
 }
 
+static uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+void UdpPort::set_faults(const FaultConfig &cfg) {
+  if (!cfg.any()) {
+    faults_.reset();
+    if (held_) on_received(held_, held_len_);
+    held_ = nullptr;
+    for (; delayed_head_ < delayed_.size(); delayed_head_++)
+      on_received(delayed_[delayed_head_].pkt, delayed_[delayed_head_].len);
+    return;
+  }
+  if (faults_) {
+    faults_->configure(cfg);
+  } else {
+    faults_ = std::make_unique<FaultInjector>(cfg);
+  }
+}
+
+// The frame as a faulty network would deliver it: perhaps lost, damaged, twice, late or
+// after its successor. Everything downstream (the ICRC check first) sees the result.
+void UdpPort::inject_faults(Packet *pkt, int len) {
+  FaultInjector &f = *faults_;
+  if (f.drop()) {
+    pool_.free(pkt);
+    return;
+  }
+  f.maybe_corrupt(pkt->bounce, uint32_t(len));
+  auto deliver = [&](Packet *p, int n) {
+    if (f.delay_ns()) {
+      f.count_delayed();
+      delayed_.push_back({monotonic_ns() + f.delay_ns(), p, n});
+    } else {
+      on_received(p, n);
+    }
+  };
+  if (f.duplicate()) {
+    if (Packet *copy = pool_.alloc()) {
+      std::memcpy(copy->bounce, pkt->bounce, size_t(len));
+      scratch<RxScratch>(copy).peer = scratch<RxScratch>(pkt).peer;
+      deliver(copy, len);
+    }
+  }
+  if (!held_ && f.reorder()) {
+    held_ = pkt;
+    held_len_ = len;
+    return;
+  }
+  deliver(pkt, len);
+  if (held_) {
+    Packet *late = held_;
+    held_ = nullptr;
+    deliver(late, held_len_);
+  }
+}
+
+void UdpPort::release_delayed() {
+  if (delayed_head_ == delayed_.size()) return;
+  uint64_t now = monotonic_ns();
+  while (delayed_head_ < delayed_.size() && delayed_[delayed_head_].due_ns <= now) {
+    on_received(delayed_[delayed_head_].pkt, delayed_[delayed_head_].len);
+    delayed_head_++;
+  }
+  if (delayed_head_ == delayed_.size()) {
+    delayed_.clear();
+    delayed_head_ = 0;
+  }
+}
+
 uint16_t UdpPort::rx_burst(Packet **pkts, uint16_t n) {
   if (ready_head_ == ready_.size()) {
     ready_.clear();
     ready_head_ = 0;
     reap_completions();
+    release_delayed();
     post_receives();
   }
   uint16_t i = 0;

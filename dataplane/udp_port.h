@@ -9,11 +9,13 @@
 #include <netinet/in.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "fault_injector.h"
 #include "port.h"
 
 namespace vrnic {
@@ -38,6 +40,9 @@ class UdpPort final : public Port {
 
   const uint8_t *gid() const { return gid_; }
   const PortCounters &counters() const override { return counters_; }
+  // Fault injection on the receive path (none when every rate is zero).
+  void set_faults(const FaultConfig &cfg);
+  const FaultCounters *fault_counters() const { return faults_ ? &faults_->counters() : nullptr; }
 
  private:
   UdpPort(PacketPool &pool) : pool_(pool) {}
@@ -45,6 +50,8 @@ class UdpPort final : public Port {
   void post_receives();
   void reap_completions();
   void on_received(Packet *pkt, int len);
+  void inject_faults(Packet *pkt, int len);
+  void release_delayed();
   void to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_in6 *out, socklen_t *len) const;
 
   PacketPool &pool_;
@@ -61,6 +68,16 @@ class UdpPort final : public Port {
   std::vector<Packet *> ready_;
   size_t ready_head_ = 0;
   PortCounters counters_;
+  std::unique_ptr<FaultInjector> faults_;
+  Packet *held_ = nullptr;  // reordering: delivered after the next frame
+  int held_len_ = 0;
+  struct Delayed {
+    uint64_t due_ns;
+    Packet *pkt;
+    int len;
+  };
+  std::vector<Delayed> delayed_;  // in arrival order, so in due order too
+  size_t delayed_head_ = 0;
 };
 
 }  // namespace vrnic

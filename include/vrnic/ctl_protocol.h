@@ -39,6 +39,7 @@ enum class Op : uint16_t {
   kAllocMw,
   kDeallocMw,
   kResizeCq,
+  kSetFaults,
 };
 
 struct MsgHeader {
@@ -275,6 +276,12 @@ struct CreateAhReq {
   AddressVector av;
 };
 
+// Fault injection on the wire port's receive path, as vrnicd's --faults takes it:
+// "loss=1,dup=0.5,reorder=5,corrupt=1,delay_us=100,seed=7" (rates in percent); "" clears.
+struct SetFaultsReq {
+  char spec[200];
+};
+
 struct StatsResp {
   uint32_t sessions;
   uint32_t pds;
@@ -300,6 +307,11 @@ struct StatsResp {
   uint64_t wire_rx_bytes;
   uint64_t wire_rx_icrc_errors;
   uint64_t wire_rx_malformed;
+  uint64_t faults_dropped;
+  uint64_t faults_duplicated;
+  uint64_t faults_reordered;
+  uint64_t faults_corrupted;
+  uint64_t faults_delayed;
 };
 
 // Records written by vrnicd into a completion channel's pipe or the async-event pipe.

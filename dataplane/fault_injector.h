@@ -1,0 +1,64 @@
+// Fault injection for a port's receive path: loss, duplication, reordering, corruption and
+// delay, each a probability (or a time), drawn from a seeded generator so a run can be
+// reproduced. Applied to frames as they come off the wire, before any check: a corrupted
+// frame must be caught by the ICRC like a real one.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace vrnic {
+
+struct FaultConfig {
+  double loss = 0;       // probability a frame is dropped
+  double duplicate = 0;  // ... delivered twice
+  double reorder = 0;    // ... held back and delivered after the next one
+  double corrupt = 0;    // ... has one random bit flipped
+  uint32_t delay_us = 0; // added to every frame
+  uint64_t seed = 1;
+
+  bool any() const { return loss || duplicate || reorder || corrupt || delay_us; }
+  // "loss=1,dup=0.5,reorder=5,corrupt=1,delay_us=100,seed=7" (rates in percent).
+  static absl::StatusOr<FaultConfig> parse(const std::string &text);
+  std::string to_string() const;
+};
+
+struct FaultCounters {
+  uint64_t dropped = 0;
+  uint64_t duplicated = 0;
+  uint64_t reordered = 0;
+  uint64_t corrupted = 0;
+  uint64_t delayed = 0;
+};
+
+class FaultInjector {
+ public:
+  explicit FaultInjector(const FaultConfig &cfg) { configure(cfg); }
+  void configure(const FaultConfig &cfg);
+  const FaultConfig &config() const { return cfg_; }
+  const FaultCounters &counters() const { return counters_; }
+
+  bool drop() { return roll(cfg_.loss, counters_.dropped); }
+  bool duplicate() { return roll(cfg_.duplicate, counters_.duplicated); }
+  bool reorder() { return roll(cfg_.reorder, counters_.reordered); }
+  // Flips one random bit of the frame when the dice say so.
+  void maybe_corrupt(uint8_t *frame, uint32_t len);
+  uint64_t delay_ns() const { return uint64_t(cfg_.delay_us) * 1000; }
+  void count_delayed() { counters_.delayed++; }
+
+ private:
+  bool roll(double p, uint64_t &counter) {
+    if (p <= 0 || uniform_(rng_) >= p) return false;
+    counter++;
+    return true;
+  }
+  FaultConfig cfg_;
+  FaultCounters counters_;
+  std::mt19937_64 rng_;
+  std::uniform_real_distribution<double> uniform_{0.0, 1.0};
+};
+
+}  // namespace vrnic
