@@ -3,6 +3,8 @@
 // go-back-N retransmission.
 #include <infiniband/verbs.h>
 
+#include <algorithm>
+
 #include "sge_io.h"
 #include "transport.h"
 #include "worker.h"
@@ -55,13 +57,42 @@ void restart_ack_timer(Worker &w, QueuePair &qp) {
   }
 }
 
-// Go-back-N: send again from the oldest unretired WQE.
-void rewind_requester(QueuePair &qp) {
+bool is_local_op(uint8_t op) { return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV; }
+
+// Go-back-N: send again from `psn`, the first PSN the responder has not taken -- from the
+// middle of a SEND or WRITE if need be (the responder still holds the message's context).
+// An unfinished READ or atomic before that point is asked for again whole: the responder
+// re-executes reads and replays atomics.
+void rewind_requester(QueuePair &qp, uint32_t psn) {
   RequesterState &req = qp.req;
-  req.wqe = qp.comp.wqe;
-  req.offset = req.sge = req.sge_offset = 0;
   req.rd_atomic_outstanding = 0;
-  if (qp.comp.wqe != req.started) req.psn = qp.wqe_meta(qp.comp.wqe).first_psn;
+  req.offset = req.sge = req.sge_offset = 0;
+  for (uint32_t i = qp.comp.wqe; i != req.started; i++) {
+    WqeMeta &m = qp.wqe_meta(i);
+    if (is_local_op(m.opcode) || m.status) continue;
+    if (is_read_or_atomic(m.opcode)) {
+      if (m.resp_done) continue;
+      req.wqe = i;
+      req.psn = m.first_psn;
+      return;
+    }
+    if (psn_diff(psn, m.last_psn) > 0) continue;  // all of it was acknowledged
+    uint32_t into = uint32_t(std::max(0, psn_diff(psn, m.first_psn)));
+    req.wqe = i;
+    req.psn = psn_add(m.first_psn, into);
+    req.offset = into * qp.mtu;
+    const shm::SendWqe &wqe = qp.wqe(i);
+    if (!(m.flags & shm::kWqeInline)) {
+      SgeCursor cur = sge_seek({wqe.sge, std::min<uint32_t>(wqe.num_sge, shm::kMaxSge), qp.pd},
+                               req.offset);
+      req.sge = cur.index;
+      req.sge_offset = cur.offset;
+    }
+    return;
+  }
+  // Everything started has been taken: carry on with new work.
+  req.wqe = req.started;
+  if (req.started != qp.comp.wqe) req.psn = psn_add(qp.wqe_meta(req.started - 1).last_psn, 1);
 }
 
 void fail_oldest(Worker &w, QueuePair &qp, uint8_t status) {
@@ -140,7 +171,7 @@ void nak(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
       return;
     }
     if (qp.attr.rnr_retry != 7) qp.comp.rnr_left--;
-    rewind_requester(qp);
+    rewind_requester(qp, psn);
     qp.comp.rnr_deadline = w.now + uint64_t(kRnrTimerUs[syndrome & 0x1f]) * 1000;
     qp.comp.ack_deadline = 0;
     w.watch_timers(qp);
@@ -154,7 +185,7 @@ void nak(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
       }
       qp.comp.retry_left--;
       w.dev.counters.retransmits++;
-      rewind_requester(qp);
+      rewind_requester(qp, psn);
       w.schedule(qp);
       return;
     case kNakRemoteAccess:
@@ -255,7 +286,7 @@ void completer_check_timers(Worker &w, QueuePair &qp) {
     }
     comp.retry_left--;
     w.dev.counters.retransmits++;
-    rewind_requester(qp);
+    rewind_requester(qp, psn_add(comp.acked_psn, 1));
     w.schedule(qp);
   }
 }
