@@ -119,6 +119,8 @@ absl::Status Server::start_workers() {
           UdpPort::open(cfg_.udp_port, w->pool, w->wake_fd());
       if (!port.ok()) return port.status();
       std::memcpy(dev_.info.gids[0].gid, (*port)->gid(), 16);
+      // The port's MTU caps every path MTU (IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5).
+      dev_.info.port_active_mtu = uint32_t(std::countr_zero((*port)->mtu_bytes())) - 7;
       (*port)->set_faults(cfg_.faults);
       w->attach_wire_port(std::move(*port));
     }

@@ -1,6 +1,9 @@
 #include "udp_port.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,6 +74,55 @@ void gid_from_sockaddr(const sockaddr_in6 &sa, uint8_t gid[16]) {
   }
 }
 
+// Whether `addr` (len bytes) lies in the subnet of an interface address with that netmask.
+bool in_subnet(const uint8_t *addr, const uint8_t *ifaddr, const uint8_t *mask, size_t len) {
+  for (size_t i = 0; i < len; i++)
+    if ((addr[i] & mask[i]) != (ifaddr[i] & mask[i])) return false;
+  return true;
+}
+
+// The IP MTU of the interface whose subnet holds `gid` (an address of this host: 127.0.0.2
+// is one through lo's 127.0.0.0/8), or 0 if none does.
+uint32_t interface_mtu(const uint8_t gid[16], bool ipv4) {
+  ifaddrs *list;
+  if (getifaddrs(&list) < 0) return 0;
+  uint32_t mtu = 0;
+  for (ifaddrs *ifa = list; ifa && !mtu; ifa = ifa->ifa_next) {
+    if (!ifa->ifa_addr || !ifa->ifa_netmask) continue;
+    bool match = false;
+    if (ipv4 && ifa->ifa_addr->sa_family == AF_INET) {
+      auto *a = reinterpret_cast<const uint8_t *>(
+          &reinterpret_cast<sockaddr_in *>(ifa->ifa_addr)->sin_addr);
+      auto *m = reinterpret_cast<const uint8_t *>(
+          &reinterpret_cast<sockaddr_in *>(ifa->ifa_netmask)->sin_addr);
+      match = in_subnet(gid + 12, a, m, 4);
+    } else if (!ipv4 && ifa->ifa_addr->sa_family == AF_INET6) {
+      auto *a = reinterpret_cast<const uint8_t *>(
+          &reinterpret_cast<sockaddr_in6 *>(ifa->ifa_addr)->sin6_addr);
+      auto *m = reinterpret_cast<const uint8_t *>(
+          &reinterpret_cast<sockaddr_in6 *>(ifa->ifa_netmask)->sin6_addr);
+      match = in_subnet(gid, a, m, 16);
+    }
+    if (!match) continue;
+    int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq req{};
+    std::strncpy(req.ifr_name, ifa->ifa_name, IFNAMSIZ - 1);
+    if (fd >= 0 && ioctl(fd, SIOCGIFMTU, &req) == 0) mtu = uint32_t(req.ifr_mtu);
+    if (fd >= 0) ::close(fd);
+  }
+  freeifaddrs(list);
+  return mtu;
+}
+
+// RoCE path MTUs are 256..4096; a packet adds IP, UDP, the largest transport header and
+// the ICRC, and must not exceed the interface's MTU (it is never fragmented).
+uint32_t roce_mtu_for(uint32_t ip_mtu, bool ipv4) {
+  uint32_t overhead = (ipv4 ? 20 : 40) + 8 + uint32_t(kMaxTransportHeader) + wire::kIcrcBytes;
+  for (uint32_t mtu = 4096; mtu >= 256; mtu /= 2)
+    if (mtu + overhead <= ip_mtu) return mtu;
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<UdpPort>> UdpPort::open(const UdpPortConfig &cfg,
@@ -111,6 +163,13 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
     return absl::InvalidArgumentError("not an IPv4 or IPv6 address: '" + cfg.address + "'");
   }
   udp_port_ = cfg.udp_port;
+  uint32_t ip_mtu = interface_mtu(gid_, ipv4_);
+  if (!ip_mtu)
+    return absl::InvalidArgumentError(cfg.address + " is on none of this host's interfaces");
+  mtu_ = roce_mtu_for(ip_mtu, ipv4_);
+  if (!mtu_)
+    return absl::InvalidArgumentError("the interface of " + cfg.address + " has an MTU of " +
+                                      std::to_string(ip_mtu) + ", too small for RoCE (256)");
   int family = ipv4_ ? AF_INET : AF_INET6;
   auto bound_socket = [&](uint16_t port, int *fd) -> absl::Status {
     *fd = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

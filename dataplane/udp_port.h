@@ -36,7 +36,8 @@ class UdpPort final : public Port {
   uint16_t tx_burst(Packet **pkts, uint16_t n) override;
   uint16_t rx_burst(Packet **pkts, uint16_t n) override;
   uint32_t in_flight() const override { return tx_in_flight_; }
-  uint32_t mtu_bytes() const override { return 4096; }
+  // The largest RoCE path MTU whose packets fit the interface's IP MTU.
+  uint32_t mtu_bytes() const override { return mtu_; }
 
   const uint8_t *gid() const { return gid_; }
   const PortCounters &counters() const override { return counters_; }
@@ -60,6 +61,7 @@ class UdpPort final : public Port {
   bool ipv4_ = true;
   uint8_t gid_[16] = {};
   uint16_t udp_port_ = 4791;
+  uint32_t mtu_ = 4096;
   int rx_fd_ = -1;
   std::vector<int> tx_fds_;
   std::vector<uint16_t> tx_ports_;

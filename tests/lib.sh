@@ -32,10 +32,10 @@ export VRNIC_ROOT VRNIC_BUILD_DIR VRNICD VRNICCTL VRNIC_PROVIDER_DIR
 # Debian packages. Build: what meson needs plus the real verbs clients the demo runs.
 # shellcheck disable=SC2034 # used by the scripts that source this file
 VRNIC_BUILD_PACKAGES=(build-essential g++ meson ninja-build pkg-config libibverbs-dev
-  liburing-dev libabsl-dev catch2 perftest ibverbs-utils iproute2)
+  liburing-dev libabsl-dev libisal-dev catch2 perftest ibverbs-utils iproute2)
 # Extra packages the test suite uses.
 # shellcheck disable=SC2034
-VRNIC_TEST_PACKAGES=(python3-pyverbs)
+VRNIC_TEST_PACKAGES=(python3-pyverbs tshark python3-scapy)
 
 # ---------------------------------------------------------------------------------------------
 # Small utilities
@@ -236,8 +236,13 @@ _vrnic_kill_hard() {
   fi
 }
 
+# vrnic_on_cleanup CMD: a shell command run at cleanup, after every process is stopped
+# (e.g. removing the network namespaces a test made).
+_VRNIC_CLEANUP_CMDS=()
+vrnic_on_cleanup() { _VRNIC_CLEANUP_CMDS+=("$1"); }
+
 vrnic_cleanup() {
-  local pid deadline
+  local pid deadline cmd
   if ((${#_VRNIC_PIDS[@]})); then
     for pid in "${_VRNIC_PIDS[@]}"; do
       _vrnic_running "$pid" && kill -TERM "$pid" 2>/dev/null
@@ -249,6 +254,10 @@ vrnic_cleanup() {
       wait "$pid" 2>/dev/null
     done
     _VRNIC_PIDS=()
+  fi
+  if ((${#_VRNIC_CLEANUP_CMDS[@]})); then
+    for cmd in "${_VRNIC_CLEANUP_CMDS[@]}"; do eval "$cmd"; done
+    _VRNIC_CLEANUP_CMDS=()
   fi
   if [[ -n ${VRNIC_TMP:-} && -d $VRNIC_TMP ]]; then
     rm -rf -- "$VRNIC_TMP"
@@ -473,9 +482,10 @@ next_port() {
 
 # wait_listen PORT PID SECS: wait until something listens on TCP PORT, while PID is alive.
 wait_listen() {
-  local port=$1 pid=$2 deadline=$(($(vrnic_now_us) + $3 * 1000000))
+  local port=$1 pid=$2 deadline=$(($(vrnic_now_us) + $3 * 1000000)) ns=()
+  [[ -n ${VRNIC_SERVER_NS:-} ]] && ns=(ip netns exec "$VRNIC_SERVER_NS")
   while :; do
-    [[ -n $(ss -Hltn "( sport = :$port )" 2>/dev/null) ]] && return 0
+    [[ -n $("${ns[@]}" ss -Hltn "( sport = :$port )" 2>/dev/null) ]] && return 0
     _vrnic_running "$pid" || return 1
     (($(vrnic_now_us) >= deadline)) && return 2
     sleep 0.05
@@ -494,6 +504,7 @@ start_server() {
   shift 2
   SERVER_LOG=$VRNIC_TMP/$tag.server.log
   tmo=$(vrnic_timeout "${VRNIC_TEST_TIMEOUT:-60}")
+  [[ -n ${VRNIC_SERVER_NS:-} ]] && set -- ip netns exec "$VRNIC_SERVER_NS" "$@"
   echo "+ $* &   # server, timeout ${tmo}s"
   "${VRUN[@]}" timeout -k 5 "$tmo" "$@" >"$SERVER_LOG" 2>&1 </dev/null &
   SERVER_PID=$!
@@ -570,7 +581,9 @@ start_peer_vrnicd() {
 }
 
 # verbs_pair TAG PORT CMD...: server `CMD -p PORT`, then client `CMD -p PORT 127.0.0.1`.
-# The client runs with VRNIC_CLIENT_ENV (e.g. VRNIC_SOCKET=... to use another vrnicd).
+# The client runs with VRNIC_CLIENT_ENV (e.g. VRNIC_SOCKET=... to use another vrnicd); with
+# VRNIC_SERVER_NS / VRNIC_CLIENT_NS set, each side runs in that network namespace and the
+# client connects to VRNIC_SERVER_ADDR.
 # Both must exit 0. Leaves SERVER_LOG, CLIENT_LOG for further checks. Prints the tails of both
 # logs (and of vrnicd's if it died) when anything failed.
 verbs_pair() {
@@ -584,7 +597,8 @@ verbs_pair() {
     [[ -n $VRNICD_PID ]] && vrnicd_check_alive
     return 1
   fi
-  run_client "$tag" env ${VRNIC_CLIENT_ENV:+"$VRNIC_CLIENT_ENV"} "$@" -p "$port" 127.0.0.1
+  run_client "$tag" ${VRNIC_CLIENT_NS:+ip netns exec "$VRNIC_CLIENT_NS"} \
+    env ${VRNIC_CLIENT_ENV:+"$VRNIC_CLIENT_ENV"} "$@" -p "$port" "${VRNIC_SERVER_ADDR:-127.0.0.1}"
   finish_server
   srv_rc=$VRNIC_RC
   echo "server: $(_vrnic_status_word "$srv_rc"); client: $(_vrnic_status_word "$CLIENT_RC")"

@@ -5,12 +5,15 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 vrnic_script_init wire
 
+# A UDP port of our own, so that another RoCE user of 4791 on this machine does not matter.
+WIRE_PORT=$((20000 + $$ % 20000))
+
 # Both daemons, started once for the group.
 wire_daemons() {
   [[ -n $VRNICD_PID && -n $PEER_PID ]] && _vrnic_running "$VRNICD_PID" &&
     _vrnic_running "$PEER_PID" && return 0
-  ensure_vrnicd --udp 127.0.0.1 || return 1
-  start_peer_vrnicd --udp 127.0.0.2 || return 1
+  ensure_vrnicd --udp 127.0.0.1 --udp-port "$WIRE_PORT" || return 1
+  start_peer_vrnicd --udp 127.0.0.2 --udp-port "$WIRE_PORT" || return 1
   VRNIC_CLIENT_ENV=VRNIC_SOCKET=$PEER_SOCKET
 }
 
@@ -68,6 +71,57 @@ stop_both() {
   return "$ok"
 }
 
+# Two hosts in network namespaces made here, joined by a veth pair; vrnicd in each. The
+# addresses exist only inside these namespaces and are removed with them.
+NS_A=vrnic-a-$$
+NS_B=vrnic-b-$$
+netns_hosts() {
+  [[ -n ${NETNS_READY:-} ]] && return 0
+  if ((EUID != 0)); then
+    echo "network namespaces need root"
+    return 1
+  fi
+  vrnic_on_cleanup "ip netns del $NS_A 2>/dev/null; ip netns del $NS_B 2>/dev/null"
+  echo "+ ip netns add $NS_A; ip netns add $NS_B; veth vra$$ <-> vrb$$, 10.199.0.1/24 <-> .2"
+  ip netns add "$NS_A" && ip netns add "$NS_B" &&
+    ip link add "vra$$" netns "$NS_A" type veth peer name "vrb$$" netns "$NS_B" &&
+    ip -n "$NS_A" addr add 10.199.0.1/24 dev "vra$$" &&
+    ip -n "$NS_B" addr add 10.199.0.2/24 dev "vrb$$" &&
+    ip -n "$NS_A" link set "vra$$" up && ip -n "$NS_B" link set "vrb$$" up &&
+    ip -n "$NS_A" link set lo up && ip -n "$NS_B" link set lo up || return 1
+  local dir=$VRNIC_TMP/netns
+  mkdir -p "$dir"
+  NS_SOCK_A=$dir/a.sock
+  NS_SOCK_B=$dir/b.sock
+  _vrnicd_spawn "$NS_SOCK_A" "$dir/a.log" ip netns exec "$NS_A" "$VRNICD" --socket "$NS_SOCK_A" \
+    --udp 10.199.0.1 || return 1
+  _vrnicd_spawn "$NS_SOCK_B" "$dir/b.log" ip netns exec "$NS_B" "$VRNICD" --socket "$NS_SOCK_B" \
+    --udp 10.199.0.2 || return 1
+  VRNICD_PID=$_MAIN_PID
+  VRNICD_LOG=$_MAIN_LOG
+  NETNS_READY=1
+}
+
+# CMD across the veth: server in namespace A (its vrnicd), client in B (its vrnicd).
+in_netns() {
+  local fn=$1
+  shift
+  _MAIN_PID=$VRNICD_PID _MAIN_LOG=$VRNICD_LOG
+  netns_hosts || return 1
+  VRNIC_SOCKET=$NS_SOCK_A VRNIC_SERVER_NS=$NS_A VRNIC_CLIENT_NS=$NS_B \
+    VRNIC_SERVER_ADDR=10.199.0.1 VRNIC_CLIENT_ENV=VRNIC_SOCKET=$NS_SOCK_B \
+    VRNICD_PID= "$fn" "$@"
+}
+
+# perftest and pingpong across, as for the loopback hosts below.
+across_netns() {
+  local prog=$1 port
+  shift
+  port=$(next_port)
+  verbs_pair "netns-$prog-$port" "$port" "$prog" "$@" || return 1
+  cat "$CLIENT_LOG"
+}
+
 check "ib_write_bw -s 65536 -n 5000 across udp" perftest_across ib_write_bw -s 65536 -n 5000
 check "ib_read_bw -s 65536 -n 2000 across udp" perftest_across ib_read_bw -s 65536 -n 2000
 check "ib_send_bw -s 65536 -n 2000 across udp" perftest_across ib_send_bw -s 65536 -n 2000
@@ -80,6 +134,14 @@ check "ibv_rc_pingpong -n 1000 across udp" pingpong_across ibv_rc_pingpong -n 10
 check "ibv_uc_pingpong -n 1000 across udp" pingpong_across ibv_uc_pingpong -n 1000
 check "ibv_ud_pingpong -n 1000 across udp" pingpong_across ibv_ud_pingpong -n 1000
 check "udp counters: packets both ways, no ICRC or format errors" wire_counters
+for t in "ib_write_bw -s 65536 -n 2000" "ib_read_bw -s 65536 -n 2000" "ib_send_bw -n 2000" \
+  "ib_atomic_bw -n 1000" "ib_write_lat -n 500" "ib_send_lat -n 500"; do
+  read -ra cmd <<<"$t"
+  check "$t across a veth pair between two network namespaces" \
+    in_netns across_netns "${cmd[@]}" -d vrnic0 -x 0 -F
+done
+check "ibv_rc_pingpong across a veth pair between two network namespaces" \
+  in_netns across_netns ibv_rc_pingpong -d vrnic0 -g 0 -c -n 1000
 [[ -n $VRNICD_PID ]] && check "both vrnicd: no objects left, exit 0 on SIGTERM" stop_both
 
 vrnic_script_finish
