@@ -3,6 +3,7 @@
 #include <isa-l/crc.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 
@@ -23,7 +24,7 @@ constexpr size_t kBthIcrcByte = 4;  // FECN, BECN and reserved bits: set by swit
 // ISA-L's AVX-512 CRC returns with the upper halves of the vector registers dirty: it leaves
 // vzeroupper to its callers (intel/isa-l#24). Until they are cleared, every legacy-SSE
 // instruction (the compiler's memcpy and struct copies, here and in whatever runs next) pays
-// a transition penalty: measured here, it made a 256-byte packet's ICRC 20 times slower.
+// a transition penalty: measured here, it made a 256-byte packet's ICRC ten times slower.
 const bool kCpuHasAvx = [] {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
@@ -39,12 +40,38 @@ void clear_upper_vector_state() {
 #endif
 }
 
+// ISA-L's path for pieces shorter than 16 bytes costs as much as a 100-byte one; a byte table
+// is faster there (a pad, the rest of an extension header). Same convention as ISA-L: the
+// CRC register is kept inverted between calls.
+constexpr size_t kTablePieceBytes = 16;
+constexpr auto kCrcTable = [] {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int bit = 0; bit < 8; bit++) c = c & 1 ? (c >> 1) ^ 0xedb88320 : c >> 1;  // reflected
+    t[i] = c;
+  }
+  return t;
+}();
+
+uint32_t crc32_piece(uint32_t crc, const uint8_t *p, size_t len) {
+  if (len >= kTablePieceBytes) return crc32_gzip_refl(crc, p, len);
+  uint32_t c = ~crc;
+  for (size_t i = 0; i < len; i++) c = kCrcTable[(c ^ p[i]) & 0xff] ^ c >> 8;
+  return ~c;
+}
+
 // ---- The fast path: IPv4 without options or IPv6, the BTH in the first iovec ----
 //
 // ISA-L reads its input 16 bytes at a time. Had the masked headers been assembled with byte
-// stores, each of those loads would wait for the stores to drain (a failed store-to-load
-// forward): measured here, that doubles the cost of a 64-byte packet's ICRC. So the headers
-// are assembled in 16-byte blocks, masked with OR, and stored whole, where ISA-L loads them.
+// stores, those loads would wait for the stores to drain (a failed store-to-load forward):
+// measured here, that made a small packet's ICRC half again as slow. So the headers are
+// assembled in 16-byte blocks, masked with OR, and stored whole, where ISA-L loads them.
+//
+// A short rest of the first iovec (the extension headers, when the payload is in an iovec of
+// its own; or a whole small packet) joins the headers: a separate CRC call for a few bytes
+// costs more than copying them.
+constexpr size_t kSmallTailBytes = 64;
 
 static_assert(std::endian::native == std::endian::little, "blocks are assembled little-endian");
 using Block = uint64_t __attribute__((vector_size(16)));
@@ -68,10 +95,10 @@ struct HeadMask {
 constexpr size_t kIpv4HeadBytes = 48;
 constexpr HeadMask kIpv4HeadMask = [] {
   HeadMask m{};
-  m.b[8 + 1] = 0xff;                    // TOS
-  m.b[8 + 8] = 0xff;                    // TTL
-  m.b[8 + 10] = m.b[8 + 11] = 0xff;     // header checksum
-  m.b[28 + 6] = m.b[28 + 7] = 0xff;     // UDP checksum
+  m.b[8 + 1] = 0xff;                 // TOS
+  m.b[8 + 8] = 0xff;                 // TTL
+  m.b[8 + 10] = m.b[8 + 11] = 0xff;  // header checksum
+  m.b[28 + 6] = m.b[28 + 7] = 0xff;  // UDP checksum
   m.b[36 + kBthIcrcByte] = 0xff;
   return m;
 }();
@@ -80,16 +107,13 @@ constexpr HeadMask kIpv4HeadMask = [] {
 // from the masked LRH's CRC.
 constexpr size_t kIpv6HeadBytes = 64;
 constexpr size_t kIpv6HeadTransportBytes = 16;
-#ifndef TAIL
-#define TAIL 64
-#endif
-constexpr size_t kSmallTailBytes = TAIL;
+
 constexpr HeadMask kIpv6HeadMask = [] {
   HeadMask m{};
-  m.b[0] = 0x0f;                           // traffic class, high nibble
-  m.b[1] = m.b[2] = m.b[3] = 0xff;         // traffic class, low nibble; flow label
-  m.b[7] = 0xff;                           // hop limit
-  m.b[40 + 6] = m.b[40 + 7] = 0xff;        // UDP checksum
+  m.b[0] = 0x0f;                     // traffic class, high nibble
+  m.b[1] = m.b[2] = m.b[3] = 0xff;   // traffic class, low nibble; flow label
+  m.b[7] = 0xff;                     // hop limit
+  m.b[40 + 6] = m.b[40 + 7] = 0xff;  // UDP checksum
   m.b[48 + kBthIcrcByte] = 0xff;
   return m;
 }();
@@ -125,8 +149,7 @@ void mask_ip(uint8_t *ip, size_t ip_len) {
 // The CRC of the masked headers, with the BTH gathered from however many iovecs hold it.
 // Sets *iov and *offset to the first transport byte after the BTH.
 uint32_t head_crc_gathered(const uint8_t *ip, size_t ip_len, const uint8_t *udp,
-                           const struct iovec *transport, size_t n, size_t *iov,
-                           size_t *offset) {
+                           const struct iovec *transport, size_t n, size_t *iov, size_t *offset) {
   uint8_t head[kMaxIpv4HeaderBytes + kUdpHeaderBytes + wire::Bth::kSize];
   ip_len = std::min(ip_len, kMaxIpv4HeaderBytes);
   std::memcpy(head, ip, ip_len);
@@ -183,8 +206,6 @@ uint32_t roce_icrc(const uint8_t *ip, size_t ip_len, const uint8_t *udp,
     offset = kIpv6HeadTransportBytes;
   }
   if (head_len) {
-    // A short rest of the first iovec (the extension headers, when the payload is elsewhere)
-    // goes with the headers: a separate CRC call would cost more than the copy.
     if (first_len - offset <= kSmallTailBytes) {
       std::memcpy(head + head_len, first + offset, first_len - offset);
       head_len += first_len - offset;
@@ -197,14 +218,14 @@ uint32_t roce_icrc(const uint8_t *ip, size_t ip_len, const uint8_t *udp,
   }
   for (; iov < n; iov++, offset = 0) {
     const auto *base = static_cast<const uint8_t *>(transport[iov].iov_base);
-    crc = crc32_gzip_refl(crc, base + offset, transport[iov].iov_len - offset);
+    crc = crc32_piece(crc, base + offset, transport[iov].iov_len - offset);
   }
   clear_upper_vector_state();
   return crc;
 }
 
-bool roce_icrc_ok(const uint8_t *ip, size_t ip_len, const uint8_t *udp,
-                  const uint8_t *udp_payload, size_t udp_payload_len) {
+bool roce_icrc_ok(const uint8_t *ip, size_t ip_len, const uint8_t *udp, const uint8_t *udp_payload,
+                  size_t udp_payload_len) {
   if (udp_payload_len < wire::Bth::kSize + wire::kIcrcBytes) return false;
   size_t covered = udp_payload_len - wire::kIcrcBytes;
   struct iovec transport = {const_cast<uint8_t *>(udp_payload), covered};
