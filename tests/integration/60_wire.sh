@@ -134,6 +134,36 @@ check "ibv_rc_pingpong -n 1000 across udp" pingpong_across ibv_rc_pingpong -n 10
 check "ibv_uc_pingpong -n 1000 across udp" pingpong_across ibv_uc_pingpong -n 1000
 check "ibv_ud_pingpong -n 1000 across udp" pingpong_across ibv_ud_pingpong -n 1000
 check "udp counters: packets both ways, no ICRC or format errors" wire_counters
+
+# What went on the wire, checked by others: traffic of every kind captured on lo, then
+# tshark must decode each packet as InfiniBand/RoCEv2 with no malformed-packet or expert
+# error, and an independent ICRC check (tests/tools, Python) must pass every packet.
+wire_format() {
+  local cap=$VRNIC_TMP/wire.pcapng tpid t ok=0
+  wire_daemons || return 1
+  command -v tshark >/dev/null || { echo "tshark is not installed"; return 1; }
+  echo "+ tshark -i lo -f 'udp port $WIRE_PORT' -w wire.pcapng &"
+  tshark -q -i lo -f "udp port $WIRE_PORT" -w "$cap" >"$VRNIC_TMP/tshark.log" 2>&1 &
+  tpid=$!
+  _vrnic_track "$tpid"
+  for t in 1 2 3 4 5 6 7 8 9 10; do
+    grep -q "Capturing on" "$VRNIC_TMP/tshark.log" 2>/dev/null && break
+    sleep 0.5
+  done
+  for t in "ib_write_bw -s 4100 -n 200" "ib_read_bw -s 9000 -n 100" "ib_send_bw -s 3 -n 200" \
+    "ib_atomic_bw -n 100" "ib_send_bw -c UD -s 1000 -n 100" "ib_write_bw -c UC -s 5000 -n 100"; do
+    read -ra cmd <<<"$t"
+    across "${cmd[@]}" -d vrnic0 -x 0 -F >/dev/null || { echo "FAIL: $t"; ok=1; }
+  done
+  sleep 0.5
+  kill -INT "$tpid" 2>/dev/null
+  vrnic_wait_exit "$tpid" 10
+  echo "+ python3 tests/tools/roce_pcap_check.py --port $WIRE_PORT --tshark wire.pcapng"
+  vrnic_fg timeout -k 5 120 /usr/bin/python3 "$VRNIC_ROOT/tests/tools/roce_pcap_check.py" \
+    --port "$WIRE_PORT" --tshark "$cap" || ok=1
+  return "$ok"
+}
+check "wire format: tshark decodes every packet; independent ICRC check passes" wire_format
 for t in "ib_write_bw -s 65536 -n 2000" "ib_read_bw -s 65536 -n 2000" "ib_send_bw -n 2000" \
   "ib_atomic_bw -n 1000" "ib_write_lat -n 500" "ib_send_lat -n 500"; do
   read -ra cmd <<<"$t"
