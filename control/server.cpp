@@ -176,7 +176,8 @@ bool Server::handle(Session &s) {
   if (err) return false;  // closed or malformed: the client is gone or broken
   auto op = ctl::Op(m->header.op);
   // vrnicctl's commands need no session; everything else comes after Hello.
-  bool management = op == ctl::Op::kStats || op == ctl::Op::kSetFaults;
+  bool management =
+      op == ctl::Op::kStats || op == ctl::Op::kSetFaults || op == ctl::Op::kListQps;
   if (op != ctl::Op::kHello && !management && !s.shm) {
     m->close_fds();
     ctl::send_message(s.sock, op, EPROTO, nullptr, 0);
@@ -315,6 +316,13 @@ bool Server::handle(Session &s) {
     case ctl::Op::kSetFaults: {
       auto *req = m->as<ctl::SetFaultsReq>();
       reply(req ? set_faults(*req) : EINVAL, nullptr, 0);
+      break;
+    }
+    case ctl::Op::kListQps: {
+      auto resp = std::make_unique<ctl::ListQpsResp>();
+      auto *req = m->as<ctl::ListQpsReq>();
+      if (req) list_qps(req->start, *resp);
+      reply(req ? 0 : EINVAL, resp.get(), sizeof(*resp));
       break;
     }
     case ctl::Op::kStats: {
@@ -976,12 +984,7 @@ void Server::stats(ctl::StatsResp &resp) {
     resp.qps = dev_.qps.size();
     resp.srqs = dev_.srqs.size();
     resp.mws = dev_.mws.size();
-    resp.packets_sent = dev_.counters.packets_sent;
-    resp.packets_received = dev_.counters.packets_received;
-    resp.packets_dropped = dev_.counters.packets_dropped;
-    resp.retransmits = dev_.counters.retransmits;
-    resp.rnr_naks_sent = dev_.counters.rnr_naks_sent;
-    resp.naks_sent = dev_.counters.naks_sent;
+    std::copy(std::begin(dev_.counters.value), std::end(dev_.counters.value), resp.transport);
     if (Port *wire = workers_[0]->wire_port()) {
       const PortCounters &c = wire->counters();
       resp.wire_tx_packets = c.tx_packets;
@@ -1001,6 +1004,24 @@ void Server::stats(ctl::StatsResp &resp) {
         resp.faults_delayed = f->delayed;
       }
     }
+  });
+}
+
+void Server::list_qps(uint32_t start, ctl::ListQpsResp &resp) {
+  workers_[0]->execute([&] {
+    dev_.qps.for_each([&](uint32_t handle, QueuePair &qp) {
+      if (handle < start) return;
+      if (resp.count == ctl::ListQpsResp::kMaxEntries) {
+        if (!resp.next) resp.next = handle;
+        return;
+      }
+      ctl::QpEntry &e = resp.entries[resp.count++];
+      e.qpn = qp.qpn;
+      e.type = qp.type;
+      e.state = qp.attr.qp_state;
+      e.session = qp.session;
+      std::copy(std::begin(qp.counters.value), std::end(qp.counters.value), e.counters);
+    });
   });
 }
 

@@ -109,6 +109,7 @@ class Server {
   int destroy_ah(Session &s, uint32_t handle);
   void stats(ctl::StatsResp &resp);
   int set_faults(const ctl::SetFaultsReq &req);
+  void list_qps(uint32_t start, ctl::ListQpsResp &resp);
   absl::Status start_workers();
 
   Worker &worker_for_new_qp();

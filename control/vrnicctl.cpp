@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -24,16 +25,12 @@ int stats(int sock) {
   auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
   std::printf("sessions=%u\npds=%u\nmrs=%u\ncqs=%u\nqps=%u\nahs=%u\nchannels=%u\nsrqs=%u\nmws=%u\n",
               r->sessions, r->pds, r->mrs, r->cqs, r->qps, r->ahs, r->channels, r->srqs, r->mws);
+  for (uint32_t i = 0; i < vrnic::kTransportCounterCount; i++)
+    std::printf("%s=%llu\n", vrnic::kTransportCounterNames[i], u(r->transport[i]));
   const struct {
     const char *name;
     uint64_t value;
-  } counters[] = {
-      {"packets_sent", r->packets_sent},
-      {"packets_received", r->packets_received},
-      {"packets_dropped", r->packets_dropped},
-      {"retransmits", r->retransmits},
-      {"rnr_naks_sent", r->rnr_naks_sent},
-      {"naks_sent", r->naks_sent},
+  } wire[] = {
       {"udp_tx_packets", r->wire_tx_packets},
       {"udp_tx_bytes", r->wire_tx_bytes},
       {"udp_tx_errors", r->wire_tx_errors},
@@ -47,7 +44,7 @@ int stats(int sock) {
       {"faults_corrupted", r->faults_corrupted},
       {"faults_delayed", r->faults_delayed},
   };
-  for (const auto &c : counters) std::printf("%s=%llu\n", c.name, u(c.value));
+  for (const auto &c : wire) std::printf("%s=%llu\n", c.name, u(c.value));
   return 0;
 }
 
@@ -73,9 +70,40 @@ int set_faults(int sock, const std::string &spec) {
   return 0;
 }
 
+// One line per QP: qpn=... type=... state=... then its counters, key=value.
+int list_qps(int sock) {
+  uint32_t start = 0;
+  auto resp = std::make_unique<vrnic::ctl::Message>();
+  do {
+    vrnic::ctl::ListQpsReq req{start, 0};
+    int err = vrnic::ctl::send_message(sock, vrnic::ctl::Op::kListQps, 0, &req, sizeof(req));
+    if (!err) err = vrnic::ctl::recv_message(sock, resp.get());
+    if (!err) err = resp->header.status;
+    const auto *r = resp->as<vrnic::ctl::ListQpsResp>();
+    if (err || !r) {
+      std::fprintf(stderr, "vrnicctl: qps failed: %s\n", std::strerror(err ? err : EPROTO));
+      return 1;
+    }
+    for (uint32_t i = 0; i < r->count; i++) {
+      const vrnic::ctl::QpEntry &e = r->entries[i];
+      static const char *kTypes[] = {"?", "?", "RC", "UC", "UD"};
+      static const char *kStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+      std::printf("qpn=0x%x type=%s state=%s session=%u", e.qpn, e.type < 5 ? kTypes[e.type] : "?",
+                  e.state < 7 ? kStates[e.state] : "?", e.session);
+      for (uint32_t c = 0; c < vrnic::kTransportCounterCount; c++)
+        std::printf(" %s=%llu", vrnic::kTransportCounterNames[c],
+                    static_cast<unsigned long long>(e.counters[c]));
+      std::printf("\n");
+    }
+    start = r->next;
+  } while (start);
+  return 0;
+}
+
 void usage() {
   std::fprintf(stderr,
                "usage: vrnicctl [--socket PATH] stats\n"
+               "       vrnicctl [--socket PATH] qps    (per-QP state and counters)\n"
                "       vrnicctl [--socket PATH] faults SPEC   (e.g. loss=1,reorder=5; \"\" clears)\n");
 }
 
@@ -89,7 +117,8 @@ int main(int argc, char **argv) {
       args.push_back(argv[i]);
     }
   }
-  bool ok = (args.size() == 1 && args[0] == "stats") || (args.size() == 2 && args[0] == "faults");
+  bool ok = (args.size() == 1 && (args[0] == "stats" || args[0] == "qps")) ||
+            (args.size() == 2 && args[0] == "faults");
   if (!ok) {
     usage();
     return 2;
@@ -100,7 +129,7 @@ int main(int argc, char **argv) {
                  path.c_str(), std::strerror(-sock));
     return 1;
   }
-  int rc = args[0] == "stats" ? stats(sock) : set_faults(sock, args[1]);
+  int rc = args[0] == "stats" ? stats(sock) : args[0] == "qps" ? list_qps(sock) : set_faults(sock, args[1]);
   ::close(sock);
   return rc;
 }

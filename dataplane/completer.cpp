@@ -165,6 +165,7 @@ void atomic_ack(Worker &w, QueuePair &qp, const Packet &pkt) {
 void nak(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
   acknowledge(w, qp, psn_add(psn, -1u));
   if (!outstanding(qp)) return;
+  w.count(qp, aeth_kind(syndrome) == kAethRnrNak ? kRnrNaksReceived : kNaksReceived);
   if (aeth_kind(syndrome) == kAethRnrNak) {
     if (qp.comp.rnr_left == 0) {
       fail_oldest(w, qp, IBV_WC_RNR_RETRY_EXC_ERR);
@@ -184,7 +185,7 @@ void nak(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
         return;
       }
       qp.comp.retry_left--;
-      w.dev.counters.retransmits++;
+      w.count(qp, kRetransmits);
       rewind_requester(qp, psn);
       w.schedule(qp);
       return;
@@ -274,18 +275,19 @@ void completer_check_timers(Worker &w, QueuePair &qp) {
   }
   if (comp.rnr_deadline && w.now >= comp.rnr_deadline) {
     comp.rnr_deadline = 0;
-    w.dev.counters.retransmits++;
+    w.count(qp, kRetransmits);
     w.schedule(qp);
   }
   if (comp.ack_deadline && w.now >= comp.ack_deadline) {
     comp.ack_deadline = 0;
     if (!outstanding(qp)) return;
+    w.count(qp, kTimeouts);
     if (comp.retry_left == 0) {
       fail_oldest(w, qp, IBV_WC_RETRY_EXC_ERR);
       return;
     }
     comp.retry_left--;
-    w.dev.counters.retransmits++;
+    w.count(qp, kRetransmits);
     rewind_requester(qp, psn_add(comp.acked_psn, 1));
     w.schedule(qp);
   }

@@ -10,27 +10,19 @@
 #include "memory_window.h"
 #include "queue_pair.h"
 #include "slot_table.h"
+#include "vrnic/counters.h"
 #include "vrnic/ctl_protocol.h"
 
 namespace vrnic {
 
 inline constexpr uint32_t kQpnBase = 0x10;  // QPN 0 and 1 are special in IB; keep clear
 
-struct DeviceCounters {
-  uint64_t packets_sent = 0;
-  uint64_t packets_received = 0;
-  uint64_t packets_dropped = 0;
-  uint64_t retransmits = 0;
-  uint64_t rnr_naks_sent = 0;
-  uint64_t naks_sent = 0;
-};
-
 class Device {
  public:
   Device();
 
   ctl::DeviceInfo info{};
-  DeviceCounters counters;
+  TransportCounters counters;
   SlotTable<MemoryRegion> mrs{1u << 20};
   SlotTable<QueuePair> qps{1u << 20};
   SlotTable<CompletionQueue> cqs{1u << 20};

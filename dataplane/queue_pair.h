@@ -10,6 +10,7 @@
 
 #include "completion_queue.h"
 #include "receive_queue.h"
+#include "vrnic/counters.h"
 #include "vrnic/ctl_protocol.h"
 #include "vrnic/shm_layout.h"
 
@@ -113,6 +114,7 @@ class QueuePair {
   RequesterState req;
   CompleterState comp;
   ResponderState resp;
+  TransportCounters counters;
 
   bool sq_drained_reported = false;  // SQD: IBV_EVENT_SQ_DRAINED sent for this drain
   bool comm_established = false;     // IBV_EVENT_COMM_EST sent

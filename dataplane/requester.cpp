@@ -161,7 +161,7 @@ bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
     req.sge = cur.index;
     req.sge_offset = cur.offset;
   }
-  w.transmit(pkt);
+  w.transmit(qp, pkt);
   req.psn = psn_add(req.psn, 1);
   req.offset += chunk;
   if (last) {
@@ -186,7 +186,7 @@ bool send_read_or_atomic(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &m
   } else {
     pkt->ext<AtomicEth>(info.atomic_eth_off).set(wqe.remote_addr, wqe.rkey, wqe.compare_add, 0);
   }
-  w.transmit(pkt);
+  w.transmit(qp, pkt);
   meta.resp_psn = meta.first_psn;
   meta.resp_done = false;
   qp.req.psn = psn_add(meta.last_psn, 1);

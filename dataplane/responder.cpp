@@ -20,12 +20,12 @@ void send_aeth(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
   Packet *pkt = new_packet(w, qp, kAcknowledge, psn, false);
   if (!pkt) return;  // lost ACKs are recovered by the requester's timer
   pkt->ext<Aeth>(opcode_info(kAcknowledge).aeth_off).set(syndrome, qp.resp.msn);
-  w.transmit(pkt);
+  w.transmit(qp, pkt);
 }
 
 // UC has no NAKs: a message the responder cannot take is dropped whole (IB spec 9.9.4).
 void drop_uc_message(Worker &w, QueuePair &qp) {
-  w.dev.counters.packets_dropped++;
+  w.count(qp, kPacketsDropped);
   qp.resp.in_send = qp.resp.in_write = false;
   qp.resp.uc_drop = true;
 }
@@ -33,7 +33,7 @@ void drop_uc_message(Worker &w, QueuePair &qp) {
 // Responder-detected errors (IB spec 9.9.3): NAK the request, then the QP enters error.
 void fail(Worker &w, QueuePair &qp, uint32_t psn, uint8_t nak_code) {
   if (qp.type == IBV_QPT_UC) return drop_uc_message(w, qp);
-  w.dev.counters.naks_sent++;
+  w.count(qp, kNaksSent);
   send_aeth(w, qp, psn, nak_code);
   qp_enter_error(w, qp);
 }
@@ -77,7 +77,7 @@ void fail_recv(Worker &w, QueuePair &qp, uint32_t psn, uint8_t wc_status, uint8_
 
 void rnr_nak(Worker &w, QueuePair &qp, uint32_t psn) {
   if (qp.type == IBV_QPT_UC) return drop_uc_message(w, qp);  // no receive WQE: dropped
-  w.dev.counters.rnr_naks_sent++;
+  w.count(qp, kRnrNaksSent);
   qp.resp.nak_sent = true;
   send_aeth(w, qp, psn, kAethRnrNak | (qp.attr.min_rnr_timer & 0x1f));
 }
@@ -245,6 +245,7 @@ void receive_atomic(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInf
 // A request we already executed: answer again without executing it twice.
 void receive_duplicate(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
   ResponderState &r = qp.resp;
+  w.count(qp, kDuplicates);
   uint32_t psn = pkt.bth().psn();
   if (info.flags & kOpReadRequest) return receive_read(w, qp, pkt, info, true);
   if (info.flags & kOpAtomic) {
@@ -296,7 +297,7 @@ void receive_ud(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &i
   const Deth &deth = pkt.ext<Deth>(info.deth_off);
   if (op_transport(pkt.bth().opcode()) != kUd || deth.qkey() != qp.attr.qkey ||
       !take_recv_wqe(qp)) {
-    w.dev.counters.packets_dropped++;
+    w.count(qp, kPacketsDropped);
     return;
   }
   SgeList list = recv_sges(qp);
@@ -341,7 +342,7 @@ bool uc_accept(QueuePair &qp, uint32_t psn, const OpcodeInfo &info) {
 void responder_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
   const OpcodeInfo &info = pkt.info();
   if (qp.state() == IBV_QPS_ERR) {
-    w.dev.counters.packets_dropped++;
+    w.count(qp, kPacketsDropped);
     return;
   }
   // The first packet a QP receives in RTR tells its owner the connection is up.
@@ -352,14 +353,14 @@ void responder_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
   if (qp.type == IBV_QPT_UD) return receive_ud(w, qp, pkt, info);
   if (op_transport(pkt.bth().opcode()) != (qp.type == IBV_QPT_UC ? kUc : kRc) ||
       std::memcmp(pkt.src_gid, qp.attr.ah.dgid, 16) != 0) {
-    w.dev.counters.packets_dropped++;
+    w.count(qp, kPacketsDropped);
     return;
   }
   ResponderState &r = qp.resp;
   uint32_t psn = pkt.bth().psn();
   if (qp.type == IBV_QPT_UC) {
     if (!uc_accept(qp, psn, info)) {
-      w.dev.counters.packets_dropped++;
+      w.count(qp, kPacketsDropped);
       return;
     }
     r.psn = psn;  // the handlers below advance it
@@ -370,9 +371,10 @@ void responder_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
   int32_t d = psn_diff(psn, r.psn);
   if (d < 0) return receive_duplicate(w, qp, pkt, info);
   if (d > 0) {
+    w.count(qp, kOutOfSequence);
     if (!r.nak_sent) {
       r.nak_sent = true;
-      w.dev.counters.naks_sent++;
+      w.count(qp, kNaksSent);
       send_aeth(w, qp, r.psn, kNakPsnSeqError);
     }
     return;
@@ -418,7 +420,7 @@ uint32_t responder_send_reads(Worker &w, QueuePair &qp, uint32_t budget) {
       const OpcodeInfo &info = opcode_info(kAtomicAcknowledge);
       pkt->ext<Aeth>(info.aeth_off).set(kAckSyndrome, r.msn);
       pkt->ext<AtomicAckEth>(info.atomic_ack_off).set(res.atomic_orig);
-      w.transmit(pkt);
+      w.transmit(qp, pkt);
       r.res_sending++;
       sent++;
       continue;
@@ -453,7 +455,7 @@ uint32_t responder_send_reads(Worker &w, QueuePair &qp, uint32_t budget) {
         pkt->payload = pkt->bounce;
       }
     }
-    w.transmit(pkt);
+    w.transmit(qp, pkt);
     sent++;
     if (++res.sent == res.packets) r.res_sending++;
   }

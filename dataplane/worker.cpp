@@ -119,7 +119,9 @@ void Worker::forget_qp(QueuePair &qp) {
 }
 
 // Packets for this device's own GIDs take the loop port, the rest the wire (if any).
-void Worker::transmit(Packet *pkt) {
+void Worker::transmit(QueuePair &qp, Packet *pkt) {
+  qp.counters[kPacketsSent]++;  // the device counts what the port accepts (flush)
+  count(qp, kBytesSent, pkt->header_len + pkt->payload_len);
   bool wire = wire_ && !dev.is_local_gid(pkt->dst_gid);
   TxBatch &batch = wire ? wire_tx_ : loop_tx_;
   batch.pkts[batch.n++] = pkt;
@@ -135,9 +137,9 @@ void Worker::flush_tx() {
 // (The loop port always takes all: the pool holds no more packets than it can queue.)
 void Worker::flush(Port &port, TxBatch &batch) {
   uint16_t sent = port.tx_burst(batch.pkts, batch.n);
-  dev.counters.packets_sent += sent;
+  dev.counters[kPacketsSent] += sent;
   for (uint16_t i = sent; i < batch.n; i++) {
-    dev.counters.packets_dropped++;
+    dev.counters[kPacketsDropped]++;
     pool.free(batch.pkts[i]);
   }
   batch.n = 0;
@@ -209,11 +211,16 @@ bool Worker::receive() {
   if (wire_ && n < kBurst) n += wire_->rx_burst(pkts + n, uint16_t(kBurst - n));
   for (uint16_t i = 0; i < n; i++) {
     Packet *pkt = pkts[i];
-    dev.counters.packets_received++;
+    dev.counters[kPacketsReceived]++;
+    dev.counters[kBytesReceived] += pkt->header_len + pkt->payload_len;
     const OpcodeInfo &info = pkt->info();
     QueuePair *qp = dev.qp_by_qpn(pkt->bth().dest_qp());
+    if (qp) {
+      qp->counters[kPacketsReceived]++;
+      qp->counters[kBytesReceived] += pkt->header_len + pkt->payload_len;
+    }
     if (!(info.flags & kOpValid) || !qp || qp->state() < IBV_QPS_RTR) {
-      dev.counters.packets_dropped++;
+      dev.counters[kPacketsDropped]++;
     } else if (info.flags & kOpRequest) {
       responder_receive(*this, *qp, *pkt);
     } else {

@@ -56,7 +56,12 @@ class Worker {
   PacketPool pool{kPoolPackets};
   uint64_t now = 0;  // ns, CLOCK_MONOTONIC, refreshed every loop turn
   Packet *alloc_packet() { return pool.alloc(); }
-  void transmit(Packet *pkt);
+  void transmit(QueuePair &qp, Packet *pkt);
+  // Counts an event for the device and for the QP it happened on.
+  void count(QueuePair &qp, TransportCounter c, uint64_t n = 1) {
+    dev.counters[c] += n;
+    qp.counters[c] += n;
+  }
   void schedule(QueuePair &qp);
   void watch_timers(QueuePair &qp);
   void ack_later(QueuePair &qp);

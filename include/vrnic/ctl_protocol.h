@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "vrnic/counters.h"
+
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
@@ -40,6 +42,7 @@ enum class Op : uint16_t {
   kDeallocMw,
   kResizeCq,
   kSetFaults,
+  kListQps,
 };
 
 struct MsgHeader {
@@ -293,12 +296,7 @@ struct StatsResp {
   uint32_t srqs;
   uint32_t mws;
   uint32_t reserved;
-  uint64_t packets_sent;
-  uint64_t packets_received;
-  uint64_t packets_dropped;
-  uint64_t retransmits;
-  uint64_t rnr_naks_sent;
-  uint64_t naks_sent;
+  uint64_t transport[kTransportCounterCount];  // the device's (TransportCounter)
   // the wire port (zero without one)
   uint64_t wire_tx_packets;
   uint64_t wire_tx_bytes;
@@ -313,6 +311,26 @@ struct StatsResp {
   uint64_t faults_corrupted;
   uint64_t faults_delayed;
 };
+
+// Per-QP state and counters, a page at a time (vrnicctl qps).
+struct ListQpsReq {
+  uint32_t start;  // QP handle to start from (0: the first)
+  uint32_t reserved;
+};
+struct QpEntry {
+  uint32_t qpn;
+  uint32_t type;   // enum ibv_qp_type
+  uint32_t state;  // enum ibv_qp_state
+  uint32_t session;
+  uint64_t counters[kTransportCounterCount];
+};
+struct ListQpsResp {
+  static constexpr uint32_t kMaxEntries = 48;
+  uint32_t count;
+  uint32_t next;  // handle to ask for next, 0 when done
+  QpEntry entries[kMaxEntries];
+};
+static_assert(sizeof(ListQpsResp) <= kMaxMessageBytes);
 
 // Records written by vrnicd into a completion channel's pipe or the async-event pipe.
 struct EventRecord {
