@@ -367,6 +367,7 @@ int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp,
 }
 
 int Server::alloc_pd(Session &s, ctl::HandleResp &resp) {
+  if (pds_.size() >= dev_.info.max_pd) return ENOMEM;  // the limits ibv_query_device reports
   uint32_t h = pds_.insert(std::make_unique<ProtectionDomain>(ProtectionDomain{s.id}));
   if (!h) return ENOMEM;
   s.pds.push_back(h);
@@ -396,7 +397,7 @@ int Server::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp) {
   if ((req->access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
       !(req->access & IBV_ACCESS_LOCAL_WRITE))
     return EINVAL;
-  if (req->length > dev_.info.max_mr_size) return ENOMEM;
+  if (req->length > dev_.info.max_mr_size || dev_.mrs.size() >= dev_.info.max_mr) return ENOMEM;
   auto mr = std::make_unique<MemoryRegion>();
   mr->pd = req->pd;
   mr->access = req->access;
@@ -552,6 +553,7 @@ int Server::destroy_channel(Session &s, uint32_t handle) {
 int Server::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::CreateCqResp &resp,
                       std::vector<int> &fds) {
   if (req.cqe < 1 || req.cqe > dev_.info.max_cqe) return EINVAL;
+  if (dev_.cqs.size() >= dev_.info.max_cq) return ENOMEM;
   CompletionChannel *ch = nullptr;
   if (req.channel) {
     ch = channels_.get(req.channel);
@@ -670,7 +672,7 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
       c.max_send_sge > shm::kMaxSge || c.max_recv_sge > shm::kMaxSge ||
       c.max_inline_data > shm::kMaxInline)
     return EINVAL;
-  if (s.qps.size() >= shm::kMaxQpsPerSession) return ENOMEM;
+  if (s.qps.size() >= shm::kMaxQpsPerSession || dev_.qps.size() >= dev_.info.max_qp) return ENOMEM;
   uint32_t sq_slots = std::bit_ceil(std::max(c.max_send_wr, 1u));
   uint32_t rq_slots = std::bit_ceil(std::max(c.max_recv_wr, 1u));
   size_t bytes = shm::qp_region_bytes(sq_slots, rq_slots);
@@ -859,6 +861,7 @@ int Server::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::CreateSrqR
   if (a.max_wr < 1 || a.max_wr > dev_.info.max_srq_wr || a.max_sge > shm::kMaxSge ||
       a.srq_limit > a.max_wr)
     return EINVAL;
+  if (dev_.srqs.size() >= dev_.info.max_srq) return ENOMEM;
   uint32_t slots = std::bit_ceil(a.max_wr);
   size_t bytes = shm::srq_region_bytes(slots);
   void *map;
@@ -954,6 +957,7 @@ int Server::create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &
   if (req.av.is_global && (req.av.sgid_index >= ctl::kGidTableLen ||
                            dev_.info.gids[req.av.sgid_index].type == ctl::kGidEmpty))
     return EINVAL;
+  if (ahs_.size() >= dev_.info.max_ah) return ENOMEM;
   uint32_t h = ahs_.insert(std::make_unique<AddressHandle>(AddressHandle{s.id, req.pd, req.av}));
   if (!h) return ENOMEM;
   pd->refs++;

@@ -228,7 +228,7 @@ void completer_retire(Worker &w, QueuePair &qp) {
     retired = true;
     qp.shared->sq.consumer.store(comp.wqe, std::memory_order_release);
     if (report && !qp.send_cq->push(cqe, false)) {
-      qp_enter_error(w, qp);
+      qp_fatal(w, qp);
       return;
     }
     if (meta.status != IBV_WC_SUCCESS) {

@@ -64,6 +64,12 @@ void qp_enter_error(Worker &w, QueuePair &qp) {
   if (qp.rq != &qp.own_rq) raise_event(qp.async_fd, IBV_EVENT_QP_LAST_WQE_REACHED, qp.cookie);
 }
 
+void qp_fatal(Worker &w, QueuePair &qp) {
+  if (qp.attr.qp_state == IBV_QPS_ERR) return;
+  raise_event(qp.async_fd, IBV_EVENT_QP_FATAL, qp.cookie);
+  qp_enter_error(w, qp);
+}
+
 void qp_enter_send_error(Worker &w, QueuePair &qp) {
   qp.attr.qp_state = IBV_QPS_SQE;
   qp.shared->state.store(IBV_QPS_SQE, std::memory_order_release);

@@ -60,7 +60,7 @@ bool complete_recv(Worker &w, QueuePair &qp, shm::Cqe cqe, bool solicited) {
   if (qp.type != IBV_QPT_UD) cqe.src_qp = qp.attr.dest_qp_num;
   qp.resp.has_wqe = false;
   if (!qp.recv_cq->push(cqe, solicited)) {
-    qp_enter_error(w, qp);
+    qp_fatal(w, qp);
     return false;
   }
   return true;

@@ -36,6 +36,9 @@ void responder_send_ack(Worker &w, QueuePair &qp);
 
 // QP life cycle on the data path.
 void qp_enter_error(Worker &w, QueuePair &qp);
+// A completion could not be written (its CQ is full): the QP is lost to its owner, who is
+// told with IBV_EVENT_QP_FATAL (the CQ's owner got IBV_EVENT_CQ_ERR).
+void qp_fatal(Worker &w, QueuePair &qp);
 void qp_enter_send_error(Worker &w, QueuePair &qp);  // UC/UD: SQE, receive side goes on
 void qp_flush_send_queue(QueuePair &qp);
 // SQD: tells the owner once nothing is outstanding (if it asked to be told).
