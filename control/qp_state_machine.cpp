@@ -31,11 +31,10 @@ int type_index(uint32_t qp_type) {
 constexpr uint32_t S = IBV_QP_STATE, CUR = IBV_QP_CUR_STATE, PKEY = IBV_QP_PKEY_INDEX,
                    PORT = IBV_QP_PORT, ACC = IBV_QP_ACCESS_FLAGS, QKEY = IBV_QP_QKEY,
                    AV = IBV_QP_AV, MTU = IBV_QP_PATH_MTU, DQPN = IBV_QP_DEST_QPN,
-                   RQPSN = IBV_QP_RQ_PSN, SQPSN = IBV_QP_SQ_PSN,
-                   DRD = IBV_QP_MAX_DEST_RD_ATOMIC, RD = IBV_QP_MAX_QP_RD_ATOMIC,
-                   RNRT = IBV_QP_MIN_RNR_TIMER, TMO = IBV_QP_TIMEOUT, RETRY = IBV_QP_RETRY_CNT,
-                   RNR = IBV_QP_RNR_RETRY, ALT = IBV_QP_ALT_PATH, MIG = IBV_QP_PATH_MIG_STATE,
-                   SQD_NOTIFY = IBV_QP_EN_SQD_ASYNC_NOTIFY;
+                   RQPSN = IBV_QP_RQ_PSN, SQPSN = IBV_QP_SQ_PSN, DRD = IBV_QP_MAX_DEST_RD_ATOMIC,
+                   RD = IBV_QP_MAX_QP_RD_ATOMIC, RNRT = IBV_QP_MIN_RNR_TIMER, TMO = IBV_QP_TIMEOUT,
+                   RETRY = IBV_QP_RETRY_CNT, RNR = IBV_QP_RNR_RETRY, ALT = IBV_QP_ALT_PATH,
+                   MIG = IBV_QP_PATH_MIG_STATE, SQD_NOTIFY = IBV_QP_EN_SQD_ASYNC_NOTIFY;
 
 Masks lookup(int t, uint32_t cur, uint32_t next) {
   const bool rc = t == kRc, uc = t == kUc, ud = t == kUd;
@@ -75,8 +74,8 @@ Masks lookup(int t, uint32_t cur, uint32_t next) {
       }
       if (next == IBV_QPS_SQD) {
         if (rc)
-          return {true, 0, PKEY | PORT | ACC | AV | RD | DRD | RNRT | TMO | RETRY | RNR | ALT |
-                               MIG};
+          return {true, 0,
+                  PKEY | PORT | ACC | AV | RD | DRD | RNRT | TMO | RETRY | RNR | ALT | MIG};
         if (uc) return {true, 0, PKEY | ACC | AV | ALT | MIG};
         return {true, 0, PKEY | QKEY};
       }

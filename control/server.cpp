@@ -41,7 +41,9 @@ int make_region(const char *name, size_t bytes, void **map) {
   return fd;
 }
 
-void erase_handle(std::vector<uint32_t> &v, uint32_t h) { std::erase(v, h); }
+void erase_handle(std::vector<uint32_t> &v, uint32_t h) {
+  std::erase(v, h);
+}
 bool owns(const std::vector<uint32_t> &v, uint32_t h) {
   return std::find(v.begin(), v.end(), h) != v.end();
 }
@@ -51,7 +53,9 @@ constexpr uint32_t kValidAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRI
                                   IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
                                   IBV_ACCESS_RELAXED_ORDERING;
 
-uint32_t mtu_bytes(uint32_t mtu) { return 128u << std::clamp<uint32_t>(mtu, 1, 5); }
+uint32_t mtu_bytes(uint32_t mtu) {
+  return 128u << std::clamp<uint32_t>(mtu, 1, 5);
+}
 
 }  // namespace
 
@@ -176,16 +180,15 @@ bool Server::handle(Session &s) {
   if (err) return false;  // closed or malformed: the client is gone or broken
   auto op = ctl::Op(m->header.op);
   // vrnicctl's commands need no session; everything else comes after Hello.
-  bool management =
-      op == ctl::Op::kStats || op == ctl::Op::kSetFaults || op == ctl::Op::kListQps;
+  bool management = op == ctl::Op::kStats || op == ctl::Op::kSetFaults || op == ctl::Op::kListQps;
   if (op != ctl::Op::kHello && !management && !s.shm) {
     m->close_fds();
     ctl::send_message(s.sock, op, EPROTO, nullptr, 0);
     return false;
   }
   auto reply = [&](int status, const void *body, size_t len, const std::vector<int> &fds = {}) {
-    ctl::send_message(s.sock, op, status, status ? nullptr : body, status ? 0 : len,
-                      fds.data(), status ? 0 : fds.size());
+    ctl::send_message(s.sock, op, status, status ? nullptr : body, status ? 0 : len, fds.data(),
+                      status ? 0 : fds.size());
   };
   auto handle_of = [&]() -> uint32_t {
     auto *r = m->as<ctl::HandleReq>();
@@ -339,8 +342,7 @@ bool Server::handle(Session &s) {
   return true;
 }
 
-int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp,
-                  std::vector<int> &fds) {
+int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::vector<int> &fds) {
   auto *req = m.as<ctl::HelloReq>();
   if (!req || m.fds.size() != 1) return EINVAL;
   if (req->version != ctl::kProtocolVersion) return EPROTONOSUPPORT;
@@ -531,7 +533,8 @@ int Server::create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &r
   int fd = ::dup(m.fds[0]);
   if (fd < 0) return errno;
   ::fcntl(fd, F_SETFL, O_NONBLOCK);
-  uint32_t h = channels_.insert(std::unique_ptr<CompletionChannel>(new CompletionChannel{s.id, fd}));
+  uint32_t h =
+      channels_.insert(std::unique_ptr<CompletionChannel>(new CompletionChannel{s.id, fd}));
   if (!h) {
     ::close(fd);
     return ENOMEM;
@@ -654,7 +657,9 @@ int Server::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::CreateCqResp
   return 0;
 }
 
-Worker &Server::worker_for_new_qp() { return *workers_[0]; }
+Worker &Server::worker_for_new_qp() {
+  return *workers_[0];
+}
 
 int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp &resp,
                       std::vector<int> &fds) {

@@ -31,18 +31,12 @@ int stats(int sock) {
     const char *name;
     uint64_t value;
   } wire[] = {
-      {"udp_tx_packets", r->wire_tx_packets},
-      {"udp_tx_bytes", r->wire_tx_bytes},
-      {"udp_tx_errors", r->wire_tx_errors},
-      {"udp_rx_packets", r->wire_rx_packets},
-      {"udp_rx_bytes", r->wire_rx_bytes},
-      {"udp_rx_icrc_errors", r->wire_rx_icrc_errors},
-      {"udp_rx_malformed", r->wire_rx_malformed},
-      {"faults_dropped", r->faults_dropped},
-      {"faults_duplicated", r->faults_duplicated},
-      {"faults_reordered", r->faults_reordered},
-      {"faults_corrupted", r->faults_corrupted},
-      {"faults_delayed", r->faults_delayed},
+      {"udp_tx_packets", r->wire_tx_packets},      {"udp_tx_bytes", r->wire_tx_bytes},
+      {"udp_tx_errors", r->wire_tx_errors},        {"udp_rx_packets", r->wire_rx_packets},
+      {"udp_rx_bytes", r->wire_rx_bytes},          {"udp_rx_icrc_errors", r->wire_rx_icrc_errors},
+      {"udp_rx_malformed", r->wire_rx_malformed},  {"faults_dropped", r->faults_dropped},
+      {"faults_duplicated", r->faults_duplicated}, {"faults_reordered", r->faults_reordered},
+      {"faults_corrupted", r->faults_corrupted},   {"faults_delayed", r->faults_delayed},
   };
   for (const auto &c : wire) std::printf("%s=%llu\n", c.name, u(c.value));
   return 0;
@@ -62,9 +56,9 @@ int set_faults(int sock, const std::string &spec) {
   if (!err) err = vrnic::ctl::recv_message(sock, &m);
   if (!err) err = m.header.status;
   if (err) {
-    std::fprintf(stderr, "vrnicctl: faults '%s': %s\n", spec.c_str(),
-                 err == ENODEV ? "vrnicd has no wire port (start it with --udp)"
-                               : std::strerror(err));
+    std::fprintf(
+        stderr, "vrnicctl: faults '%s': %s\n", spec.c_str(),
+        err == ENODEV ? "vrnicd has no wire port (start it with --udp)" : std::strerror(err));
     return 1;
   }
   return 0;
@@ -101,10 +95,11 @@ int list_qps(int sock) {
 }
 
 void usage() {
-  std::fprintf(stderr,
-               "usage: vrnicctl [--socket PATH] stats\n"
-               "       vrnicctl [--socket PATH] qps    (per-QP state and counters)\n"
-               "       vrnicctl [--socket PATH] faults SPEC   (e.g. loss=1,reorder=5; \"\" clears)\n");
+  std::fprintf(
+      stderr,
+      "usage: vrnicctl [--socket PATH] stats\n"
+      "       vrnicctl [--socket PATH] qps    (per-QP state and counters)\n"
+      "       vrnicctl [--socket PATH] faults SPEC   (e.g. loss=1,reorder=5; \"\" clears)\n");
 }
 
 int main(int argc, char **argv) {
@@ -129,7 +124,9 @@ int main(int argc, char **argv) {
                  path.c_str(), std::strerror(-sock));
     return 1;
   }
-  int rc = args[0] == "stats" ? stats(sock) : args[0] == "qps" ? list_qps(sock) : set_faults(sock, args[1]);
+  int rc = args[0] == "stats" ? stats(sock)
+           : args[0] == "qps" ? list_qps(sock)
+                              : set_faults(sock, args[1]);
   ::close(sock);
   return rc;
 }

@@ -16,19 +16,22 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 
-void on_signal(int) { g_stop = true; }
+void on_signal(int) {
+  g_stop = true;
+}
 
 void usage(FILE *out) {
-  std::fprintf(out,
-               "usage: vrnicd [--socket PATH] [--workers N] [--udp ADDR [--udp-port PORT]]\n"
-               "  --socket PATH    control socket (default: $VRNIC_SOCKET, else\n"
-               "                   $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>.sock)\n"
-               "  --workers N      dataplane worker threads (default 1)\n"
-               "  --udp ADDR       RoCEv2 over UDP on this IPv4 or IPv6 address (GID 0); without\n"
-               "                   it vrnic0 has only the loop port (peers are local processes)\n"
-               "  --udp-port PORT  UDP port to listen on and send to (default 4791)\n"
-               "  --faults SPEC    inject faults on the udp port's receive path, e.g.\n"
-               "                   loss=1,dup=1,reorder=5,corrupt=1,delay_us=100,seed=7 (percent)\n");
+  std::fprintf(
+      out,
+      "usage: vrnicd [--socket PATH] [--workers N] [--udp ADDR [--udp-port PORT]]\n"
+      "  --socket PATH    control socket (default: $VRNIC_SOCKET, else\n"
+      "                   $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>.sock)\n"
+      "  --workers N      dataplane worker threads (default 1)\n"
+      "  --udp ADDR       RoCEv2 over UDP on this IPv4 or IPv6 address (GID 0); without\n"
+      "                   it vrnic0 has only the loop port (peers are local processes)\n"
+      "  --udp-port PORT  UDP port to listen on and send to (default 4791)\n"
+      "  --faults SPEC    inject faults on the udp port's receive path, e.g.\n"
+      "                   loss=1,dup=1,reorder=5,corrupt=1,delay_us=100,seed=7 (percent)\n");
 }
 
 bool parse_number(const char *text, unsigned long lo, unsigned long hi, unsigned long *out) {
@@ -45,9 +48,8 @@ int main(int argc, char **argv) {
   cfg.socket_path = vrnic::default_socket_path();
   for (int i = 1; i < argc; i++) {
     std::string arg = argv[i];
-    bool takes_value =
-        arg == "--socket" || arg == "--workers" || arg == "--udp" || arg == "--udp-port" ||
-        arg == "--faults";
+    bool takes_value = arg == "--socket" || arg == "--workers" || arg == "--udp" ||
+                       arg == "--udp-port" || arg == "--faults";
     if (takes_value && i + 1 >= argc) {
       std::fprintf(stderr, "vrnicd: %s needs a value\n", arg.c_str());
       return 2;
@@ -73,7 +75,8 @@ int main(int argc, char **argv) {
     } else if (arg == "--faults") {
       absl::StatusOr<vrnic::FaultConfig> faults = vrnic::FaultConfig::parse(argv[++i]);
       if (!faults.ok()) {
-        std::fprintf(stderr, "vrnicd: --faults: %s\n", std::string(faults.status().message()).c_str());
+        std::fprintf(stderr, "vrnicd: --faults: %s\n",
+                     std::string(faults.status().message()).c_str());
         return 2;
       }
       cfg.faults = *faults;
@@ -101,11 +104,11 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "vrnicd: %s\n", std::string(st.message()).c_str());
     return 1;
   }
-  std::string port = cfg.udp ? "udp port " + cfg.udp_port.address + ":" +
-                                   std::to_string(cfg.udp_port.udp_port)
-                             : "loop port";
-  std::fprintf(stderr, "vrnicd: vrnic0 ready on %s (%s, %u worker%s)\n",
-               cfg.socket_path.c_str(), port.c_str(), cfg.workers, cfg.workers == 1 ? "" : "s");
+  std::string port =
+      cfg.udp ? "udp port " + cfg.udp_port.address + ":" + std::to_string(cfg.udp_port.udp_port)
+              : "loop port";
+  std::fprintf(stderr, "vrnicd: vrnic0 ready on %s (%s, %u worker%s)\n", cfg.socket_path.c_str(),
+               port.c_str(), cfg.workers, cfg.workers == 1 ? "" : "s");
   server.serve(g_stop);
   std::fprintf(stderr, "vrnicd: shutting down\n");
   return 0;

@@ -15,11 +15,10 @@ namespace {
 using namespace wire;
 
 // IB spec table 45: RNR NAK timer field -> microseconds.
-constexpr uint32_t kRnrTimerUs[32] = {655360, 10,    20,    30,    40,    60,     80,
-                                      120,    160,   240,   320,   480,   640,    960,
-                                      1280,   1920,  2560,  3840,  5120,  7680,   10240,
-                                      15360,  20480, 30720, 40960, 61440, 81920,  122880,
-                                      163840, 245760, 327680, 491520};
+constexpr uint32_t kRnrTimerUs[32] = {655360, 10,    20,    30,     40,     60,     80,     120,
+                                      160,    240,   320,   480,    640,    960,    1280,   1920,
+                                      2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
+                                      40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
 
 bool is_read_or_atomic(uint8_t op) {
   return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
@@ -46,7 +45,9 @@ uint8_t wc_opcode(uint8_t wr_op) {
   }
 }
 
-bool outstanding(const QueuePair &qp) { return qp.comp.wqe != qp.req.started; }
+bool outstanding(const QueuePair &qp) {
+  return qp.comp.wqe != qp.req.started;
+}
 
 void restart_ack_timer(Worker &w, QueuePair &qp) {
   if (outstanding(qp) && qp.attr.timeout) {
@@ -57,7 +58,9 @@ void restart_ack_timer(Worker &w, QueuePair &qp) {
   }
 }
 
-bool is_local_op(uint8_t op) { return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV; }
+bool is_local_op(uint8_t op) {
+  return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
+}
 
 // Go-back-N: send again from `psn`, the first PSN the responder has not taken -- from the
 // middle of a SEND or WRITE if need be (the responder still holds the message's context).
@@ -83,8 +86,8 @@ void rewind_requester(QueuePair &qp, uint32_t psn) {
     req.offset = into * qp.mtu;
     const shm::SendWqe &wqe = qp.wqe(i);
     if (!(m.flags & shm::kWqeInline)) {
-      SgeCursor cur = sge_seek({wqe.sge, std::min<uint32_t>(wqe.num_sge, shm::kMaxSge), qp.pd},
-                               req.offset);
+      SgeCursor cur =
+          sge_seek({wqe.sge, std::min<uint32_t>(wqe.num_sge, shm::kMaxSge), qp.pd}, req.offset);
       req.sge = cur.index;
       req.sge_offset = cur.offset;
     }
@@ -209,13 +212,14 @@ void completer_retire(Worker &w, QueuePair &qp) {
   while (outstanding(qp)) {
     WqeMeta &meta = qp.wqe_meta(comp.wqe);
     if (meta.status == IBV_WC_SUCCESS) {
-      bool done = qp.type != IBV_QPT_RC   ? comp.wqe != qp.req.wqe  // fully sent
+      bool done = qp.type != IBV_QPT_RC            ? comp.wqe != qp.req.wqe  // fully sent
                   : is_read_or_atomic(meta.opcode) ? meta.resp_done
                                                    : psn_diff(meta.last_psn, comp.acked_psn) <= 0;
       if (!done) break;
     }
     const shm::SendWqe &wqe = qp.wqe(comp.wqe);
-    bool report = meta.status != IBV_WC_SUCCESS || (meta.flags & shm::kWqeSignaled) || qp.sq_sig_all;
+    bool report =
+        meta.status != IBV_WC_SUCCESS || (meta.flags & shm::kWqeSignaled) || qp.sq_sig_all;
     shm::Cqe cqe{};
     cqe.wr_id = wqe.wr_id;
     cqe.status = meta.status;

@@ -12,16 +12,16 @@ class CompletionQueue {
  public:
   uint32_t handle = 0;
   uint32_t session = 0;
-  uint64_t cookie = 0;     // the provider's ibv_cq, echoed in events
-  uint32_t channel = 0;    // completion channel handle, or 0
-  int channel_fd = -1;     // its pipe (not owned), or -1
-  int async_fd = -1;       // the session's async-event pipe (not owned)
+  uint64_t cookie = 0;   // the provider's ibv_cq, echoed in events
+  uint32_t channel = 0;  // completion channel handle, or 0
+  int channel_fd = -1;   // its pipe (not owned), or -1
+  int async_fd = -1;     // the session's async-event pipe (not owned)
   shm::CqShared *shared = nullptr;
   shm::Cqe *ring = nullptr;
-  uint32_t mask = 0;       // slots - 1
+  uint32_t mask = 0;  // slots - 1
   uint32_t producer = 0;
   bool overrun_reported = false;
-  uint32_t refs = 0;       // QPs using it
+  uint32_t refs = 0;  // QPs using it
 
   // Writes a completion; false when the ring is full (the CQ is then in error).
   bool push(const shm::Cqe &cqe, bool solicited);

@@ -40,8 +40,8 @@ class Device {
   }
   // The region an rkey gives `qp` access to for [va, va+len) with `right`: an MR's own rkey
   // or a bound window's; nullptr when the key does not allow it.
-  const MemoryRegion *resolve_rkey(const QueuePair &qp, uint32_t rkey, uint64_t va,
-                                   uint64_t len, uint32_t right) const;
+  const MemoryRegion *resolve_rkey(const QueuePair &qp, uint32_t rkey, uint64_t va, uint64_t len,
+                                   uint32_t right) const;
   QueuePair *qp_by_qpn(uint32_t qpn) const {
     return qpn >= kQpnBase ? qps.get(qpn - kQpnBase + 1) : nullptr;
   }

@@ -13,11 +13,11 @@
 namespace vrnic {
 
 struct FaultConfig {
-  double loss = 0;       // probability a frame is dropped
-  double duplicate = 0;  // ... delivered twice
-  double reorder = 0;    // ... held back and delivered after the next one
-  double corrupt = 0;    // ... has one random bit flipped
-  uint32_t delay_us = 0; // added to every frame
+  double loss = 0;        // probability a frame is dropped
+  double duplicate = 0;   // ... delivered twice
+  double reorder = 0;     // ... held back and delivered after the next one
+  double corrupt = 0;     // ... has one random bit flipped
+  uint32_t delay_us = 0;  // added to every frame
   uint64_t seed = 1;
 
   bool any() const { return loss || duplicate || reorder || corrupt || delay_us; }

@@ -24,7 +24,7 @@ int bind_window(Device &dev, QueuePair &qp, const shm::SendWqe &wqe) {
   uint64_t addr = wqe.remote_addr, length = wqe.compare_add;
   uint32_t rights = uint32_t(wqe.swap >> 32), lkey = uint32_t(wqe.swap);
   if (mw->type == IBV_MW_TYPE_2 && mw->bound) return IBV_WC_MW_BIND_ERR;  // invalidate first
-  if (length == 0 && mw->type == IBV_MW_TYPE_1) {                        // unbind
+  if (length == 0 && mw->type == IBV_MW_TYPE_1) {                         // unbind
     unbind(dev, *mw);
     mw->key = new_key;
     return IBV_WC_SUCCESS;

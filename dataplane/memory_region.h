@@ -13,9 +13,9 @@
 namespace vrnic {
 
 struct MrPieceMap {
-  uint64_t va;      // client virtual address of the piece
+  uint64_t va;  // client virtual address of the piece
   uint64_t length;
-  uint8_t *local;   // our mapping of va, or nullptr: reach it through process_vm_*
+  uint8_t *local;  // our mapping of va, or nullptr: reach it through process_vm_*
 };
 
 struct Mapping {
@@ -36,12 +36,12 @@ class MemoryRegion {
   uint32_t access = 0;
   uint32_t session = 0;
   pid_t pid = 0;
-  uint64_t addr = 0;    // client VA of the first byte
-  uint64_t iova = 0;    // address the region is accessed by
+  uint64_t addr = 0;  // client VA of the first byte
+  uint64_t iova = 0;  // address the region is accessed by
   uint64_t length = 0;
   // ibv_alloc_null_mr: reads give zeros, writes are dropped, any address is in range.
   bool null_mr = false;
-  uint32_t bound_windows = 0;  // deregistration waits until none is bound
+  uint32_t bound_windows = 0;      // deregistration waits until none is bound
   std::vector<MrPieceMap> pieces;  // sorted, covering [addr, addr + length)
   std::vector<Mapping> mappings;   // unmapped on destruction
 

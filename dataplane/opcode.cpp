@@ -94,6 +94,8 @@ constexpr std::array<OpcodeInfo, 256> kTable = build_table();
 
 }  // namespace
 
-const OpcodeInfo &opcode_info(uint8_t opcode) { return kTable[opcode]; }
+const OpcodeInfo &opcode_info(uint8_t opcode) {
+  return kTable[opcode];
+}
 
 }  // namespace vrnic

@@ -27,8 +27,8 @@ enum OpFlags : uint32_t {
   kOpReadRequest = 1u << 14,
   kOpReadResponse = 1u << 15,
   kOpAtomic = 1u << 16,
-  kOpAck = 1u << 17,          // ACK or ATOMIC ACK
-  kOpRequest = 1u << 18,      // travels requester -> responder
+  kOpAck = 1u << 17,      // ACK or ATOMIC ACK
+  kOpRequest = 1u << 18,  // travels requester -> responder
   kOpOnly = kOpFirst | kOpLast,
 };
 

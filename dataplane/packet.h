@@ -14,7 +14,7 @@
 namespace vrnic {
 
 inline constexpr size_t kMaxTransportHeader = 64;  // BTH + the largest extension set (48)
-inline constexpr size_t kMaxPayload = 4096;         // the largest path MTU
+inline constexpr size_t kMaxPayload = 4096;        // the largest path MTU
 // A packet's own buffer holds a whole UDP payload as received from a wire port (headers,
 // payload, pad, ICRC) or a copied payload to send.
 inline constexpr size_t kPacketBufferBytes = kMaxPayload + 256;

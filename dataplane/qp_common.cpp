@@ -77,7 +77,9 @@ void qp_enter_send_error(Worker &w, QueuePair &qp) {
   (void)w;
 }
 
-bool qp_sq_busy(const QueuePair &qp) { return qp.comp.wqe != qp.req.started; }
+bool qp_sq_busy(const QueuePair &qp) {
+  return qp.comp.wqe != qp.req.started;
+}
 
 void qp_check_drained(QueuePair &qp) {
   if (qp.state() != IBV_QPS_SQD || qp_sq_busy(qp) || qp.sq_drained_reported) return;

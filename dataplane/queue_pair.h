@@ -26,17 +26,17 @@ struct WqeMeta {
   uint32_t resp_psn;  // read/atomic: next response PSN expected
   uint8_t opcode;     // the ibv_wr_opcode read when the WQE was started
   uint8_t flags;
-  uint8_t status;     // ibv_wc_status found while sending (local errors), else 0
-  bool resp_done;     // read/atomic: response fully received
+  uint8_t status;  // ibv_wc_status found while sending (local errors), else 0
+  bool resp_done;  // read/atomic: response fully received
 };
 
 struct RequesterState {
-  uint32_t psn = 0;       // next PSN to send
-  uint32_t wqe = 0;       // WQE being sent (free-running index)
-  uint32_t offset = 0;    // bytes of it already sent
+  uint32_t psn = 0;                  // next PSN to send
+  uint32_t wqe = 0;                  // WQE being sent (free-running index)
+  uint32_t offset = 0;               // bytes of it already sent
   uint32_t sge = 0, sge_offset = 0;  // gather cursor within the WQE
   uint32_t rd_atomic_outstanding = 0;
-  uint32_t started = 0;   // WQEs [completer.wqe, started) have been started
+  uint32_t started = 0;  // WQEs [completer.wqe, started) have been started
 };
 
 struct CompleterState {
@@ -53,7 +53,7 @@ struct ResponderResource {
   enum Kind : uint8_t { kFree, kRead, kAtomic } kind = kFree;
   uint32_t first_psn = 0;
   uint32_t packets = 0;
-  uint32_t sent = 0;        // read response packets sent
+  uint32_t sent = 0;  // read response packets sent
   uint64_t va = 0;
   uint32_t mr_key = 0;  // the region the rkey resolved to
   uint32_t length = 0;
@@ -61,10 +61,10 @@ struct ResponderResource {
 };
 
 struct ResponderState {
-  uint32_t psn = 0;        // expected PSN
+  uint32_t psn = 0;  // expected PSN
   uint32_t msn = 0;
-  bool nak_sent = false;   // a NAK (sequence or RNR) is out for `psn`: drop until it arrives
-  bool uc_drop = false;    // UC: the message in progress was dropped; skip to the next first
+  bool nak_sent = false;  // a NAK (sequence or RNR) is out for `psn`: drop until it arrives
+  bool uc_drop = false;   // UC: the message in progress was dropped; skip to the next first
   // The receive WQE taken for the message in progress: a private copy, since the ring slot
   // (or, for an SRQ, the next WQE) may be reused as soon as it is taken.
   bool has_wqe = false;
@@ -102,8 +102,8 @@ class QueuePair {
   shm::QpShared *shared = nullptr;
   shm::SendWqe *sq = nullptr;
   uint32_t sq_mask = 0;
-  ReceiveQueue own_rq;              // the QP's receive ring
-  ReceiveQueue *rq = &own_rq;       // or the SRQ it draws from
+  ReceiveQueue own_rq;         // the QP's receive ring
+  ReceiveQueue *rq = &own_rq;  // or the SRQ it draws from
   std::unique_ptr<WqeMeta[]> meta;
   CompletionQueue *send_cq = nullptr;
   CompletionQueue *recv_cq = nullptr;

@@ -17,7 +17,9 @@ constexpr int32_t kPsnWindow = 1024;
 // does not fire) before the last packet.
 constexpr uint32_t kAckReqInterval = 256;
 
-bool is_local_op(uint8_t op) { return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV; }
+bool is_local_op(uint8_t op) {
+  return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
+}
 
 bool is_read_or_atomic(uint8_t op) {
   return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
@@ -93,10 +95,11 @@ void start_wqe(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
   if (total > (1ull << 31)) meta.status = IBV_WC_LOC_LEN_ERR;
   if (qp.type == IBV_QPT_UD && total > qp.mtu) meta.status = IBV_WC_LOC_LEN_ERR;  // one packet
   meta.length = uint32_t(total);
-  uint32_t psns = meta.status ? 0 : (wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-                                     wqe.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
-                                        ? 1
-                                        : packets_for(meta.length, qp.mtu);
+  uint32_t psns =
+      meta.status ? 0
+      : (wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wqe.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+          ? 1
+          : packets_for(meta.length, qp.mtu);
   meta.last_psn = psn_add(meta.first_psn, psns ? psns - 1 : 0);
   qp.req.started++;
 }
@@ -120,9 +123,9 @@ bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
   bool first = req.offset == 0;
   bool last = req.offset + chunk == meta.length;
   uint8_t opcode = send_or_write_opcode(meta.opcode, first, last) | transport_base(qp);
-  bool ack_req = qp.type == IBV_QPT_RC &&
-                 (last || psn_diff(req.psn, meta.first_psn) % kAckReqInterval ==
-                              kAckReqInterval - 1);
+  bool ack_req =
+      qp.type == IBV_QPT_RC &&
+      (last || psn_diff(req.psn, meta.first_psn) % kAckReqInterval == kAckReqInterval - 1);
   bool solicited = last && (meta.flags & shm::kWqeSolicited);
   Packet *pkt;
   if (qp.type == IBV_QPT_UD) {
@@ -134,7 +137,8 @@ bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
   }
   if (!pkt) return false;
   const OpcodeInfo &info = opcode_info(opcode);
-  if (info.flags & kOpReth) pkt->ext<Reth>(info.reth_off).set(wqe.remote_addr, wqe.rkey, meta.length);
+  if (info.flags & kOpReth)
+    pkt->ext<Reth>(info.reth_off).set(wqe.remote_addr, wqe.rkey, meta.length);
   if (info.flags & kOpImm) pkt->ext<ImmDt>(info.imm_off).set_raw(wqe.imm_or_rkey);
   if (info.flags & kOpIeth) pkt->ext<Ieth>(info.ieth_off).set(wqe.imm_or_rkey);
   if (info.flags & kOpDeth) {
@@ -172,7 +176,7 @@ bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
 }
 
 bool send_read_or_atomic(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
-  uint8_t opcode = meta.opcode == IBV_WR_RDMA_READ          ? kReadRequest
+  uint8_t opcode = meta.opcode == IBV_WR_RDMA_READ            ? kReadRequest
                    : meta.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap
                                                               : kFetchAdd;
   Packet *pkt = new_packet(w, qp, opcode, meta.first_psn, true);
@@ -181,8 +185,8 @@ bool send_read_or_atomic(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &m
   if (opcode == kReadRequest) {
     pkt->ext<Reth>(info.reth_off).set(wqe.remote_addr, wqe.rkey, meta.length);
   } else if (opcode == kCompareSwap) {
-    pkt->ext<AtomicEth>(info.atomic_eth_off).set(wqe.remote_addr, wqe.rkey, wqe.swap,
-                                                 wqe.compare_add);
+    pkt->ext<AtomicEth>(info.atomic_eth_off)
+        .set(wqe.remote_addr, wqe.rkey, wqe.swap, wqe.compare_add);
   } else {
     pkt->ext<AtomicEth>(info.atomic_eth_off).set(wqe.remote_addr, wqe.rkey, wqe.compare_add, 0);
   }

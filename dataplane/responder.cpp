@@ -88,7 +88,9 @@ const MemoryRegion *remote_mr(Worker &w, QueuePair &qp, uint32_t rkey, uint64_t 
   return w.dev.resolve_rkey(qp, rkey, va, len, right);
 }
 
-void finish_message(QueuePair &qp) { qp.resp.msn = (qp.resp.msn + 1) & 0xffffff; }
+void finish_message(QueuePair &qp) {
+  qp.resp.msn = (qp.resp.msn + 1) & 0xffffff;
+}
 
 void receive_send(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
   ResponderState &r = qp.resp;
@@ -137,14 +139,12 @@ void receive_write(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo
   bool last = info.flags & kOpLast;
   // The immediate needs a receive WQE: check before changing any state or memory, so an RNR
   // retry of this packet starts from the same place.
-  if (last && (info.flags & kOpImm) && !r.has_wqe && !take_recv_wqe(qp))
-    return rnr_nak(w, qp, psn);
+  if (last && (info.flags & kOpImm) && !r.has_wqe && !take_recv_wqe(qp)) return rnr_nak(w, qp, psn);
   if (info.flags & kOpFirst) {
     const Reth &reth = pkt.ext<Reth>(info.reth_off);
-    const MemoryRegion *mr =
-        reth.dma_len()
-            ? remote_mr(w, qp, reth.rkey(), reth.va(), reth.dma_len(), IBV_ACCESS_REMOTE_WRITE)
-            : nullptr;
+    const MemoryRegion *mr = reth.dma_len() ? remote_mr(w, qp, reth.rkey(), reth.va(),
+                                                        reth.dma_len(), IBV_ACCESS_REMOTE_WRITE)
+                                            : nullptr;
     if (reth.dma_len() && !mr) return fail(w, qp, psn, kNakRemoteAccess);
     r.in_write = true;
     r.write_mr_key = mr ? mr->key : 0;
@@ -191,10 +191,9 @@ void receive_read(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo 
                   bool duplicate) {
   uint32_t psn = pkt.bth().psn();
   const Reth &reth = pkt.ext<Reth>(info.reth_off);
-  const MemoryRegion *mr =
-      reth.dma_len()
-          ? remote_mr(w, qp, reth.rkey(), reth.va(), reth.dma_len(), IBV_ACCESS_REMOTE_READ)
-          : nullptr;
+  const MemoryRegion *mr = reth.dma_len() ? remote_mr(w, qp, reth.rkey(), reth.va(), reth.dma_len(),
+                                                      IBV_ACCESS_REMOTE_READ)
+                                          : nullptr;
   if (reth.dma_len() && !mr) {
     if (!duplicate) fail(w, qp, psn, kNakRemoteAccess);
     return;
@@ -391,15 +390,16 @@ void responder_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
   } else if (info.flags & kOpAtomic) {
     return receive_atomic(w, qp, pkt, info);
   }
-  if (pkt.bth().ack_req() && qp.state() != IBV_QPS_ERR && !r.nak_sent &&
-      psn_diff(r.psn, psn) > 0) {
+  if (pkt.bth().ack_req() && qp.state() != IBV_QPS_ERR && !r.nak_sent && psn_diff(r.psn, psn) > 0) {
     r.ack_pending = true;
     r.ack_psn = psn;
     w.ack_later(qp);
   }
 }
 
-bool responder_has_work(const QueuePair &qp) { return qp.resp.res_sending != qp.resp.res_head; }
+bool responder_has_work(const QueuePair &qp) {
+  return qp.resp.res_sending != qp.resp.res_head;
+}
 
 void responder_send_ack(Worker &w, QueuePair &qp) {
   // An ACK must not overtake read or atomic responses for earlier PSNs.

@@ -58,8 +58,7 @@ int sge_scatter(const Device &dev, const SgeList &list, SgeCursor &cur, const ui
   });
 }
 
-int sge_gather(const Device &dev, const SgeList &list, SgeCursor &cur, uint8_t *dst,
-               uint32_t len) {
+int sge_gather(const Device &dev, const SgeList &list, SgeCursor &cur, uint8_t *dst, uint32_t len) {
   return walk(dev, list, cur, len, false, [&](const MemoryRegion &mr, uint64_t addr, uint32_t n) {
     bool ok = mr.read(addr, dst, n);
     dst += n;
@@ -67,8 +66,7 @@ int sge_gather(const Device &dev, const SgeList &list, SgeCursor &cur, uint8_t *
   });
 }
 
-const uint8_t *sge_reference(const Device &dev, const SgeList &list, SgeCursor &cur,
-                             uint32_t len) {
+const uint8_t *sge_reference(const Device &dev, const SgeList &list, SgeCursor &cur, uint32_t len) {
   while (cur.index < list.count && cur.offset >= list.sge[cur.index].length) {
     cur.index++;
     cur.offset = 0;

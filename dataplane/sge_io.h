@@ -27,11 +27,9 @@ SgeCursor sge_seek(const SgeList &list, uint64_t offset);
 // missing right, IBV_WC_LOC_LEN_ERR when the list is too short.
 int sge_scatter(const Device &dev, const SgeList &list, SgeCursor &cur, const uint8_t *src,
                 uint32_t len);
-int sge_gather(const Device &dev, const SgeList &list, SgeCursor &cur, uint8_t *dst,
-               uint32_t len);
+int sge_gather(const Device &dev, const SgeList &list, SgeCursor &cur, uint8_t *dst, uint32_t len);
 // Zero copy: a pointer to the next len bytes if they sit in one local piece of one entry.
-const uint8_t *sge_reference(const Device &dev, const SgeList &list, SgeCursor &cur,
-                             uint32_t len);
+const uint8_t *sge_reference(const Device &dev, const SgeList &list, SgeCursor &cur, uint32_t len);
 // Checks every entry up front; `need_write` for lists the NIC will write into.
 int sge_validate(const Device &dev, const SgeList &list, bool need_write, uint64_t *total);
 

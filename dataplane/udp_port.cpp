@@ -125,8 +125,8 @@ uint32_t roce_mtu_for(uint32_t ip_mtu, bool ipv4) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<UdpPort>> UdpPort::open(const UdpPortConfig &cfg,
-                                                       PacketPool &pool, int wake_fd) {
+absl::StatusOr<std::unique_ptr<UdpPort>> UdpPort::open(const UdpPortConfig &cfg, PacketPool &pool,
+                                                       int wake_fd) {
   std::unique_ptr<UdpPort> port(new UdpPort(pool));
   if (absl::Status st = port->setup(cfg, wake_fd); !st.ok()) return st;
   return port;
@@ -178,8 +178,8 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
     if (!ipv4_) setsockopt(*fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
     // Don't fragment: a RoCE packet is never split (and DF makes IPv4 IDs 0, see above).
     int pmtu = ipv4_ ? IP_PMTUDISC_DO : IPV6_PMTUDISC_DO;
-    setsockopt(*fd, ipv4_ ? IPPROTO_IP : IPPROTO_IPV6,
-               ipv4_ ? IP_MTU_DISCOVER : IPV6_MTU_DISCOVER, &pmtu, sizeof(pmtu));
+    setsockopt(*fd, ipv4_ ? IPPROTO_IP : IPPROTO_IPV6, ipv4_ ? IP_MTU_DISCOVER : IPV6_MTU_DISCOVER,
+               &pmtu, sizeof(pmtu));
     set_buffers(*fd);
     sockaddr_in6 sa;
     socklen_t len;
@@ -199,7 +199,8 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
       ::close(fd);
     }
   }
-  if (tx_fds_.empty()) return absl::ResourceExhaustedError("no free UDP source port in 0xC000-0xFFFF");
+  if (tx_fds_.empty())
+    return absl::ResourceExhaustedError("no free UDP source port in 0xC000-0xFFFF");
   if (int err = io_uring_queue_init(kRingEntries, &ring_, 0))
     return absl::ErrnoToStatus(-err, "io_uring_queue_init");
   ring_ready_ = true;
@@ -310,8 +311,7 @@ void UdpPort::on_received(Packet *pkt, int len) {
   const OpcodeInfo &info = opcode_info(frame[0]);
   uint8_t pad = (frame[1] >> 4) & 3;
   if (len < int(wire::Bth::kSize + wire::kIcrcBytes) || !(info.flags & kOpValid) ||
-      (frame[1] & 0x0f) != 0 /* TVer */ ||
-      len < int(info.header_bytes + pad + wire::kIcrcBytes)) {
+      (frame[1] & 0x0f) != 0 /* TVer */ || len < int(info.header_bytes + pad + wire::kIcrcBytes)) {
     counters_.rx_malformed++;
     pool_.free(pkt);
     return;

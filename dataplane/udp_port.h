@@ -21,7 +21,7 @@
 namespace vrnic {
 
 struct UdpPortConfig {
-  std::string address;      // IPv4 or IPv6 literal to bind; it becomes GID 0
+  std::string address;       // IPv4 or IPv6 literal to bind; it becomes GID 0
   uint16_t udp_port = 4791;  // RoCEv2's; peers are expected on the same port
   uint32_t tx_sockets = 16;  // source ports 0xC000 + i: per-QP flow entropy
 };
@@ -29,8 +29,8 @@ struct UdpPortConfig {
 class UdpPort final : public Port {
  public:
   // wake_fd: an eventfd the port signals when packets arrive (the worker sleeps on it).
-  static absl::StatusOr<std::unique_ptr<UdpPort>> open(const UdpPortConfig &cfg,
-                                                       PacketPool &pool, int wake_fd);
+  static absl::StatusOr<std::unique_ptr<UdpPort>> open(const UdpPortConfig &cfg, PacketPool &pool,
+                                                       int wake_fd);
   ~UdpPort() override;
 
   uint16_t tx_burst(Packet **pkts, uint16_t n) override;

@@ -48,8 +48,8 @@ class Worker {
   Port *wire_port() const { return wire_.get(); }
 
   void add_session(uint32_t id, shm::DoorbellRing *ring);  // worker thread only
-  void remove_session(uint32_t id);                         // worker thread only
-  void forget_qp(QueuePair &qp);                            // worker thread only
+  void remove_session(uint32_t id);                        // worker thread only
+  void forget_qp(QueuePair &qp);                           // worker thread only
 
   // For the transport engines (worker thread only).
   Device &dev;

@@ -136,9 +136,7 @@ VRNIC_EXPORT ibv_comp_channel *ibv_create_comp_channel(ibv_context *context) {
 
 VRNIC_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel *channel) {
   Channel *ch = Channel::of(channel);
-  ctl::HandleReq req{ch->handle, 0};
-  int err = Context::of(channel->context)
-                ->conn.call(ctl::Op::kDestroyChannel, &req, sizeof(req), nullptr, 0);
+  int err = Context::of(channel->context)->call_on(ctl::Op::kDestroyChannel, ch->handle);
   if (err) return err;
   ::close(channel->fd);
   delete ch;
@@ -153,8 +151,7 @@ VRNIC_EXPORT ibv_cq *ibv_create_cq(ibv_context *context, int cqe, void *cq_conte
 
 VRNIC_EXPORT int ibv_destroy_cq(ibv_cq *ibcq) {
   Cq *cq = Cq::of(ibcq);
-  ctl::HandleReq req{cq->handle, 0};
-  int err = Context::of(ibcq->context)->conn.call(ctl::Op::kDestroyCq, &req, sizeof(req), nullptr, 0);
+  int err = Context::of(ibcq->context)->call_on(ctl::Op::kDestroyCq, cq->handle);
   if (err) return err;
   if (ibcq->channel) __atomic_sub_fetch(&ibcq->channel->refcnt, 1, __ATOMIC_RELAXED);
   ::munmap(cq->shared, cq->map_len);
@@ -172,8 +169,8 @@ VRNIC_EXPORT int ibv_resize_cq(ibv_cq *ibcq, int cqe) {
   std::vector<int> fds;
   // Polling waits while vrnicd moves the unpolled completions to the new ring.
   pthread_spin_lock(&cq->lock);
-  int err = c->conn.call(ctl::Op::kResizeCq, &req, sizeof(req), &resp, sizeof(resp), nullptr, 0,
-                         &fds);
+  int err =
+      c->conn.call(ctl::Op::kResizeCq, &req, sizeof(req), &resp, sizeof(resp), nullptr, 0, &fds);
   if (!err && fds.size() != 1) err = EPROTO;
   if (!err) {
     size_t len = shm::cq_region_bytes(resp.slots);

@@ -18,9 +18,8 @@ int DaemonConnection::open(const char *path) {
   return 0;
 }
 
-int DaemonConnection::call(ctl::Op op, const void *req, size_t req_len, void *resp,
-                           size_t resp_len, const int *fds, size_t nfds,
-                           std::vector<int> *resp_fds) {
+int DaemonConnection::call(ctl::Op op, const void *req, size_t req_len, void *resp, size_t resp_len,
+                           const int *fds, size_t nfds, std::vector<int> *resp_fds) {
   std::lock_guard lock(mu_);
   if (dead_) return EIO;
   int err = ctl::send_message(sock_, op, 0, req, req_len, fds, nfds);
@@ -57,7 +56,9 @@ void *Context::mmap_shared(int fd, size_t len) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
-void Context::close_fd(int fd) { ::close(fd); }
+void Context::close_fd(int fd) {
+  ::close(fd);
+}
 
 void Context::ring_doorbell(uint32_t worker, uint32_t qp_handle) {
   session_shm->doorbells[worker].push(qp_handle);

@@ -30,7 +30,8 @@ void init_device() {
   g_device.transport_type = IBV_TRANSPORT_IB;
   std::snprintf(g_device.name, sizeof(g_device.name), "vrnic0");
   std::snprintf(g_device.dev_name, sizeof(g_device.dev_name), "uverbs0");
-  std::snprintf(g_device.dev_path, sizeof(g_device.dev_path), "/sys/class/infiniband_verbs/uverbs0");
+  std::snprintf(g_device.dev_path, sizeof(g_device.dev_path),
+                "/sys/class/infiniband_verbs/uverbs0");
   std::snprintf(g_device.ibdev_path, sizeof(g_device.ibdev_path), "/sys/class/infiniband/vrnic0");
 }
 
@@ -47,8 +48,7 @@ void fill_device_attr(const ctl::DeviceInfo &d, ibv_device_attr *a) {
   a->max_qp = int(d.max_qp);
   a->max_qp_wr = int(d.max_qp_wr);
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
-                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_N_NOTIFY_CQ |
-                        IBV_DEVICE_MEM_WINDOW |
+                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_MEM_WINDOW |
                         IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_sge = int(d.max_sge);
   a->max_sge_rd = int(d.max_sge);
@@ -136,7 +136,9 @@ VRNIC_EXPORT ibv_device **ibv_get_device_list(int *num_devices) {
   return list;
 }
 
-VRNIC_EXPORT void ibv_free_device_list(ibv_device **list) { std::free(list); }
+VRNIC_EXPORT void ibv_free_device_list(ibv_device **list) {
+  std::free(list);
+}
 
 VRNIC_EXPORT const char *ibv_get_device_name(ibv_device *device) {
   return device ? device->name : fail_null<const char>(EINVAL);
@@ -146,7 +148,9 @@ VRNIC_EXPORT __be64 ibv_get_device_guid(ibv_device *) {
   return htobe64(0x0276726e69630001ull);
 }
 
-VRNIC_EXPORT int ibv_get_device_index(ibv_device *device) { return device ? 0 : -1; }
+VRNIC_EXPORT int ibv_get_device_index(ibv_device *device) {
+  return device ? 0 : -1;
+}
 
 VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
   if (device != &g_device) return fail_null<ibv_context>(EINVAL);
@@ -190,8 +194,8 @@ VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
   }
   c->info = resp->device;
   c->session = resp->session_id;
-  void *s = ::mmap(nullptr, sizeof(shm::SessionShared), PROT_READ | PROT_WRITE, MAP_SHARED,
-                   fds[0], 0);
+  void *s =
+      ::mmap(nullptr, sizeof(shm::SessionShared), PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
   void *d = ::mmap(nullptr, sizeof(shm::DaemonShared), PROT_READ, MAP_SHARED, fds[1], 0);
   ::close(fds[0]);
   ::close(fds[1]);
@@ -251,8 +255,7 @@ VRNIC_EXPORT int _ibv_query_gid_ex(ibv_context *context, uint32_t port_num, uint
 }
 
 VRNIC_EXPORT ssize_t _ibv_query_gid_table(ibv_context *context, ibv_gid_entry *entries,
-                                          size_t max_entries, uint32_t flags,
-                                          size_t entry_size) {
+                                          size_t max_entries, uint32_t flags, size_t entry_size) {
   if (flags || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
   size_t n = 0;
   for (uint32_t i = 0; i < ctl::kGidTableLen; i++) {

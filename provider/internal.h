@@ -64,6 +64,11 @@ struct Context {
                     &Context::vctx);
   }
   void ring_doorbell(uint32_t worker, uint32_t qp_handle);
+  // A command on one object (destroy, query, ...): 0 or an errno.
+  int call_on(ctl::Op op, uint32_t handle, void *resp = nullptr, size_t resp_len = 0) {
+    ctl::HandleReq req{handle, 0};
+    return conn.call(op, &req, sizeof(req), resp, resp_len);
+  }
   // Runs a create command whose response starts with the new object's handle and carries
   // the memfd of its shared memory, and maps that memory (length_of(resp) bytes). On any
   // failure the object is destroyed again (destroy_op) and an errno returned.
@@ -136,7 +141,7 @@ struct Qp {
   bool sq_sig_all = false;
   size_t map_len = 0;
   pthread_spinlock_t sq_lock, rq_lock;
-  bool extended = false;     // created with send_ops_flags: ibv_qp_to_qp_ex works
+  bool extended = false;  // created with send_ops_flags: ibv_qp_to_qp_ex works
   // ibv_wr_* batch between ibv_wr_start and ibv_wr_complete (sq_lock held meanwhile).
   uint32_t wr_producer = 0;  // next slot to fill
   int wr_error = 0;          // first error in the batch, reported by ibv_wr_complete
@@ -196,8 +201,8 @@ ibv_mr *alloc_null_mr(ibv_pd *pd);
 int modify_cq(ibv_cq *cq, ibv_modify_cq_attr *attr);
 int post_srq_recv(ibv_srq *srq, ibv_recv_wr *wr, ibv_recv_wr **bad_wr);
 // Writes receive WRs into a ring; returns 0 or the errno for ibv_post_recv/_srq_recv.
-int post_recv_wrs(shm::RingIndices &ring, shm::RecvWqe *slots, uint32_t nslots,
-                  uint32_t max_wr, uint32_t max_sge, ibv_recv_wr *wr, ibv_recv_wr **bad_wr);
+int post_recv_wrs(shm::RingIndices &ring, shm::RecvWqe *slots, uint32_t nslots, uint32_t max_wr,
+                  uint32_t max_sge, ibv_recv_wr *wr, ibv_recv_wr **bad_wr);
 ibv_cq_ex *create_cq_ex(ibv_context *ctx, ibv_cq_init_attr_ex *attr);
 // Shared by ibv_create_cq and ibv_create_cq_ex; NULL with errno set on failure.
 Cq *create_cq(ibv_context *ctx, int cqe, void *cq_context, ibv_comp_channel *channel,

@@ -95,7 +95,8 @@ uint64_t convert_pages(uint64_t start, uint64_t len) {
     return 0;
   }
   std::memcpy(tmp, reinterpret_cast<void *>(start), len);
-  void *moved = ::mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void *>(start));
+  void *moved =
+      ::mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void *>(start));
   if (moved == MAP_FAILED) {
     ::munmap(tmp, len);
     ::close(fd);
@@ -223,11 +224,10 @@ int describe_range(uint64_t addr, uint64_t len, PieceList &out) {
   return 0;
 }
 
-constexpr int kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                             IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                             IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
-                             IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_ON_DEMAND |
-                             IBV_ACCESS_HUGETLB;
+constexpr int kKnownAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+    IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB;
 
 }  // namespace
 
@@ -246,8 +246,7 @@ VRNIC_EXPORT ibv_pd *ibv_alloc_pd(ibv_context *context) {
 }
 
 VRNIC_EXPORT int ibv_dealloc_pd(ibv_pd *pd) {
-  ctl::HandleReq req{pd->handle, 0};
-  int err = Context::of(pd->context)->conn.call(ctl::Op::kDeallocPd, &req, sizeof(req), nullptr, 0);
+  int err = Context::of(pd->context)->call_on(ctl::Op::kDeallocPd, pd->handle);
   if (!err) delete reinterpret_cast<Pd *>(pd);
   return err;
 }
@@ -256,8 +255,7 @@ VRNIC_EXPORT ibv_mr *ibv_reg_mr_iova2(ibv_pd *pd, void *addr, size_t length, uin
                                       unsigned int access) {
   if (!pd || !length) return fail_null<ibv_mr>(EINVAL);
   if (access & ~unsigned(kKnownAccess)) return fail_null<ibv_mr>(EINVAL);
-  if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB))
-    return fail_null<ibv_mr>(EOPNOTSUPP);
+  if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB)) return fail_null<ibv_mr>(EOPNOTSUPP);
   if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
       !(access & IBV_ACCESS_LOCAL_WRITE))
     return fail_null<ibv_mr>(EINVAL);
@@ -279,8 +277,9 @@ VRNIC_EXPORT ibv_mr *ibv_reg_mr_iova2(ibv_pd *pd, void *addr, size_t length, uin
   std::copy(pieces.pieces.begin(), pieces.pieces.end(), req->pieces);
   size_t req_len = offsetof(ctl::RegMrReq, pieces) + req->npieces * sizeof(ctl::MrPiece);
   ctl::RegMrResp resp{};
-  err = Context::of(pd->context)->conn.call(ctl::Op::kRegMr, req.get(), req_len, &resp,
-                                            sizeof(resp), pieces.fds.data(), pieces.fds.size());
+  err = Context::of(pd->context)
+            ->conn.call(ctl::Op::kRegMr, req.get(), req_len, &resp, sizeof(resp), pieces.fds.data(),
+                        pieces.fds.size());
   if (err) return fail_null<ibv_mr>(err);
   auto *mr = new (std::nothrow) Mr{};
   if (!mr) return fail_null<ibv_mr>(ENOMEM);
@@ -305,8 +304,7 @@ VRNIC_EXPORT ibv_mr *ibv_reg_mr_iova(ibv_pd *pd, void *addr, size_t length, uint
 }
 
 VRNIC_EXPORT int ibv_dereg_mr(ibv_mr *mr) {
-  ctl::HandleReq req{mr->handle, 0};
-  int err = Context::of(mr->context)->conn.call(ctl::Op::kDeregMr, &req, sizeof(req), nullptr, 0);
+  int err = Context::of(mr->context)->call_on(ctl::Op::kDeregMr, mr->handle);
   if (!err) delete Mr::of(mr);
   return err;
 }
@@ -329,11 +327,10 @@ VRNIC_EXPORT int ibv_rereg_mr(ibv_mr *mr, int flags, ibv_pd *pd, void *addr, siz
     errno = EINVAL;
     return IBV_REREG_MR_ERR_INPUT;
   }
-  ibv_mr *fresh = ibv_reg_mr_iova2(new_pd, new_addr, new_len,
-                                   reinterpret_cast<uint64_t>(new_addr), unsigned(new_access));
+  ibv_mr *fresh = ibv_reg_mr_iova2(new_pd, new_addr, new_len, reinterpret_cast<uint64_t>(new_addr),
+                                   unsigned(new_access));
   if (!fresh) return IBV_REREG_MR_ERR_INPUT;  // the old registration stands, errno set
-  ctl::HandleReq req{mr->handle, 0};
-  if (int err = Context::of(mr->context)->conn.call(ctl::Op::kDeregMr, &req, sizeof(req), nullptr, 0)) {
+  if (int err = Context::of(mr->context)->call_on(ctl::Op::kDeregMr, mr->handle)) {
     ibv_dereg_mr(fresh);
     errno = err;
     return IBV_REREG_MR_ERR_CMD;
@@ -345,10 +342,13 @@ VRNIC_EXPORT int ibv_rereg_mr(ibv_mr *mr, int flags, ibv_pd *pd, void *addr, siz
   return 0;
 }
 
-
 // Registered memory stays usable in the parent; children see it as MADV_DONTFORK asks.
-VRNIC_EXPORT int ibv_fork_init(void) { return 0; }
-VRNIC_EXPORT enum ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
+VRNIC_EXPORT int ibv_fork_init(void) {
+  return 0;
+}
+VRNIC_EXPORT enum ibv_fork_status ibv_is_fork_initialized(void) {
+  return IBV_FORK_UNNEEDED;
+}
 VRNIC_EXPORT int ibv_dontfork_range(void *base, size_t size) {
   return ::madvise(base, size, MADV_DONTFORK) ? errno : 0;
 }
@@ -361,10 +361,9 @@ VRNIC_EXPORT int ibv_dofork_range(void *base, size_t size) {
 namespace vrnic::provider {
 
 ibv_mr *alloc_null_mr(ibv_pd *pd) {
-  ctl::HandleReq req{pd->handle, 0};
   ctl::RegMrResp resp{};
-  if (int err = Context::of(pd->context)
-                    ->conn.call(ctl::Op::kAllocNullMr, &req, sizeof(req), &resp, sizeof(resp)))
+  if (int err =
+          Context::of(pd->context)->call_on(ctl::Op::kAllocNullMr, pd->handle, &resp, sizeof(resp)))
     return fail_null<ibv_mr>(err);
   auto *mr = new (std::nothrow) Mr{};
   if (!mr) return fail_null<ibv_mr>(ENOMEM);

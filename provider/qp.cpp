@@ -72,8 +72,8 @@ int write_send_wqe(Qp *qp, const ibv_send_wr *wr, shm::SendWqe &w, bool allow_ty
     default:
       w.imm_or_rkey = wr->imm_data;
       if (qp->ibv.qp_type == IBV_QPT_UD) {
-        if (int err = encode_ud_address(qp, w, wr->wr.ud.ah, wr->wr.ud.remote_qpn,
-                                        wr->wr.ud.remote_qkey))
+        if (int err =
+                encode_ud_address(qp, w, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey))
           return err;
       } else {
         w.remote_addr = wr->wr.rdma.remote_addr;
@@ -106,8 +106,7 @@ int post_send_wrs(Qp *qp, ibv_send_wr *wr, ibv_send_wr **bad_wr, bool allow_type
       err = ENOMEM;
       break;
     }
-    if ((err = write_send_wqe(qp, wr, qp->sq[producer & (qp->sq_slots - 1)], allow_type1)))
-      break;
+    if ((err = write_send_wqe(qp, wr, qp->sq[producer & (qp->sq_slots - 1)], allow_type1))) break;
     producer++;
   }
   qp->shared->sq.producer.store(producer, std::memory_order_release);
@@ -122,8 +121,8 @@ void ring_sq_doorbell(Qp *qp) {
     Context::of(qp->ibv.context)->ring_doorbell(qp->worker, qp->handle);
 }
 
-int post_recv_wrs(shm::RingIndices &ring, shm::RecvWqe *slots, uint32_t nslots,
-                  uint32_t max_wr, uint32_t max_sge, ibv_recv_wr *wr, ibv_recv_wr **bad_wr) {
+int post_recv_wrs(shm::RingIndices &ring, shm::RecvWqe *slots, uint32_t nslots, uint32_t max_wr,
+                  uint32_t max_sge, ibv_recv_wr *wr, ibv_recv_wr **bad_wr) {
   uint32_t producer = ring.producer.load(std::memory_order_relaxed);
   uint32_t consumer = ring.consumer.load(std::memory_order_acquire);
   int err = 0;
@@ -187,15 +186,15 @@ ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
   req.sq_sig_all = attr->sq_sig_all;
   req.srq = attr->srq ? Srq::of(attr->srq)->handle : 0;
   req.cookie = reinterpret_cast<uint64_t>(&qp->ibv);
-  req.caps = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
+  req.caps = {attr->cap.max_send_wr,  attr->cap.max_recv_wr,     attr->cap.max_send_sge,
               attr->cap.max_recv_sge, attr->cap.max_inline_data, 0};
   ctl::CreateQpResp resp{};
   void *map = nullptr;
   size_t len = 0;
   int err = c->create_mapped(
       ctl::Op::kCreateQp, &req, sizeof(req), resp, ctl::Op::kDestroyQp,
-      [](const ctl::CreateQpResp &r) { return shm::qp_region_bytes(r.sq_slots, r.rq_slots); },
-      &map, &len);
+      [](const ctl::CreateQpResp &r) { return shm::qp_region_bytes(r.sq_slots, r.rq_slots); }, &map,
+      &len);
   if (err) {
     delete qp;
     return fail_null<ibv_qp>(err);
@@ -286,7 +285,8 @@ VRNIC_EXPORT int ibv_modify_qp(ibv_qp *ibqp, ibv_qp_attr *attr, int attr_mask) {
   w.rnr_retry = attr->rnr_retry;
   w.en_sqd_async_notify = attr->en_sqd_async_notify;
   to_wire(attr->ah_attr, w.ah);
-  int err = Context::of(ibqp->context)->conn.call(ctl::Op::kModifyQp, &req, sizeof(req), nullptr, 0);
+  int err =
+      Context::of(ibqp->context)->conn.call(ctl::Op::kModifyQp, &req, sizeof(req), nullptr, 0);
   if (!err && (attr_mask & IBV_QP_STATE)) ibqp->state = attr->qp_state;
   return err;
 }
@@ -295,10 +295,8 @@ VRNIC_EXPORT int ibv_query_qp(ibv_qp *ibqp, ibv_qp_attr *attr, int attr_mask,
                               ibv_qp_init_attr *init_attr) {
   (void)attr_mask;  // everything is returned, as rdma-core providers do
   Qp *qp = Qp::of(ibqp);
-  ctl::HandleReq req{qp->handle, 0};
   ctl::QueryQpResp resp{};
-  int err = Context::of(ibqp->context)
-                ->conn.call(ctl::Op::kQueryQp, &req, sizeof(req), &resp, sizeof(resp));
+  int err = Context::of(ibqp->context)->call_on(ctl::Op::kQueryQp, qp->handle, &resp, sizeof(resp));
   if (err) return err;
   const ctl::QpAttrWire &w = resp.attr;
   std::memset(attr, 0, sizeof(*attr));
@@ -340,8 +338,7 @@ VRNIC_EXPORT int ibv_query_qp(ibv_qp *ibqp, ibv_qp_attr *attr, int attr_mask,
 
 VRNIC_EXPORT int ibv_destroy_qp(ibv_qp *ibqp) {
   Qp *qp = Qp::of(ibqp);
-  ctl::HandleReq req{qp->handle, 0};
-  int err = Context::of(ibqp->context)->conn.call(ctl::Op::kDestroyQp, &req, sizeof(req), nullptr, 0);
+  int err = Context::of(ibqp->context)->call_on(ctl::Op::kDestroyQp, qp->handle);
   if (err) return err;
   ::munmap(qp->shared, qp->map_len);
   pthread_spin_destroy(&qp->sq_lock);
@@ -356,7 +353,9 @@ VRNIC_EXPORT ibv_qp_ex *ibv_qp_to_qp_ex(ibv_qp *ibqp) {
   return qp->extended ? &qp->ex : nullptr;
 }
 
-VRNIC_EXPORT int ibv_query_qp_data_in_order(ibv_qp *, enum ibv_wr_opcode, uint32_t) { return 0; }
+VRNIC_EXPORT int ibv_query_qp_data_in_order(ibv_qp *, enum ibv_wr_opcode, uint32_t) {
+  return 0;
+}
 
 VRNIC_EXPORT ibv_ah *ibv_create_ah(ibv_pd *pd, ibv_ah_attr *attr) {
   if (!pd || !attr) return fail_null<ibv_ah>(EINVAL);
@@ -364,7 +363,8 @@ VRNIC_EXPORT ibv_ah *ibv_create_ah(ibv_pd *pd, ibv_ah_attr *attr) {
   req.pd = pd->handle;
   to_wire(*attr, req.av);
   ctl::HandleResp resp{};
-  int err = Context::of(pd->context)->conn.call(ctl::Op::kCreateAh, &req, sizeof(req), &resp, sizeof(resp));
+  int err = Context::of(pd->context)
+                ->conn.call(ctl::Op::kCreateAh, &req, sizeof(req), &resp, sizeof(resp));
   if (err) return fail_null<ibv_ah>(err);
   auto *ah = new (std::nothrow) Ah{};
   if (!ah) return fail_null<ibv_ah>(ENOMEM);
@@ -374,8 +374,7 @@ VRNIC_EXPORT ibv_ah *ibv_create_ah(ibv_pd *pd, ibv_ah_attr *attr) {
 }
 
 VRNIC_EXPORT int ibv_destroy_ah(ibv_ah *ah) {
-  ctl::HandleReq req{ah->handle, 0};
-  int err = Context::of(ah->context)->conn.call(ctl::Op::kDestroyAh, &req, sizeof(req), nullptr, 0);
+  int err = Context::of(ah->context)->call_on(ctl::Op::kDestroyAh, ah->handle);
   if (!err) delete Ah::of(ah);
   return err;
 }
@@ -421,8 +420,7 @@ VRNIC_EXPORT int ibv_init_ah_from_wc(ibv_context *context, uint8_t port_num, ibv
   return ENOENT;  // it was not sent to one of our GIDs
 }
 
-VRNIC_EXPORT ibv_ah *ibv_create_ah_from_wc(ibv_pd *pd, ibv_wc *wc, ibv_grh *grh,
-                                           uint8_t port_num) {
+VRNIC_EXPORT ibv_ah *ibv_create_ah_from_wc(ibv_pd *pd, ibv_wc *wc, ibv_grh *grh, uint8_t port_num) {
   ibv_ah_attr attr;
   if (int err = ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr))
     return fail_null<ibv_ah>(err);
@@ -444,8 +442,7 @@ ibv_mw *alloc_mw(ibv_pd *pd, ibv_mw_type type) {
 }
 
 int dealloc_mw(ibv_mw *mw) {
-  ctl::HandleReq req{mw->handle, 0};
-  int err = Context::of(mw->context)->conn.call(ctl::Op::kDeallocMw, &req, sizeof(req), nullptr, 0);
+  int err = Context::of(mw->context)->call_on(ctl::Op::kDeallocMw, mw->handle);
   if (!err) delete mw;
   return err;
 }
@@ -470,7 +467,11 @@ int bind_mw(ibv_qp *qp, ibv_mw *mw, ibv_mw_bind *bind) {
 extern "C" {
 
 // Multicast comes with the full-API work: a clean failure until then.
-VRNIC_EXPORT int ibv_attach_mcast(ibv_qp *, const union ibv_gid *, uint16_t) { return EOPNOTSUPP; }
-VRNIC_EXPORT int ibv_detach_mcast(ibv_qp *, const union ibv_gid *, uint16_t) { return EOPNOTSUPP; }
+VRNIC_EXPORT int ibv_attach_mcast(ibv_qp *, const union ibv_gid *, uint16_t) {
+  return EOPNOTSUPP;
+}
+VRNIC_EXPORT int ibv_detach_mcast(ibv_qp *, const union ibv_gid *, uint16_t) {
+  return EOPNOTSUPP;
+}
 
 }  // extern "C"

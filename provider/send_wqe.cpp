@@ -41,11 +41,11 @@ void encode_header(shm::SendWqe &w, uint64_t wr_id, ibv_wr_opcode opcode, unsign
   std::memset(&w, 0, offsetof(shm::SendWqe, sge));
   w.wr_id = wr_id;
   w.opcode = uint8_t(opcode);
-  w.flags = uint8_t(((send_flags & IBV_SEND_SIGNALED) ? shm::kWqeSignaled : 0) |
-                    ((send_flags & IBV_SEND_SOLICITED) ? shm::kWqeSolicited : 0) |
-                    ((send_flags & IBV_SEND_FENCE) ? shm::kWqeFence : 0) |
-                    ((send_flags & IBV_SEND_INLINE) && may_be_inline(w.opcode) ? shm::kWqeInline
-                                                                              : 0));
+  w.flags =
+      uint8_t(((send_flags & IBV_SEND_SIGNALED) ? shm::kWqeSignaled : 0) |
+              ((send_flags & IBV_SEND_SOLICITED) ? shm::kWqeSolicited : 0) |
+              ((send_flags & IBV_SEND_FENCE) ? shm::kWqeFence : 0) |
+              ((send_flags & IBV_SEND_INLINE) && may_be_inline(w.opcode) ? shm::kWqeInline : 0));
 }
 
 int encode_ud_address(const Qp *qp, shm::SendWqe &w, ibv_ah *ah, uint32_t remote_qpn,

@@ -28,10 +28,18 @@ int encode_bind(const Qp *qp, shm::SendWqe &w, ibv_mw *mw, uint32_t new_rkey,
                 const ibv_mw_bind_info &info);
 int encode_sges(const Qp *qp, shm::SendWqe &w, const ibv_sge *sges, size_t n);
 
-inline const void *buf_addr(const ibv_sge &s) { return reinterpret_cast<const void *>(s.addr); }
-inline size_t buf_len(const ibv_sge &s) { return s.length; }
-inline const void *buf_addr(const ibv_data_buf &b) { return b.addr; }
-inline size_t buf_len(const ibv_data_buf &b) { return b.length; }
+inline const void *buf_addr(const ibv_sge &s) {
+  return reinterpret_cast<const void *>(s.addr);
+}
+inline size_t buf_len(const ibv_sge &s) {
+  return s.length;
+}
+inline const void *buf_addr(const ibv_data_buf &b) {
+  return b.addr;
+}
+inline size_t buf_len(const ibv_data_buf &b) {
+  return b.length;
+}
 
 // Copies the logically concatenated buffers (ibv_sge or ibv_data_buf) into the WQE.
 template <typename Buf>

@@ -14,8 +14,7 @@ namespace vrnic::provider {
 
 ibv_srq *create_srq_ex(ibv_context *context, ibv_srq_init_attr_ex *attr) {
   constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
-                              IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ |
-                              IBV_SRQ_INIT_ATTR_TM;
+                              IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
   if (attr->comp_mask & ~kKnown) return fail_null<ibv_srq>(EINVAL);
   if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)
     return fail_null<ibv_srq>(EOPNOTSUPP);  // XRC and tag matching SRQs
@@ -60,8 +59,8 @@ ibv_srq *create_srq_ex(ibv_context *context, ibv_srq_init_attr_ex *attr) {
 int post_srq_recv(ibv_srq *ibsrq, ibv_recv_wr *wr, ibv_recv_wr **bad_wr) {
   Srq *srq = Srq::of(ibsrq);
   pthread_spin_lock(&srq->lock);
-  int err = post_recv_wrs(srq->shared->ring, srq->ring, srq->slots, srq->max_wr, srq->max_sge,
-                          wr, bad_wr);
+  int err = post_recv_wrs(srq->shared->ring, srq->ring, srq->slots, srq->max_wr, srq->max_sge, wr,
+                          bad_wr);
   pthread_spin_unlock(&srq->lock);
   return err;
 }
@@ -84,20 +83,19 @@ VRNIC_EXPORT ibv_srq *ibv_create_srq(ibv_pd *pd, ibv_srq_init_attr *attr) {
 
 VRNIC_EXPORT int ibv_modify_srq(ibv_srq *ibsrq, ibv_srq_attr *attr, int attr_mask) {
   Srq *srq = Srq::of(ibsrq);
-  ctl::ModifySrqReq req{srq->handle, uint32_t(attr_mask),
-                        {attr->max_wr, attr->max_sge, attr->srq_limit, 0}};
-  int err = Context::of(ibsrq->context)
-                ->conn.call(ctl::Op::kModifySrq, &req, sizeof(req), nullptr, 0);
+  ctl::ModifySrqReq req{
+      srq->handle, uint32_t(attr_mask), {attr->max_wr, attr->max_sge, attr->srq_limit, 0}};
+  int err =
+      Context::of(ibsrq->context)->conn.call(ctl::Op::kModifySrq, &req, sizeof(req), nullptr, 0);
   if (!err && (attr_mask & IBV_SRQ_MAX_WR)) srq->max_wr = attr->max_wr;
   return err;
 }
 
 VRNIC_EXPORT int ibv_query_srq(ibv_srq *ibsrq, ibv_srq_attr *attr) {
   Srq *srq = Srq::of(ibsrq);
-  ctl::HandleReq req{srq->handle, 0};
   ctl::QuerySrqResp resp{};
-  int err = Context::of(ibsrq->context)
-                ->conn.call(ctl::Op::kQuerySrq, &req, sizeof(req), &resp, sizeof(resp));
+  int err =
+      Context::of(ibsrq->context)->call_on(ctl::Op::kQuerySrq, srq->handle, &resp, sizeof(resp));
   if (err) return err;
   attr->max_wr = srq->max_wr;
   attr->max_sge = resp.attr.max_sge;
@@ -107,9 +105,7 @@ VRNIC_EXPORT int ibv_query_srq(ibv_srq *ibsrq, ibv_srq_attr *attr) {
 
 VRNIC_EXPORT int ibv_destroy_srq(ibv_srq *ibsrq) {
   Srq *srq = Srq::of(ibsrq);
-  ctl::HandleReq req{srq->handle, 0};
-  int err = Context::of(ibsrq->context)
-                ->conn.call(ctl::Op::kDestroySrq, &req, sizeof(req), nullptr, 0);
+  int err = Context::of(ibsrq->context)->call_on(ctl::Op::kDestroySrq, srq->handle);
   if (err) return err;
   ::munmap(srq->shared, srq->map_len);
   pthread_spin_destroy(&srq->lock);

@@ -226,8 +226,9 @@ TEST_CASE("verbs with bad handles or arguments fail with EINVAL", "[daemon]") {
   CHECK(ibv_modify_qp(qp, &qa, IBV_QP_STATE) == EINVAL);  // RESET -> RTS
   qa.qp_state = IBV_QPS_INIT;
   qa.port_num = 2;
-  CHECK(ibv_modify_qp(qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                   IBV_QP_ACCESS_FLAGS) == EINVAL);  // no port 2
+  CHECK(ibv_modify_qp(qp, &qa,
+                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) ==
+        EINVAL);  // no port 2
   CHECK(ibv_destroy_qp(qp) == 0);
   CHECK(ibv_destroy_cq(cq) == 0);
   CHECK(ibv_dealloc_pd(pd) == 0);

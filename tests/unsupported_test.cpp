@@ -50,8 +50,7 @@ TEST_CASE("device memory, ODP and dma-buf registration are not supported", "[uns
   CHECK(ibv_advise_mr(d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1) == EOPNOTSUPP);
 }
 
-TEST_CASE("flow steering, WQs, RSS tables, XRC, counters, TDs are not supported",
-          "[unsupported]") {
+TEST_CASE("flow steering, WQs, RSS tables, XRC, counters, TDs are not supported", "[unsupported]") {
   Device d;
   ibv_qp_init_attr qa{};
   qa.send_cq = qa.recv_cq = d.cq;

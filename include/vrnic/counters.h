@@ -18,14 +18,14 @@ enum TransportCounter : uint32_t {
   kNaksReceived,
   kRnrNaksSent,
   kRnrNaksReceived,
-  kDuplicates,      // requests received again (re-ACKed or replayed)
-  kOutOfSequence,   // requests ahead of the expected PSN
+  kDuplicates,     // requests received again (re-ACKed or replayed)
+  kOutOfSequence,  // requests ahead of the expected PSN
   kTransportCounterCount
 };
 
 inline constexpr const char *kTransportCounterNames[kTransportCounterCount] = {
-    "packets_sent",   "bytes_sent",    "packets_received", "bytes_received", "packets_dropped",
-    "retransmits",    "timeouts",      "naks_sent",        "naks_received",  "rnr_naks_sent",
+    "packets_sent",      "bytes_sent", "packets_received", "bytes_received", "packets_dropped",
+    "retransmits",       "timeouts",   "naks_sent",        "naks_received",  "rnr_naks_sent",
     "rnr_naks_received", "duplicates", "out_of_sequence",
 };
 

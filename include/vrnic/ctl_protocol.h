@@ -85,7 +85,7 @@ struct DeviceInfo {
   uint64_t max_mr_size;
   char fw_ver[64];
   // port 1
-  uint32_t port_state;  // enum ibv_port_state
+  uint32_t port_state;       // enum ibv_port_state
   uint32_t port_max_mtu;     // enum ibv_mtu
   uint32_t port_active_mtu;  // enum ibv_mtu
   uint32_t active_speed;
@@ -117,11 +117,11 @@ struct HandleResp {
 // (zero copy) or, where pages could not be shared safely, through process_vm_readv/writev.
 enum class PieceKind : uint32_t { kMemfd = 1, kProcessVm = 2 };
 struct MrPiece {
-  uint64_t va;        // start of the piece in the client's address space
+  uint64_t va;  // start of the piece in the client's address space
   uint64_t length;
-  uint64_t fd_offset; // kMemfd: offset of va within the memfd
-  uint32_t kind;      // PieceKind
-  uint32_t fd_index;  // kMemfd: index into the attached descriptors
+  uint64_t fd_offset;  // kMemfd: offset of va within the memfd
+  uint32_t kind;       // PieceKind
+  uint32_t fd_index;   // kMemfd: index into the attached descriptors
 };
 inline constexpr uint32_t kMaxMrPieces = 128;
 
@@ -184,8 +184,8 @@ struct CreateQpReq {
   uint32_t recv_cq;
   uint32_t qp_type;  // enum ibv_qp_type
   uint32_t sq_sig_all;
-  uint32_t srq;      // 0: the QP has its own receive queue
-  uint64_t cookie;   // echoed in async events
+  uint32_t srq;     // 0: the QP has its own receive queue
+  uint64_t cookie;  // echoed in async events
   QpCaps caps;
 };
 struct CreateQpResp {
@@ -263,7 +263,7 @@ struct CreateSrqResp {
   uint32_t handle;
   uint32_t slots;
   SrqAttrWire attr;  // what was granted
-};  // fds: [0] SRQ memfd
+};                   // fds: [0] SRQ memfd
 struct ModifySrqReq {
   uint32_t handle;
   uint32_t attr_mask;  // enum ibv_srq_attr_mask

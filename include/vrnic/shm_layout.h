@@ -145,7 +145,9 @@ struct CqShared {
 inline constexpr size_t kCqHeaderBytes = 4096;
 static_assert(sizeof(CqShared) <= kCqHeaderBytes);
 
-inline size_t cq_region_bytes(uint32_t slots) { return kCqHeaderBytes + size_t(slots) * sizeof(Cqe); }
+inline size_t cq_region_bytes(uint32_t slots) {
+  return kCqHeaderBytes + size_t(slots) * sizeof(Cqe);
+}
 
 // Doorbell ring: a bounded multi-producer (any provider thread), single-consumer (one
 // worker) queue of QP handles. Each cell carries a sequence number so producers claim cells

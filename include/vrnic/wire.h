@@ -16,8 +16,12 @@ inline constexpr uint32_t kPsnMask = 0xffffff;
 inline constexpr uint32_t kQpnMask = 0xffffff;
 inline constexpr size_t kIcrcBytes = 4;
 
-inline uint16_t load_be16(const uint8_t *p) { return uint16_t(p[0] << 8 | p[1]); }
-inline uint32_t load_be24(const uint8_t *p) { return uint32_t(p[0]) << 16 | p[1] << 8 | p[2]; }
+inline uint16_t load_be16(const uint8_t *p) {
+  return uint16_t(p[0] << 8 | p[1]);
+}
+inline uint32_t load_be24(const uint8_t *p) {
+  return uint32_t(p[0]) << 16 | p[1] << 8 | p[2];
+}
 inline uint32_t load_be32(const uint8_t *p) {
   return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
 }
@@ -43,7 +47,9 @@ inline void store_be64(uint8_t *p, uint64_t v) {
 }
 
 // PSNs are 24-bit sequence numbers compared in a window of 2^23 (IB spec 9.7.2).
-inline uint32_t psn_add(uint32_t psn, uint32_t n) { return (psn + n) & kPsnMask; }
+inline uint32_t psn_add(uint32_t psn, uint32_t n) {
+  return (psn + n) & kPsnMask;
+}
 inline int32_t psn_diff(uint32_t a, uint32_t b) {
   return int32_t((a - b) << 8) >> 8;  // sign-extend the 24-bit difference
 }
@@ -68,8 +74,7 @@ struct Bth {
   void set(uint8_t opcode, bool solicited, uint8_t pad, uint16_t pkey, uint32_t dest_qp,
            bool ack_req, uint32_t psn) {
     b[0] = opcode;
-    b[1] = uint8_t((solicited ? 0x80 : 0) | 0x40 /* MigReq: no APM, always 1 */ |
-                   (pad & 3) << 4);
+    b[1] = uint8_t((solicited ? 0x80 : 0) | 0x40 /* MigReq: no APM, always 1 */ | (pad & 3) << 4);
     store_be16(b + 2, pkey);
     b[4] = 0;
     store_be24(b + 5, dest_qp & kQpnMask);
@@ -188,9 +193,15 @@ enum Opcode : uint8_t {
   kSendOnlyInv = 0x17,
 };
 
-inline constexpr uint8_t make_opcode(Transport t, Opcode op) { return uint8_t(uint8_t(t) | uint8_t(op)); }
-inline constexpr uint8_t op_transport(uint8_t opcode) { return opcode & 0xe0; }
-inline constexpr uint8_t op_operation(uint8_t opcode) { return opcode & 0x1f; }
+inline constexpr uint8_t make_opcode(Transport t, Opcode op) {
+  return uint8_t(uint8_t(t) | uint8_t(op));
+}
+inline constexpr uint8_t op_transport(uint8_t opcode) {
+  return opcode & 0xe0;
+}
+inline constexpr uint8_t op_operation(uint8_t opcode) {
+  return opcode & 0x1f;
+}
 
 // AETH syndromes (IB spec 9.7.5.1).
 enum AethKind : uint8_t { kAethAck = 0x00, kAethRnrNak = 0x20, kAethNak = 0x60 };
@@ -202,6 +213,8 @@ enum NakCode : uint8_t {
   kNakInvalidRdRequest = 0x64,
 };
 inline constexpr uint8_t kAethCreditsInvalid = 0x1f;
-inline constexpr uint8_t aeth_kind(uint8_t syndrome) { return syndrome & 0x60; }
+inline constexpr uint8_t aeth_kind(uint8_t syndrome) {
+  return syndrome & 0x60;
+}
 
 }  // namespace vrnic::wire

@@ -13,8 +13,10 @@ using namespace vrnic;
 TEST_CASE("RC transitions need exactly their required attributes", "[qp-state]") {
   const uint32_t init = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
   CHECK(check_qp_transition(IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_INIT, init) == 0);
-  CHECK(check_qp_transition(IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_INIT, init & ~IBV_QP_PORT) == EINVAL);
-  CHECK(check_qp_transition(IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_INIT, init | IBV_QP_SQ_PSN) == EINVAL);
+  CHECK(check_qp_transition(IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_INIT, init & ~IBV_QP_PORT) ==
+        EINVAL);
+  CHECK(check_qp_transition(IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_INIT, init | IBV_QP_SQ_PSN) ==
+        EINVAL);
   const uint32_t rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                        IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
   CHECK(check_qp_transition(IBV_QPT_RC, IBV_QPS_INIT, IBV_QPS_RTR, rtr) == 0);

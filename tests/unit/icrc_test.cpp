@@ -316,7 +316,7 @@ TEST_CASE("the ICRC does not depend on how the transport bytes are split", "[icr
 
 TEST_CASE("an IPv4 header with options is covered whole", "[icrc]") {
   RocePacket p = ipv4_packet(write_only_transport(100, 0x11, 5));
-  p.ip[0] = 0x46;  // five words and one of options
+  p.ip[0] = 0x46;                                     // five words and one of options
   p.ip.insert(p.ip.end(), {0x94, 0x04, 0x00, 0x00});  // router alert
   const uint32_t with_options = p.icrc();
   CHECK(with_options == reference_icrc(p));

@@ -43,7 +43,8 @@ TEST_CASE("opcode table places extension headers as the spec orders them", "[wir
   CHECK(ud_send.imm_off == 20);
   CHECK(ud_send.header_bytes == 24);
   const OpcodeInfo &read_first = opcode_info(make_opcode(kRc, kReadResponseFirst));
-  CHECK((read_first.flags & (kOpAeth | kOpFirst | kOpPayload)) == (kOpAeth | kOpFirst | kOpPayload));
+  CHECK((read_first.flags & (kOpAeth | kOpFirst | kOpPayload)) ==
+        (kOpAeth | kOpFirst | kOpPayload));
   CHECK((opcode_info(make_opcode(kRc, kReadResponseMiddle)).flags & kOpAeth) == 0);
 }
 
@@ -59,7 +60,8 @@ TEST_CASE("opcodes a transport does not have are invalid", "[wire]") {
 
 TEST_CASE("BTH and RETH encode ROCE.md's RDMA WRITE only vector", "[wire]") {
   uint8_t hdr[28];
-  reinterpret_cast<Bth *>(hdr)->set(make_opcode(kRc, kWriteOnly), false, 0, kDefaultPkey, 0x11, true, 5);
+  reinterpret_cast<Bth *>(hdr)->set(make_opcode(kRc, kWriteOnly), false, 0, kDefaultPkey, 0x11,
+                                    true, 5);
   hdr[1] = 0;  // the vector's packet has MigReq clear
   reinterpret_cast<Reth *>(hdr + 12)->set(0x1000, 0x1234, 16);
   CHECK(hex(hdr, 28) == "0a00ffff000000118000000500000000000010000000123400000010");
