@@ -20,6 +20,8 @@ set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 # shellcheck source=tests/lib.sh
 source tests/lib.sh
+# shellcheck source=perf/lib_bench.sh
+source perf/lib_bench.sh
 
 runs=${1:-5}
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "usage: perf/bench_loopback.sh [RUNS]" >&2; exit 2; }
@@ -29,12 +31,7 @@ memcpy_size=65536
 
 vrnic_tmp_init || exit 1
 
-if [[ ${VRNIC_SKIP_SETUP:-0} != 1 ]]; then
-  echo "== setup"
-  vrnic_install_packages "${VRNIC_BUILD_PACKAGES[@]}" || exit 1
-  vrnic_build || exit 1
-fi
-require_provider || exit 1
+bench_setup || exit 1
 
 memcpy_bw=$VRNIC_BUILD_DIR/perf/memcpy_bw
 if [[ ! -x $memcpy_bw ]]; then
@@ -44,28 +41,11 @@ if [[ ! -x $memcpy_bw ]]; then
   c++ -std=c++20 -O2 -Wall -Wextra -o "$memcpy_bw" perf/memcpy_bw.cpp || exit 1
 fi
 
-out=perf/out/bench-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out" || exit 1
-
-# median VALUES...: the median (mean of the middle two for an even count); "n/a" if none.
-median() {
-  printf '%s\n' "$@" | sort -g | awk '
-    { a[NR] = $1 }
-    END {
-      if (NR == 0) print "n/a"
-      else if (NR % 2) printf "%.2f\n", a[(NR + 1) / 2]
-      else printf "%.2f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2
-    }'
-}
+bench_out_dir bench || exit 1
+out=$BENCH_OUT
 
 echo "== vrnic loopback benchmark: $runs rounds"
-{
-  echo "date:     $(date -Is)"
-  echo "commit:   $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' (+ local changes)')"
-  echo "cpu:      $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), $(nproc) CPUs"
-  echo "kernel:   $(uname -r)"
-  echo "perftest: $(dpkg-query -W -f='${Version}' perftest 2>/dev/null)"
-} | tee "$out/system.txt"
+bench_system_info | tee "$out/system.txt"
 
 start_vrnicd >"$out/vrnicd-start.log" 2>&1 || { cat "$out/vrnicd-start.log"; exit 1; }
 echo "vrnicd:   pid $VRNICD_PID, socket $VRNIC_SOCKET"
@@ -73,102 +53,72 @@ echo "logs:     $out/"
 echo
 
 bw=() wlat_t=() wlat_p99=() slat_t=() slat_p99=() mc=()
-failures=0
-step=0
-steps=$((4 * runs))
+BENCH_ROUNDS=$runs
+BENCH_STEPS=$((4 * runs))
 
-progress() {
-  step=$((step + 1))
-  printf '[%2d/%d] round %d/%d  %-34s %s\n' "$step" "$steps" "$1" "$runs" "$2" "$3"
-}
-
-# measure ROUND NAME PROG ARGS...: one perftest pair; sets ROW to the client's first result
-# row (see perftest_parse). Runs in this shell (not in $(...)): it may restart vrnicd.
-ROW=
+# measure ROUND NAME PROG ARGS...: one perftest pair (bench_perftest), restarting vrnicd first
+# if it died; sets ROW. Runs in this shell (not in $(...)).
 measure() {
-  local round=$1 name=$2 port log
+  local round=$1 name=$2
   shift 2
   ROW=
-  log=$out/$name.$round.log
-  if ! ensure_vrnicd >>"$log" 2>&1; then
-    return 1
-  fi
-  port=$(next_port)
-  verbs_pair "$name.$round" "$port" "$@" -d vrnic0 -x 0 -F >>"$log" 2>&1
-  local rc=$?
-  {
-    [[ -n $SERVER_LOG ]] && { echo "=== server output"; cat "$SERVER_LOG"; }
-    [[ -n $CLIENT_LOG ]] && { echo "=== client output"; cat "$CLIENT_LOG"; }
-  } >>"$log"
-  ((rc == 0)) || return 1
-  ROW=$(perftest_parse "$CLIENT_LOG" | head -n 1)
-}
-
-fail_note() {
-  failures=$((failures + 1))
-  echo "        FAILED; last lines of $1:"
-  tail -n 8 "$1" | sed 's/^/        | /'
+  # shellcheck disable=SC2119 # the default vrnicd, no arguments
+  ensure_vrnicd >>"$out/$name.$round.log" 2>&1 || return 1
+  bench_perftest "$out/$name.$round.log" "$name.$round" "$@"
 }
 
 for ((r = 1; r <= runs; r++)); do
   # write bandwidth
   if measure "$r" write_bw ib_write_bw "${bw_args[@]}" && [[ $ROW == bw* ]]; then
     read -r _ _ v unit <<<"$ROW"
-    if [[ $unit == Gb/s ]]; then
-      g=$(awk -v v="$v" 'BEGIN { printf "%.2f", v / 8 }')
-    else
-      g=$(awk -v v="$v" 'BEGIN { printf "%.2f", v * 1048576 / 1e9 }')
-    fi
+    g=$(bench_bw_gbs "$v" "$unit")
     bw+=("$g")
-    progress "$r" "ib_write_bw ${bw_args[*]}" "$g GB/s  ($v $unit)"
+    bench_progress "$r" "ib_write_bw ${bw_args[*]}" "$g GB/s  ($v $unit)"
   else
-    progress "$r" "ib_write_bw ${bw_args[*]}" ""
-    fail_note "$out/write_bw.$r.log"
+    bench_progress "$r" "ib_write_bw ${bw_args[*]}" ""
+    bench_fail "$out/write_bw.$r.log"
   fi
   # write latency
   if measure "$r" write_lat ib_write_lat -s 2 -n "$lat_iters" && [[ $ROW == lat* ]]; then
     read -r _ _ t p99 _ <<<"$ROW"
     wlat_t+=("$t")
     wlat_p99+=("$p99")
-    progress "$r" "ib_write_lat -s 2 -n $lat_iters" "t_typical $t us, 99% $p99 us"
+    bench_progress "$r" "ib_write_lat -s 2 -n $lat_iters" "t_typical $t us, 99% $p99 us"
   else
-    progress "$r" "ib_write_lat -s 2 -n $lat_iters" ""
-    fail_note "$out/write_lat.$r.log"
+    bench_progress "$r" "ib_write_lat -s 2 -n $lat_iters" ""
+    bench_fail "$out/write_lat.$r.log"
   fi
   # send latency
   if measure "$r" send_lat ib_send_lat -s 2 -n "$lat_iters" && [[ $ROW == lat* ]]; then
     read -r _ _ t p99 _ <<<"$ROW"
     slat_t+=("$t")
     slat_p99+=("$p99")
-    progress "$r" "ib_send_lat -s 2 -n $lat_iters" "t_typical $t us, 99% $p99 us"
+    bench_progress "$r" "ib_send_lat -s 2 -n $lat_iters" "t_typical $t us, 99% $p99 us"
   else
-    progress "$r" "ib_send_lat -s 2 -n $lat_iters" ""
-    fail_note "$out/send_lat.$r.log"
+    bench_progress "$r" "ib_send_lat -s 2 -n $lat_iters" ""
+    bench_fail "$out/send_lat.$r.log"
   fi
   # memcpy of the same size, in the same run
   log=$out/memcpy.$r.log
   if "$memcpy_bw" "$memcpy_size" >"$log" 2>&1 &&
     g=$(sed -n 's/^median_GBps=//p' "$log") && [[ -n $g ]]; then
     mc+=("$g")
-    progress "$r" "memcpy_bw $memcpy_size" "$g GB/s"
+    bench_progress "$r" "memcpy_bw $memcpy_size" "$g GB/s"
   else
-    progress "$r" "memcpy_bw $memcpy_size" ""
-    fail_note "$log"
+    bench_progress "$r" "memcpy_bw $memcpy_size" ""
+    bench_fail "$log"
   fi
 done
 
-vrnicd_check_alive >/dev/null || failures=$((failures + 1))
+vrnicd_check_alive >/dev/null || BENCH_FAILURES=$((BENCH_FAILURES + 1))
 stop_vrnicd TERM >"$out/vrnicd-stop.log" 2>&1 || {
-  failures=$((failures + 1))
+  BENCH_FAILURES=$((BENCH_FAILURES + 1))
   cat "$out/vrnicd-stop.log"
 }
 
-bw_med=$(median "${bw[@]}")
-mc_med=$(median "${mc[@]}")
-ratio=n/a
-if [[ $bw_med != n/a && $mc_med != n/a ]]; then
-  ratio=$(awk -v a="$bw_med" -v b="$mc_med" 'BEGIN { if (b > 0) printf "%.2f (%.0f%%)", a / b, 100 * a / b; else print "n/a" }')
-fi
+bw_med=$(bench_median "${bw[@]}")
+mc_med=$(bench_median "${mc[@]}")
+ratio=$(bench_ratio "$bw_med" "$mc_med")
 ws=$(grep -m1 'L2 cache' "$out/memcpy.1.log" 2>/dev/null | sed 's/^memcpy_bw: //')
 
 {
@@ -182,15 +132,15 @@ ws=$(grep -m1 'L2 cache' "$out/memcpy.1.log" 2>/dev/null | sed 's/^memcpy_bw: //
   echo "| measurement | median | per round |"
   echo "|---|---|---|"
   echo "| ib_write_bw ${bw_args[*]} | $bw_med GB/s | ${bw[*]:-} |"
-  echo "| ib_write_lat -s 2 -n $lat_iters, t_typical | $(median "${wlat_t[@]}") us | ${wlat_t[*]:-} |"
-  echo "| ib_write_lat -s 2 -n $lat_iters, 99% | $(median "${wlat_p99[@]}") us | ${wlat_p99[*]:-} |"
-  echo "| ib_send_lat -s 2 -n $lat_iters, t_typical | $(median "${slat_t[@]}") us | ${slat_t[*]:-} |"
-  echo "| ib_send_lat -s 2 -n $lat_iters, 99% | $(median "${slat_p99[@]}") us | ${slat_p99[*]:-} |"
+  echo "| ib_write_lat -s 2 -n $lat_iters, t_typical | $(bench_median "${wlat_t[@]}") us | ${wlat_t[*]:-} |"
+  echo "| ib_write_lat -s 2 -n $lat_iters, 99% | $(bench_median "${wlat_p99[@]}") us | ${wlat_p99[*]:-} |"
+  echo "| ib_send_lat -s 2 -n $lat_iters, t_typical | $(bench_median "${slat_t[@]}") us | ${slat_t[*]:-} |"
+  echo "| ib_send_lat -s 2 -n $lat_iters, 99% | $(bench_median "${slat_p99[@]}") us | ${slat_p99[*]:-} |"
   echo "| memcpy $memcpy_size B, one core | $mc_med GB/s | ${mc[*]:-} |"
   echo "| ib_write_bw / memcpy | $ratio | |"
   echo
   echo "memcpy working set: source and destination 2 x $memcpy_size B each, like perftest's buffers; ${ws:-L2 size unknown}."
-  ((failures)) && echo "FAILED runs: $failures (excluded from the medians; logs in $out/)."
+  ((BENCH_FAILURES)) && echo "FAILED runs: $BENCH_FAILURES (excluded from the medians; logs in $out/)."
 } >"$out/summary.md"
 
 echo
@@ -198,4 +148,4 @@ echo "== Summary"
 cat "$out/summary.md"
 echo
 echo "(saved to $out/summary.md)"
-((failures == 0))
+((BENCH_FAILURES == 0))

@@ -1,0 +1,127 @@
+# shellcheck shell=bash
+# perf/lib_bench.sh: helpers shared by the benchmark scripts in perf/ (bench_loopback.sh,
+# bench_udp.sh). Source it after tests/lib.sh, don't run it. Like lib.sh it does not use
+# `set -e`; every helper returns a status.
+#
+#   bench_setup                  packages and build (unless VRNIC_SKIP_SETUP=1), provider check
+#   bench_out_dir NAME           creates perf/out/NAME-<date>/ and sets BENCH_OUT to it
+#   bench_system_info            date, commit, CPU, kernel, perftest version (to stdout)
+#   bench_progress ROUND WHAT RESULT   one progress line "[step/steps] round r/R  WHAT  RESULT"
+#   bench_fail LOG               counts a failed measurement, shows LOG's tail
+#   bench_perftest LOG TAG CMD...      one perftest pair; sets ROW to the client's first row
+#   bench_bw_gbs VALUE UNIT      a perftest bandwidth (MiB/s or Gb/s) in GB/s (1e9 bytes/s)
+#   bench_median VALUES...       the median, two decimals ("n/a" if no values)
+#   bench_median_fmt FMT VALUES...  the same, printed with printf format FMT
+#   bench_ratio A B              "A/B (P%)", or "n/a"
+#
+# State: BENCH_ROUNDS and BENCH_STEPS (set by the script), BENCH_STEP and BENCH_FAILURES
+# (counted here), BENCH_OUT, ROW.
+
+BENCH_ROUNDS=${BENCH_ROUNDS:-1}
+BENCH_STEPS=${BENCH_STEPS:-1}
+BENCH_STEP=0
+BENCH_FAILURES=0
+BENCH_OUT=
+ROW=
+
+# bench_setup: as perf/demo.sh does, install missing packages (as root) and build, unless
+# VRNIC_SKIP_SETUP=1; then make sure the provider library is there.
+bench_setup() {
+  if [[ ${VRNIC_SKIP_SETUP:-0} != 1 ]]; then
+    echo "== setup"
+    vrnic_install_packages "${VRNIC_BUILD_PACKAGES[@]}" || return 1
+    vrnic_build || return 1
+  fi
+  require_provider
+}
+
+# bench_out_dir NAME: perf/out/NAME-<date>/ (relative to the repository), in BENCH_OUT.
+bench_out_dir() {
+  BENCH_OUT=perf/out/$1-$(date +%Y%m%d-%H%M%S)
+  mkdir -p "$BENCH_OUT"
+}
+
+# bench_system_info: what the figures were measured on, one "key: value" line each.
+bench_system_info() {
+  local dirty=
+  git diff --quiet HEAD 2>/dev/null || dirty=' (+ local changes)'
+  echo "date:     $(date -Is)"
+  echo "commit:   $(git rev-parse --short HEAD 2>/dev/null || echo '?')$dirty"
+  echo "cpu:      $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), $(nproc) CPUs"
+  echo "kernel:   $(uname -r)"
+  echo "perftest: $(dpkg-query -W -f='${Version}' perftest 2>/dev/null)"
+  echo "load:     $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) at the start"
+}
+
+# bench_progress ROUND WHAT RESULT: one progress line; an empty RESULT marks a failure (the
+# caller follows it with bench_fail).
+bench_progress() {
+  BENCH_STEP=$((BENCH_STEP + 1))
+  printf '[%2d/%d] round %d/%d  %-34s %s\n' "$BENCH_STEP" "$BENCH_STEPS" "$1" "$BENCH_ROUNDS" \
+    "$2" "$3"
+}
+
+# bench_fail LOG: count a failed measurement and show the last lines of its log.
+bench_fail() {
+  BENCH_FAILURES=$((BENCH_FAILURES + 1))
+  echo "        FAILED; last lines of $1:"
+  tail -n 8 "$1" | sed 's/^/        | /'
+}
+
+# bench_perftest LOG TAG CMD...: one perftest pair through verbs_pair (a fresh TCP port,
+# "-d vrnic0 -x 0 -F" appended; VRNIC_CLIENT_ENV and friends apply), everything appended to
+# LOG; sets ROW to the client's first result row (see perftest_parse). Runs in this shell, not
+# in $(...), so that ROW and lib.sh's state survive.
+bench_perftest() {
+  local log=$1 tag=$2 port rc
+  shift 2
+  ROW=
+  port=$(next_port)
+  verbs_pair "$tag" "$port" "$@" -d vrnic0 -x 0 -F >>"$log" 2>&1
+  rc=$?
+  {
+    [[ -n $SERVER_LOG ]] && { echo "=== server output"; cat "$SERVER_LOG"; }
+    [[ -n $CLIENT_LOG ]] && { echo "=== client output"; cat "$CLIENT_LOG"; }
+  } >>"$log"
+  ((rc == 0)) || return 1
+  ROW=$(perftest_parse "$CLIENT_LOG" | head -n 1)
+  [[ -n $ROW ]]
+}
+
+# bench_bw_gbs VALUE UNIT: perftest's bandwidth (UNIT MiB/s, or Gb/s with --report_gbits) in
+# GB/s of 1e9 bytes, two decimals.
+bench_bw_gbs() {
+  if [[ $2 == Gb/s ]]; then
+    awk -v v="$1" 'BEGIN { printf "%.2f\n", v / 8 }'
+  else
+    awk -v v="$1" 'BEGIN { printf "%.2f\n", v * 1048576 / 1e9 }'
+  fi
+}
+
+# bench_median VALUES...: the median (mean of the middle two for an even count), two decimals;
+# "n/a" if none. bench_median_fmt FMT VALUES... prints it with printf format FMT instead.
+bench_median() {
+  bench_median_fmt '%.2f' "$@"
+}
+
+bench_median_fmt() {
+  local fmt=$1
+  shift
+  (($#)) || { echo n/a; return 0; }
+  printf '%s\n' "$@" | sort -g | awk -v fmt="$fmt\n" '
+    { a[NR] = $1 }
+    END {
+      if (NR % 2) printf fmt, a[(NR + 1) / 2]
+      else printf fmt, (a[NR / 2] + a[NR / 2 + 1]) / 2
+    }'
+}
+
+# bench_ratio A B: "A/B (P%)" with two decimals; "n/a" if either is n/a or B is not positive.
+bench_ratio() {
+  if [[ $1 == n/a || $2 == n/a ]]; then
+    echo n/a
+    return 0
+  fi
+  awk -v a="$1" -v b="$2" \
+    'BEGIN { if (b > 0) printf "%.2f (%.0f%%)\n", a / b, 100 * a / b; else print "n/a" }'
+}
