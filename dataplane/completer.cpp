@@ -75,8 +75,10 @@ void rewind_requester(QueuePair &qp, uint32_t psn) {
     if (is_local_op(m.opcode) || m.status) continue;
     if (is_read_or_atomic(m.opcode)) {
       if (m.resp_done) continue;
+      // A read asks again from its first missing response; an atomic is asked again whole.
       req.wqe = i;
-      req.psn = m.first_psn;
+      req.psn = m.opcode == IBV_WR_RDMA_READ ? m.resp_psn : m.first_psn;
+      req.offset = uint32_t(psn_diff(req.psn, m.first_psn)) * qp.mtu;
       return;
     }
     if (psn_diff(psn, m.last_psn) > 0) continue;  // all of it was acknowledged
@@ -119,7 +121,19 @@ void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
   if (!outstanding(qp)) return;
   shm::SendWqe &wqe = qp.wqe(qp.comp.wqe);
   WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
-  if (meta.opcode != IBV_WR_RDMA_READ || meta.resp_done || psn != meta.resp_psn) return;
+  if (meta.opcode != IBV_WR_RDMA_READ || meta.resp_done) return;
+  if (psn_diff(psn, meta.resp_psn) > 0) {
+    // A response went missing: ask for the rest at once rather than wait for the timer
+    // (once per gap: the responses still in flight would all show it).
+    if (qp.comp.rerequested_psn_valid && qp.comp.rerequested_psn == meta.resp_psn) return;
+    qp.comp.rerequested_psn = meta.resp_psn;
+    qp.comp.rerequested_psn_valid = true;
+    w.count(qp, kRetransmits);
+    rewind_requester(qp, meta.resp_psn);
+    w.schedule(qp);
+    return;
+  }
+  if (psn != meta.resp_psn) return;  // a duplicate
   uint32_t offset = uint32_t(psn_diff(psn, meta.first_psn)) * qp.mtu;
   bool last = pkt.info().flags & kOpLast;
   uint32_t expect = last ? meta.length - offset : qp.mtu;

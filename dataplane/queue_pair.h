@@ -46,6 +46,8 @@ struct CompleterState {
   uint8_t rnr_left = 0;
   uint64_t ack_deadline = 0;  // local ACK timeout; 0: not armed
   uint64_t rnr_deadline = 0;  // requester paused until then; 0: not paused
+  uint32_t rerequested_psn = 0;  // read response gap already asked again for
+  bool rerequested_psn_valid = false;
 };
 
 // A read or atomic the responder is answering (IB "responder resources").

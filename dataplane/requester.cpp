@@ -179,11 +179,14 @@ bool send_read_or_atomic(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &m
   uint8_t opcode = meta.opcode == IBV_WR_RDMA_READ            ? kReadRequest
                    : meta.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap
                                                               : kFetchAdd;
-  Packet *pkt = new_packet(w, qp, opcode, meta.first_psn, true);
+  // A read resumed after lost responses asks only for what is missing (req.offset bytes
+  // arrived); its responses then carry the PSNs they would have had.
+  uint32_t offset = opcode == kReadRequest ? qp.req.offset : 0;
+  Packet *pkt = new_packet(w, qp, opcode, psn_add(meta.first_psn, offset / qp.mtu), true);
   if (!pkt) return false;
   const OpcodeInfo &info = opcode_info(opcode);
   if (opcode == kReadRequest) {
-    pkt->ext<Reth>(info.reth_off).set(wqe.remote_addr, wqe.rkey, meta.length);
+    pkt->ext<Reth>(info.reth_off).set(wqe.remote_addr + offset, wqe.rkey, meta.length - offset);
   } else if (opcode == kCompareSwap) {
     pkt->ext<AtomicEth>(info.atomic_eth_off)
         .set(wqe.remote_addr, wqe.rkey, wqe.swap, wqe.compare_add);
@@ -191,8 +194,9 @@ bool send_read_or_atomic(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &m
     pkt->ext<AtomicEth>(info.atomic_eth_off).set(wqe.remote_addr, wqe.rkey, wqe.compare_add, 0);
   }
   w.transmit(qp, pkt);
-  meta.resp_psn = meta.first_psn;
+  if (!offset) meta.resp_psn = meta.first_psn;
   meta.resp_done = false;
+  qp.req.offset = 0;
   qp.req.psn = psn_add(meta.last_psn, 1);
   qp.req.rd_atomic_outstanding++;
   qp.req.wqe++;

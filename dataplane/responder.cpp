@@ -187,6 +187,17 @@ ResponderResource *new_resource(QueuePair &qp) {
   return &res;
 }
 
+// The requester asks again from `psn` (it went back to there): responses still queued for
+// PSNs from there on are stale -- it will ask for them again too.
+void forget_responses_from(QueuePair &qp, uint32_t psn) {
+  ResponderState &r = qp.resp;
+  while (r.res_head != r.res_sending) {
+    const ResponderResource &newest = r.res[(r.res_head - 1) % kMaxRdAtomic];
+    if (psn_diff(psn_add(newest.first_psn, newest.packets - 1), psn) < 0) break;
+    r.res_head--;
+  }
+}
+
 void receive_read(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info,
                   bool duplicate) {
   uint32_t psn = pkt.bth().psn();
@@ -198,6 +209,7 @@ void receive_read(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo 
     if (!duplicate) fail(w, qp, psn, kNakRemoteAccess);
     return;
   }
+  if (duplicate) forget_responses_from(qp, psn);
   ResponderResource *res = new_resource(qp);
   if (!res) {
     if (!duplicate) fail(w, qp, psn, kNakInvalidRequest);
