@@ -135,6 +135,51 @@ check "ibv_uc_pingpong -n 1000 across udp" pingpong_across ibv_uc_pingpong -n 10
 check "ibv_ud_pingpong -n 1000 across udp" pingpong_across ibv_ud_pingpong -n 1000
 check "udp counters: packets both ways, no ICRC or format errors" wire_counters
 
+# Peer death: the remote vrnicd is killed mid-transfer; the local RC QP must fail with
+# IBV_WC_RETRY_EXC_ERR (perftest: "status 12") after the retry budget that its timeout and
+# retry_cnt define -- perftest sets timeout 14 (4.096 us x 2^14 = 67 ms) and retry_cnt 7, so
+# (7 + 1) x 67 ms = 537 ms -- within +-50%, and never hang.
+peer_death() {
+  local port dir victim_sock victim_pid cpid t0 ms budget=537 ok=0 main_pid=$VRNICD_PID
+  local main_log=$VRNICD_LOG
+  wire_daemons || return 1
+  dir=$VRNIC_TMP/victim
+  mkdir -p "$dir"
+  victim_sock=$dir/vrnicd.sock
+  _vrnicd_spawn "$victim_sock" "$dir/vrnicd.log" "$VRNICD" --socket "$victim_sock" \
+    --udp 127.0.0.3 --udp-port "$WIRE_PORT" || return 1
+  victim_pid=$VRNICD_PID
+  VRNICD_PID=$main_pid VRNICD_LOG=$main_log
+  port=$(next_port)
+  VRNIC_SOCKET=$victim_sock start_server death "$port" ib_write_bw -d vrnic0 -x 0 -F \
+    -s 65536 -D 30 -p "$port" || return 1
+  CLIENT_LOG=$VRNIC_TMP/death.client.log
+  echo "+ ib_write_bw -d vrnic0 -x 0 -F -s 65536 -D 30 -p $port 127.0.0.1 &   # client, own vrnicd"
+  "${VRUN[@]}" timeout -k 5 60 ib_write_bw -d vrnic0 -x 0 -F -s 65536 -D 30 -p "$port" \
+    127.0.0.1 >"$CLIENT_LOG" 2>&1 </dev/null &
+  cpid=$!
+  _vrnic_track "$cpid"
+  for _ in $(seq 100); do
+    (($(vrnic_stat packets_received "$victim_sock" || echo 0) > 5000)) && break
+    sleep 0.1
+  done
+  t0=$(vrnic_now_us)
+  echo "+ kill -KILL $victim_pid   # the server's vrnicd, mid-transfer"
+  kill -KILL "$victim_pid"
+  vrnic_wait_exit "$cpid" 20 || { echo "FAIL: the client hangs 20 s after its peer died"; ok=1; }
+  ms=$((($(vrnic_now_us) - t0) / 1000))
+  vrnic_wait_exit "$victim_pid" 5
+  finish_server 10
+  grep -E "status|Failed|error" "$CLIENT_LOG" | head -n 5 | sed 's/^/    /'
+  grep -q "status 12" "$CLIENT_LOG" ||
+    { echo "FAIL: no IBV_WC_RETRY_EXC_ERR (status 12) at the client"; ok=1; }
+  echo "failed ${ms} ms after the peer died; budget ${budget} ms (+-50%)"
+  ((ms >= budget / 2 && ms <= budget * 3 / 2)) || { echo "FAIL: outside the budget"; ok=1; }
+  CHECK_NOTE="$ms ms, budget $budget ms"
+  return "$ok"
+}
+check "peer death: RETRY_EXC_ERR after the retry budget (timeout 14, retry_cnt 7)" peer_death
+
 # What went on the wire, checked by others: traffic of every kind captured on lo, then
 # tshark must decode each packet as InfiniBand/RoCEv2 with no malformed-packet or expert
 # error, and an independent ICRC check (tests/tools, Python) must pass every packet.
