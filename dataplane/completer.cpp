@@ -4,6 +4,7 @@
 #include <infiniband/verbs.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "sge_io.h"
 #include "transport.h"
@@ -265,6 +266,11 @@ void completer_retire(Worker &w, QueuePair &qp) {
 
 void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
   if (qp.type != IBV_QPT_RC || qp.state() == IBV_QPS_ERR) return;
+  // Responses come from the connected peer only (as requests do, see the responder).
+  if (std::memcmp(pkt.src_gid, qp.attr.ah.dgid, 16) != 0) {
+    w.count(qp, kPacketsDropped);
+    return;
+  }
   uint32_t psn = pkt.bth().psn();
   const OpcodeInfo &info = pkt.info();
   // Only responses to PSNs we sent. Read responses may follow an ACK that covered their

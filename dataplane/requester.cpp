@@ -2,6 +2,8 @@
 // retires anything; the completer does, and rewinds it for retransmission.
 #include <infiniband/verbs.h>
 
+#include <cstring>
+
 #include "sge_io.h"
 #include "transport.h"
 #include "worker.h"
@@ -147,12 +149,19 @@ bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
     pkt->ext<Deth>(info.deth_off).set(qkey, qp.qpn);
   }
   pkt->payload_len = chunk;
-  if (meta.flags & shm::kWqeInline) {
+  // Zero copy only where the WQE outlives the packet: an RC WQE retires on the ACK, after
+  // the port is done with the packet; UC and UD WQEs retire once sent, and the application
+  // may then reuse the buffer (or the inline slot) while the packet still waits in the port.
+  bool reference = qp.type == IBV_QPT_RC;
+  if ((meta.flags & shm::kWqeInline) && reference) {
     pkt->payload = wqe.inline_data + req.offset;
+  } else if (meta.flags & shm::kWqeInline) {
+    std::memcpy(pkt->bounce, wqe.inline_data + req.offset, chunk);
+    pkt->payload = pkt->bounce;
   } else if (chunk) {
     SgeList list{wqe.sge, wqe.num_sge, qp.pd};
     SgeCursor cur{req.sge, req.sge_offset};
-    pkt->payload = sge_reference(w.dev, list, cur, chunk);
+    pkt->payload = reference ? sge_reference(w.dev, list, cur, chunk) : nullptr;
     if (!pkt->payload) {
       cur = {req.sge, req.sge_offset};
       if (int st = sge_gather(w.dev, list, cur, pkt->bounce, chunk)) {

@@ -351,6 +351,12 @@ void UdpPort::reap_completions() {
       rx_posted_--;
       if (cqe->res <= 0) {
         pool_.free(pkt);
+      } else if ((scratch<RxScratch>(pkt).msg.msg_flags & MSG_TRUNC) ||
+                 size_t(cqe->res) >= kPacketBufferBytes) {
+        // Cut short by the receive buffer: no RoCE packet is that long. Checked before the
+        // ICRC, which the remains might match by chance.
+        counters_.rx_malformed++;
+        pool_.free(pkt);
       } else if (faults_) {
         inject_faults(pkt, cqe->res);
       } else {
