@@ -276,7 +276,10 @@ void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
   // Only responses to PSNs we sent. Read responses may follow an ACK that covered their
   // PSNs (the ACK only acknowledges the request); anything else must be newer than acked.
   if (psn_diff(psn, qp.req.psn) >= 0) return;
-  if (!(info.flags & kOpReadResponse) && psn_diff(psn, qp.comp.acked_psn) <= 0) return;
+  // Responses to reads and atomics may come after an ACK that covered their PSNs (a lost
+  // response, asked for again): the ACK acknowledged the request, not the response.
+  bool response = (info.flags & kOpReadResponse) || pkt.bth().opcode() == kAtomicAcknowledge;
+  if (!response && psn_diff(psn, qp.comp.acked_psn) <= 0) return;
   uint8_t op = pkt.bth().opcode();
   if (info.flags & kOpReadResponse) {
     if (info.flags & kOpAeth) {

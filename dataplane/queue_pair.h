@@ -84,7 +84,19 @@ struct ResponderState {
   // coalesced ACK
   bool ack_pending = false;
   uint32_t ack_psn = 0;
+  bool ack_sent_valid = false;  // the last ACK sent, so a partial one is not repeated
+  uint32_t ack_sent = 0;
   // reads and atomics, oldest first
+  // The results of the last atomics executed, so a repeated request is answered again
+  // without executing it twice (kept apart from the response queue, which a requester's
+  // go-back-N may truncate).
+  struct AtomicResult {
+    uint32_t psn;
+    bool valid;
+    uint64_t orig;
+  };
+  std::array<AtomicResult, kMaxRdAtomic> atomics{};
+  uint32_t atomics_next = 0;
   std::array<ResponderResource, kMaxRdAtomic> res;
   uint32_t res_head = 0, res_tail = 0;  // [tail, head) in use
   uint32_t res_sending = 0;             // first resource with read responses left to send

@@ -13,8 +13,9 @@ namespace {
 
 using namespace wire;
 
-// Unacknowledged PSNs one QP may have out, so that one QP cannot take the whole packet pool.
-constexpr int32_t kPsnWindow = 1024;
+// Unacknowledged PSNs one QP may have out, so that one QP cannot take the whole packet pool
+// (and a go-back-N restart repeats at most this much).
+constexpr int32_t kPsnWindow = 512;
 // Long messages ask for an ACK this often, so the completer sees progress (and its timer
 // does not fire) before the last packet.
 constexpr uint32_t kAckReqInterval = 256;

@@ -248,6 +248,7 @@ void receive_atomic(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInf
   res->first_psn = psn;
   res->packets = 1;
   res->atomic_orig = orig;
+  qp.resp.atomics[qp.resp.atomics_next++ % kMaxRdAtomic] = {psn, true, orig};
   qp.resp.psn = psn_add(psn, 1);
   finish_message(qp);
   w.schedule(qp);
@@ -260,14 +261,17 @@ void receive_duplicate(Worker &w, QueuePair &qp, const Packet &pkt, const Opcode
   uint32_t psn = pkt.bth().psn();
   if (info.flags & kOpReadRequest) return receive_read(w, qp, pkt, info, true);
   if (info.flags & kOpAtomic) {
-    for (uint32_t i = r.res_tail; i != r.res_head; i++) {
-      ResponderResource &old = r.res[i % kMaxRdAtomic];
-      if (old.kind == ResponderResource::kAtomic && old.first_psn == psn) {
-        ResponderResource saved = old;
-        if (ResponderResource *again = new_resource(qp)) *again = saved;
-        w.schedule(qp);
-        return;
+    for (const ResponderState::AtomicResult &done : r.atomics) {
+      if (!done.valid || done.psn != psn) continue;
+      forget_responses_from(qp, psn);  // the requester went back to here
+      if (ResponderResource *again = new_resource(qp)) {
+        again->kind = ResponderResource::kAtomic;
+        again->first_psn = psn;
+        again->packets = 1;
+        again->atomic_orig = done.orig;
       }
+      w.schedule(qp);
+      return;
     }
     return;  // too old to replay: drop, as the spec allows
   }
@@ -414,10 +418,22 @@ bool responder_has_work(const QueuePair &qp) {
 }
 
 void responder_send_ack(Worker &w, QueuePair &qp) {
-  // An ACK must not overtake read or atomic responses for earlier PSNs.
-  if (!qp.resp.ack_pending || responder_has_work(qp) || qp.state() == IBV_QPS_ERR) return;
-  qp.resp.ack_pending = false;
-  send_aeth(w, qp, qp.resp.ack_psn, kAckSyndrome);
+  ResponderState &r = qp.resp;
+  if (!r.ack_pending || qp.state() == IBV_QPS_ERR) return;
+  uint32_t psn = r.ack_psn;
+  if (responder_has_work(qp)) {
+    // An ACK must not overtake read or atomic responses still queued: acknowledge what lies
+    // before them now (so the requester's timer sees progress) and the rest after them.
+    const ResponderResource &oldest = r.res[r.res_sending % kMaxRdAtomic];
+    uint32_t before = psn_add(oldest.first_psn, -1u);
+    if (psn_diff(before, psn) < 0) psn = before;
+    if (r.ack_sent_valid && psn_diff(psn, r.ack_sent) <= 0) return;  // nothing new yet
+  } else {
+    r.ack_pending = false;
+  }
+  r.ack_sent = psn;
+  r.ack_sent_valid = true;
+  send_aeth(w, qp, psn, kAckSyndrome);
 }
 
 uint32_t responder_send_reads(Worker &w, QueuePair &qp, uint32_t budget) {
