@@ -760,14 +760,14 @@ _catch2_case() {
 # run_catch2_binary NAME: each test case of build/tests/NAME as one check. A missing binary,
 # or one that lists no test case, is one failed test.
 run_catch2_binary() {
-  local name=$1 bin=$VRNIC_BUILD_DIR/tests/$1 list n=0 t
+  local name=$1 spec=${2:-} bin=$VRNIC_BUILD_DIR/tests/$1 list n=0 t
   if [[ ! -x $bin ]]; then
     record_result FAIL "$VRNIC_GROUP: $name  [binary missing: ${bin#"$VRNIC_ROOT"/}]"
     return 1
   fi
   list=$VRNIC_TMP/${name//\//_}.tests
   # --list-test-names-only exits with the number of tests; the status says nothing.
-  vrun timeout -k 5 30 "$bin" --list-test-names-only >"$list" 2>"$list.err" </dev/null
+  vrun timeout -k 5 30 "$bin" --list-test-names-only ${spec:+"$spec"} >"$list" 2>"$list.err" </dev/null
   while IFS= read -r t; do
     [[ -z $t ]] && continue
     # Catch2 quotes names that start with '#'.
