@@ -68,36 +68,9 @@ measure() {
 }
 
 for ((r = 1; r <= runs; r++)); do
-  # write bandwidth
-  if measure "$r" write_bw ib_write_bw "${bw_args[@]}" && [[ $ROW == bw* ]]; then
-    read -r _ _ v unit <<<"$ROW"
-    g=$(bench_bw_gbs "$v" "$unit")
-    bw+=("$g")
-    bench_progress "$r" "ib_write_bw ${bw_args[*]}" "$g GB/s  ($v $unit)"
-  else
-    bench_progress "$r" "ib_write_bw ${bw_args[*]}" ""
-    bench_fail "$out/write_bw.$r.log"
-  fi
-  # write latency
-  if measure "$r" write_lat ib_write_lat -s 2 -n "$lat_iters" && [[ $ROW == lat* ]]; then
-    read -r _ _ t p99 _ <<<"$ROW"
-    wlat_t+=("$t")
-    wlat_p99+=("$p99")
-    bench_progress "$r" "ib_write_lat -s 2 -n $lat_iters" "t_typical $t us, 99% $p99 us"
-  else
-    bench_progress "$r" "ib_write_lat -s 2 -n $lat_iters" ""
-    bench_fail "$out/write_lat.$r.log"
-  fi
-  # send latency
-  if measure "$r" send_lat ib_send_lat -s 2 -n "$lat_iters" && [[ $ROW == lat* ]]; then
-    read -r _ _ t p99 _ <<<"$ROW"
-    slat_t+=("$t")
-    slat_p99+=("$p99")
-    bench_progress "$r" "ib_send_lat -s 2 -n $lat_iters" "t_typical $t us, 99% $p99 us"
-  else
-    bench_progress "$r" "ib_send_lat -s 2 -n $lat_iters" ""
-    bench_fail "$out/send_lat.$r.log"
-  fi
+  bench_bw "$r" write_bw bw ib_write_bw "${bw_args[@]}"
+  bench_lat "$r" write_lat wlat_t wlat_p99 ib_write_lat -s 2 -n "$lat_iters"
+  bench_lat "$r" send_lat slat_t slat_p99 ib_send_lat -s 2 -n "$lat_iters"
   # memcpy of the same size, in the same run
   log=$out/memcpy.$r.log
   if "$memcpy_bw" "$memcpy_size" >"$log" 2>&1 &&

@@ -115,26 +115,9 @@ udp_desc() {
 }
 
 for ((r = 1; r <= rounds; r++)); do
-  # write bandwidth across the udp port
-  if measure "$r" write_bw ib_write_bw "${bw_args[@]}" && [[ $ROW == bw* ]]; then
-    read -r _ _ v unit <<<"$ROW"
-    g=$(bench_bw_gbs "$v" "$unit")
-    bw+=("$g")
-    bench_progress "$r" "ib_write_bw ${bw_args[*]}" "$g GB/s  ($v $unit)"
-  else
-    bench_progress "$r" "ib_write_bw ${bw_args[*]}" ""
-    bench_fail "$out/write_bw.$r.log"
-  fi
-  # write latency across the udp port
-  if measure "$r" write_lat ib_write_lat -s 2 -n "$lat_iters" && [[ $ROW == lat* ]]; then
-    read -r _ _ t p99 _ <<<"$ROW"
-    lat_t+=("$t")
-    lat_p99+=("$p99")
-    bench_progress "$r" "ib_write_lat -s 2 -n $lat_iters" "t_typical $t us, 99% $p99 us"
-  else
-    bench_progress "$r" "ib_write_lat -s 2 -n $lat_iters" ""
-    bench_fail "$out/write_lat.$r.log"
-  fi
+  # across the udp port
+  bench_bw "$r" write_bw bw ib_write_bw "${bw_args[@]}"
+  bench_lat "$r" write_lat lat_t lat_p99 ib_write_lat -s 2 -n "$lat_iters"
   # the kernel's UDP, same run
   if udp plain "$r"; then
     plain_g+=("$UDP_G")

@@ -125,3 +125,39 @@ bench_ratio() {
   awk -v a="$1" -v b="$2" \
     'BEGIN { if (b > 0) printf "%.2f (%.0f%%)\n", a / b, 100 * a / b; else print "n/a" }'
 }
+
+# bench_bw ROUND NAME GBS_ARRAY PROG ARGS...: one bandwidth measurement through the script's
+# measure() (which sets ROW; its log is $out/NAME.ROUND.log); appends GB/s to the array named
+# GBS_ARRAY and prints progress.
+# shellcheck disable=SC2154 # $out is the calling script's output directory
+bench_bw() {
+  local round=$1 name=$2 v unit g
+  local -n gbs=$3
+  shift 3
+  if measure "$round" "$name" "$@" && [[ $ROW == bw* ]]; then
+    read -r _ _ v unit <<<"$ROW"
+    g=$(bench_bw_gbs "$v" "$unit")
+    gbs+=("$g")
+    bench_progress "$round" "$*" "$g GB/s  ($v $unit)"
+  else
+    bench_progress "$round" "$*" ""
+    bench_fail "$out/$name.$round.log"
+  fi
+}
+
+# bench_lat ROUND NAME TYPICAL_ARRAY P99_ARRAY PROG ARGS...: one latency measurement; appends
+# perftest's t_typical and 99th percentile (microseconds).
+bench_lat() {
+  local round=$1 name=$2 t p99
+  local -n typical=$3 tail99=$4
+  shift 4
+  if measure "$round" "$name" "$@" && [[ $ROW == lat* ]]; then
+    read -r _ _ t p99 _ <<<"$ROW"
+    typical+=("$t")
+    tail99+=("$p99")
+    bench_progress "$round" "$*" "t_typical $t us, 99% $p99 us"
+  else
+    bench_progress "$round" "$*" ""
+    bench_fail "$out/$name.$round.log"
+  fi
+}
