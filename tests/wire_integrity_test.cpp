@@ -214,11 +214,11 @@ struct Stats {
 
 // The counters shown in progress lines and failure reports (those vrnicctl has).
 const char *const kShownCounters[] = {
-    "udp_tx_packets",   "udp_rx_packets",  "retransmits",       "timeouts",
-    "naks_sent",        "naks_received",   "duplicates",        "out_of_sequence",
-    "rnr_naks_sent",    "packets_dropped", "udp_tx_errors",     "udp_rx_icrc_errors",
-    "udp_rx_malformed", "faults_dropped",  "faults_duplicated", "faults_reordered",
-    "faults_corrupted",
+    "udp_tx_packets",     "udp_rx_packets",    "retransmits",     "timeouts",
+    "naks_sent",          "naks_received",     "duplicates",      "out_of_sequence",
+    "rnr_naks_sent",      "rnr_naks_received", "packets_dropped", "udp_tx_errors",
+    "udp_rx_icrc_errors", "udp_rx_malformed",  "faults_dropped",  "faults_duplicated",
+    "faults_reordered",   "faults_corrupted",
 };
 
 Stats stats_delta(const Stats &after, const Stats &before) {
