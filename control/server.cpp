@@ -816,7 +816,7 @@ int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
       qp.resp.psn = q.rq_psn;
     }
     if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
-      qp.req.psn = q.sq_psn;
+      qp.req.psn = qp.req.psn_end = q.sq_psn;
       qp.comp.acked_psn = wire::psn_add(q.sq_psn, -1u);
       qp.comp.retry_left = q.retry_cnt;
       qp.comp.rnr_left = q.rnr_retry;

@@ -275,7 +275,9 @@ void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
   const OpcodeInfo &info = pkt.info();
   // Only responses to PSNs we sent. Read responses may follow an ACK that covered their
   // PSNs (the ACK only acknowledges the request); anything else must be newer than acked.
-  if (psn_diff(psn, qp.req.psn) >= 0) return;
+  // Compared with the highest PSN ever sent, not req.psn: after a go-back-N rewind, ACKs for
+  // packets sent before it are still good news.
+  if (psn_diff(psn, qp.req.psn_end) >= 0) return;
   // Responses to reads and atomics may come after an ACK that covered their PSNs (a lost
   // response, asked for again): the ACK acknowledged the request, not the response.
   bool response = (info.flags & kOpReadResponse) || pkt.bth().opcode() == kAtomicAcknowledge;

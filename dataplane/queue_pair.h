@@ -32,6 +32,7 @@ struct WqeMeta {
 
 struct RequesterState {
   uint32_t psn = 0;                  // next PSN to send
+  uint32_t psn_end = 0;              // one past the highest PSN ever sent (psn may rewind)
   uint32_t wqe = 0;                  // WQE being sent (free-running index)
   uint32_t offset = 0;               // bytes of it already sent
   uint32_t sge = 0, sge_offset = 0;  // gather cursor within the WQE

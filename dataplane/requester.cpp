@@ -153,7 +153,9 @@ bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
   // Zero copy only where the WQE outlives the packet: an RC WQE retires on the ACK, after
   // the port is done with the packet; UC and UD WQEs retire once sent, and the application
   // may then reuse the buffer (or the inline slot) while the packet still waits in the port.
-  bool reference = qp.type == IBV_QPT_RC;
+  // A retransmission (below the highest PSN sent) is copied too: the ACK of its first copy
+  // may retire the WQE while it waits in the port.
+  bool reference = qp.type == IBV_QPT_RC && psn_diff(req.psn, req.psn_end) >= 0;
   if ((meta.flags & shm::kWqeInline) && reference) {
     pkt->payload = wqe.inline_data + req.offset;
   } else if (meta.flags & shm::kWqeInline) {
@@ -268,6 +270,7 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
   // Unreliable QPs retire WQEs as soon as they are sent; a failed WQE is reported once the
   // ones before it have retired.
   if (retire || (sent && qp.type != IBV_QPT_RC)) completer_retire(w, qp);
+  if (psn_diff(req.psn, req.psn_end) > 0) req.psn_end = req.psn;
   return sent;
 }
 
