@@ -1030,6 +1030,7 @@ void Server::list_qps(uint32_t start, ctl::ListQpsResp &resp) {
       e.state = qp.attr.qp_state;
       e.session = qp.session;
       std::copy(std::begin(qp.counters.value), std::end(qp.counters.value), e.counters);
+      e.transport = qp_transport_state(qp, workers_[0]->now);
     });
   });
 }

@@ -84,6 +84,13 @@ int list_qps(int sock) {
       static const char *kStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
       std::printf("qpn=0x%x type=%s state=%s session=%u", e.qpn, e.type < 5 ? kTypes[e.type] : "?",
                   e.state < 7 ? kStates[e.state] : "?", e.session);
+      const vrnic::ctl::QpTransportState &t = e.transport;
+      std::printf(
+          " sq_psn=%u acked_psn=%u rq_psn=%u window=%u wqes_started=%u wqes_unsent=%u"
+          " rd_atomic=%u responses=%u ack_timer_us=%u rnr_timer_us=%u retry_left=%u"
+          " rnr_left=%u nak_sent=%u",
+          t.sq_psn, t.acked_psn, t.rq_psn, t.window, t.wqes_started, t.wqes_unsent, t.rd_atomic,
+          t.responses, t.ack_timer_us, t.rnr_timer_us, t.retry_left, t.rnr_left, t.nak_sent);
       for (uint32_t c = 0; c < vrnic::kTransportCounterCount; c++)
         std::printf(" %s=%llu", vrnic::kTransportCounterNames[c],
                     static_cast<unsigned long long>(e.counters[c]));

@@ -59,46 +59,11 @@ void restart_ack_timer(Worker &w, QueuePair &qp) {
   }
 }
 
-bool is_local_op(uint8_t op) {
-  return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
-}
-
-// Go-back-N: send again from `psn`, the first PSN the responder has not taken -- from the
-// middle of a SEND or WRITE if need be (the responder still holds the message's context).
-// An unfinished READ or atomic before that point is asked for again whole: the responder
-// re-executes reads and replays atomics.
-void rewind_requester(QueuePair &qp, uint32_t psn) {
-  RequesterState &req = qp.req;
-  req.rd_atomic_outstanding = 0;
-  req.offset = req.sge = req.sge_offset = 0;
-  for (uint32_t i = qp.comp.wqe; i != req.started; i++) {
-    WqeMeta &m = qp.wqe_meta(i);
-    if (is_local_op(m.opcode) || m.status) continue;
-    if (is_read_or_atomic(m.opcode)) {
-      if (m.resp_done) continue;
-      // A read asks again from its first missing response; an atomic is asked again whole.
-      req.wqe = i;
-      req.psn = m.opcode == IBV_WR_RDMA_READ ? m.resp_psn : m.first_psn;
-      req.offset = uint32_t(psn_diff(req.psn, m.first_psn)) * qp.mtu;
-      return;
-    }
-    if (psn_diff(psn, m.last_psn) > 0) continue;  // all of it was acknowledged
-    uint32_t into = uint32_t(std::max(0, psn_diff(psn, m.first_psn)));
-    req.wqe = i;
-    req.psn = psn_add(m.first_psn, into);
-    req.offset = into * qp.mtu;
-    const shm::SendWqe &wqe = qp.wqe(i);
-    if (!(m.flags & shm::kWqeInline)) {
-      SgeCursor cur =
-          sge_seek({wqe.sge, std::min<uint32_t>(wqe.num_sge, shm::kMaxSge), qp.pd}, req.offset);
-      req.sge = cur.index;
-      req.sge_offset = cur.offset;
-    }
-    return;
-  }
-  // Everything started has been taken: carry on with new work.
-  req.wqe = req.started;
-  if (req.started != qp.comp.wqe) req.psn = psn_add(qp.wqe_meta(req.started - 1).last_psn, 1);
+// A read or atomic has its whole answer. The requester counts those it has sent and awaits;
+// if a rewind put it back before this one, it has not counted it (and will skip it).
+void answered(QueuePair &qp, uint32_t index) {
+  qp.wqe_meta(index).resp_done = true;
+  if (int32_t(qp.req.wqe - index) > 0) qp.req.rd_atomic_outstanding--;
 }
 
 void fail_oldest(Worker &w, QueuePair &qp, uint8_t status) {
@@ -108,8 +73,10 @@ void fail_oldest(Worker &w, QueuePair &qp, uint8_t status) {
 
 // The ACK acknowledges every PSN up to and including psn.
 void acknowledge(Worker &w, QueuePair &qp, uint32_t psn) {
-  if (psn_diff(psn, qp.comp.acked_psn) > 0) {
+  if (int32_t acked = psn_diff(psn, qp.comp.acked_psn); acked > 0) {
+    qp.req.window.on_progress(uint32_t(acked));
     qp.comp.acked_psn = psn;
+    w.schedule(qp);  // the window may have held the requester back
     qp.comp.retry_left = qp.attr.retry_cnt;
   }
   completer_retire(w, qp);
@@ -130,7 +97,8 @@ void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
     qp.comp.rerequested_psn = meta.resp_psn;
     qp.comp.rerequested_psn_valid = true;
     w.count(qp, kRetransmits);
-    rewind_requester(qp, meta.resp_psn);
+    qp.req.window.on_loss();
+    requester_rewind(qp, meta.resp_psn, Reask::kYes);
     w.schedule(qp);
     return;
   }
@@ -148,8 +116,7 @@ void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
   meta.resp_psn = psn_add(psn, 1);
   qp.comp.retry_left = qp.attr.retry_cnt;
   if (last) {
-    meta.resp_done = true;
-    qp.req.rd_atomic_outstanding--;
+    answered(qp, qp.comp.wqe);
     completer_retire(w, qp);
     w.schedule(qp);
   }
@@ -174,8 +141,7 @@ void atomic_ack(Worker &w, QueuePair &qp, const Packet &pkt) {
     fail_oldest(w, qp, uint8_t(st));
     return;
   }
-  meta.resp_done = true;
-  qp.req.rd_atomic_outstanding--;
+  answered(qp, qp.comp.wqe);
   acknowledge(w, qp, psn);
   w.schedule(qp);
 }
@@ -190,7 +156,7 @@ void nak(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
       return;
     }
     if (qp.attr.rnr_retry != 7) qp.comp.rnr_left--;
-    rewind_requester(qp, psn);
+    requester_rewind(qp, psn, Reask::kNo);
     qp.comp.rnr_deadline = w.now + uint64_t(kRnrTimerUs[syndrome & 0x1f]) * 1000;
     qp.comp.ack_deadline = 0;
     w.watch_timers(qp);
@@ -204,7 +170,8 @@ void nak(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
       }
       qp.comp.retry_left--;
       w.count(qp, kRetransmits);
-      rewind_requester(qp, psn);
+      qp.req.window.on_loss();
+      requester_rewind(qp, psn, Reask::kNo);
       w.schedule(qp);
       return;
     case kNakRemoteAccess:
@@ -317,7 +284,8 @@ void completer_check_timers(Worker &w, QueuePair &qp) {
     }
     comp.retry_left--;
     w.count(qp, kRetransmits);
-    rewind_requester(qp, psn_add(comp.acked_psn, 1));
+    qp.req.window.on_loss();
+    requester_rewind(qp, psn_add(comp.acked_psn, 1), Reask::kYes);
     w.schedule(qp);
   }
 }

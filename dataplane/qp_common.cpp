@@ -118,4 +118,26 @@ static void qp_flush_receive_side(QueuePair &qp) {
   qp.resp.in_send = false;
 }
 
+ctl::QpTransportState qp_transport_state(QueuePair &qp, uint64_t now) {
+  auto until = [now](uint64_t deadline) -> uint32_t {
+    if (!deadline) return 0;
+    return deadline > now ? uint32_t(std::min<uint64_t>((deadline - now) / 1000, UINT32_MAX)) : 1;
+  };
+  ctl::QpTransportState t{};
+  t.sq_psn = qp.req.psn;
+  t.acked_psn = qp.comp.acked_psn;
+  t.rq_psn = qp.resp.psn;
+  t.window = qp.req.window.psns();
+  t.wqes_started = qp.req.started - qp.comp.wqe;
+  t.wqes_unsent = qp.shared ? qp.sq_producer() - qp.req.wqe : 0;
+  t.rd_atomic = qp.req.rd_atomic_outstanding;
+  t.responses = qp.resp.res_head - qp.resp.res_sending;
+  t.ack_timer_us = until(qp.comp.ack_deadline);
+  t.rnr_timer_us = until(qp.comp.rnr_deadline);
+  t.retry_left = qp.comp.retry_left;
+  t.rnr_left = qp.comp.rnr_left;
+  t.nak_sent = qp.resp.nak_sent;
+  return t;
+}
+
 }  // namespace vrnic

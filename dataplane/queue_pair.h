@@ -10,6 +10,7 @@
 
 #include "completion_queue.h"
 #include "receive_queue.h"
+#include "send_window.h"
 #include "vrnic/counters.h"
 #include "vrnic/ctl_protocol.h"
 #include "vrnic/shm_layout.h"
@@ -38,6 +39,7 @@ struct RequesterState {
   uint32_t sge = 0, sge_offset = 0;  // gather cursor within the WQE
   uint32_t rd_atomic_outstanding = 0;
   uint32_t started = 0;  // WQEs [completer.wqe, started) have been started
+  SendWindow window;
 };
 
 struct CompleterState {
@@ -45,8 +47,8 @@ struct CompleterState {
   uint32_t acked_psn = 0;  // last PSN the responder acknowledged
   uint8_t retry_left = 0;
   uint8_t rnr_left = 0;
-  uint64_t ack_deadline = 0;  // local ACK timeout; 0: not armed
-  uint64_t rnr_deadline = 0;  // requester paused until then; 0: not paused
+  uint64_t ack_deadline = 0;     // local ACK timeout; 0: not armed
+  uint64_t rnr_deadline = 0;     // requester paused until then; 0: not paused
   uint32_t rerequested_psn = 0;  // read response gap already asked again for
   bool rerequested_psn_valid = false;
 };
@@ -54,6 +56,9 @@ struct CompleterState {
 // A read or atomic the responder is answering (IB "responder resources").
 struct ResponderResource {
   enum Kind : uint8_t { kFree, kRead, kAtomic } kind = kFree;
+  // Answers a repeated request. The original answer may have arrived after all, so a replay
+  // can be useless; it gives way to newer requests when the queue is full.
+  bool replay = false;
   uint32_t first_psn = 0;
   uint32_t packets = 0;
   uint32_t sent = 0;  // read response packets sent
@@ -99,8 +104,8 @@ struct ResponderState {
   std::array<AtomicResult, kMaxRdAtomic> atomics{};
   uint32_t atomics_next = 0;
   std::array<ResponderResource, kMaxRdAtomic> res;
-  uint32_t res_head = 0, res_tail = 0;  // [tail, head) in use
-  uint32_t res_sending = 0;             // first resource with read responses left to send
+  uint32_t res_head = 0;     // one past the newest
+  uint32_t res_sending = 0;  // first resource with read responses left to send
 };
 
 class QueuePair {

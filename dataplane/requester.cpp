@@ -2,6 +2,7 @@
 // retires anything; the completer does, and rewinds it for retransmission.
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "sge_io.h"
@@ -13,9 +14,6 @@ namespace {
 
 using namespace wire;
 
-// Unacknowledged PSNs one QP may have out, so that one QP cannot take the whole packet pool
-// (and a go-back-N restart repeats at most this much).
-constexpr int32_t kPsnWindow = 512;
 // Long messages ask for an ACK this often, so the completer sees progress (and its timer
 // does not fire) before the last packet.
 constexpr uint32_t kAckReqInterval = 256;
@@ -126,9 +124,10 @@ bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
   bool first = req.offset == 0;
   bool last = req.offset + chunk == meta.length;
   uint8_t opcode = send_or_write_opcode(meta.opcode, first, last) | transport_base(qp);
-  bool ack_req =
-      qp.type == IBV_QPT_RC &&
-      (last || psn_diff(req.psn, meta.first_psn) % kAckReqInterval == kAckReqInterval - 1);
+  // Within a message, ask often enough that the ACKs reopen the window before it closes.
+  uint32_t interval = std::clamp<uint32_t>(req.window.psns() / 2, 1, kAckReqInterval);
+  bool ack_req = qp.type == IBV_QPT_RC &&
+                 (last || uint32_t(psn_diff(req.psn, meta.first_psn)) % interval == interval - 1);
   bool solicited = last && (meta.flags & shm::kWqeSolicited);
   Packet *pkt;
   if (qp.type == IBV_QPT_UD) {
@@ -217,6 +216,66 @@ bool send_read_or_atomic(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &m
 
 }  // namespace
 
+// Go-back-N: send again from `psn`, the first PSN the responder has not taken -- from the
+// middle of a SEND or WRITE if need be (the responder still holds the message's context).
+// An unfinished READ or atomic before that point is asked for again when `reask` says so:
+// the responder re-executes reads and replays atomics.
+void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask) {
+  RequesterState &req = qp.req;
+  req.rd_atomic_outstanding = 0;
+  req.offset = req.sge = req.sge_offset = 0;
+  for (uint32_t i = qp.comp.wqe; i != req.started; i++) {
+    WqeMeta &m = qp.wqe_meta(i);
+    if (is_local_op(m.opcode) || m.status) continue;
+    if (is_read_or_atomic(m.opcode)) {
+      if (m.resp_done) continue;
+      if (reask == Reask::kNo && psn_diff(psn, m.last_psn) > 0) {
+        req.rd_atomic_outstanding++;  // still waiting for its answer
+        continue;
+      }
+      // A read asks again from its first missing response; an atomic is asked again whole.
+      req.wqe = i;
+      req.psn = m.opcode == IBV_WR_RDMA_READ ? m.resp_psn : m.first_psn;
+      req.offset = uint32_t(psn_diff(req.psn, m.first_psn)) * qp.mtu;
+      return;
+    }
+    if (psn_diff(psn, m.last_psn) > 0) continue;  // all of it was acknowledged
+    uint32_t into = uint32_t(std::max(0, psn_diff(psn, m.first_psn)));
+    req.wqe = i;
+    req.psn = psn_add(m.first_psn, into);
+    req.offset = into * qp.mtu;
+    const shm::SendWqe &wqe = qp.wqe(i);
+    if (!(m.flags & shm::kWqeInline)) {
+      SgeCursor cur =
+          sge_seek({wqe.sge, std::min<uint32_t>(wqe.num_sge, shm::kMaxSge), qp.pd}, req.offset);
+      req.sge = cur.index;
+      req.sge_offset = cur.offset;
+    }
+    return;
+  }
+  // Everything started has been taken: carry on with new work.
+  req.wqe = req.started;
+  if (req.started != qp.comp.wqe) req.psn = psn_add(qp.wqe_meta(req.started - 1).last_psn, 1);
+}
+
+// After a rewind, ACKs and answers may cover what the requester was about to send again
+// (the first copies arrived after all): go on from what the responder still lacks, rather
+// than send again what it has taken -- or what has retired, whose slot may hold a new WQE.
+void skip_taken(QueuePair &qp) {
+  RequesterState &req = qp.req;
+  if (qp.type != IBV_QPT_RC || req.wqe == req.started) return;
+  bool taken = int32_t(req.wqe - qp.comp.wqe) < 0;
+  if (!taken) {
+    const WqeMeta &m = qp.wqe_meta(req.wqe);
+    if (is_read_or_atomic(m.opcode)) {
+      taken = m.resp_done;
+    } else if (!is_local_op(m.opcode) && !m.status) {
+      taken = psn_diff(req.psn, qp.comp.acked_psn) <= 0;
+    }
+  }
+  if (taken) requester_rewind(qp, psn_add(qp.comp.acked_psn, 1), Reask::kNo);
+}
+
 // Send queue draining (SQD) finishes what was started, retransmissions included, but starts
 // nothing new.
 uint32_t send_limit(QueuePair &qp) {
@@ -235,7 +294,9 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
   uint32_t sent = 0;
   bool retire = false;
   while (sent < budget && req.wqe != producer) {
-    if (qp.type == IBV_QPT_RC && psn_diff(req.psn, qp.comp.acked_psn) > kPsnWindow) break;
+    skip_taken(qp);
+    if (req.wqe == producer) break;
+    if (qp.type == IBV_QPT_RC && !req.window.allows(psn_diff(req.psn, qp.comp.acked_psn))) break;
     shm::SendWqe &wqe = qp.wqe(req.wqe);
     WqeMeta &meta = qp.wqe_meta(req.wqe);
     bool fresh = req.wqe == req.started;

@@ -177,13 +177,22 @@ void receive_write(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo
 }
 
 // Takes a responder resource slot; nullptr when the peer exceeds max_dest_rd_atomic.
-ResponderResource *new_resource(QueuePair &qp) {
+//
+// The queue [res_sending, res_head) stays in PSN order (a repeated request first drops the
+// answers queued from its PSN on), and a conforming requester has at most max_rd_atomic
+// requests outstanding, the newest of them the one arriving. So when the queue is full, its
+// oldest entries answer requests the requester has finished with: a replay there is stale
+// and is dropped. A first answer there is still owed, so the peer really exceeded the limit.
+ResponderResource *new_resource(QueuePair &qp, bool replay) {
   ResponderState &r = qp.resp;
   uint32_t limit = std::max<uint32_t>(1, qp.attr.max_dest_rd_atomic);
-  if (r.res_head - r.res_sending >= limit) return nullptr;
-  if (r.res_head - r.res_tail == kMaxRdAtomic) r.res_tail++;  // forget the oldest answered one
+  while (r.res_head - r.res_sending >= limit) {
+    if (!r.res[r.res_sending % kMaxRdAtomic].replay) return nullptr;
+    r.res_sending++;
+  }
   ResponderResource &res = r.res[r.res_head++ % kMaxRdAtomic];
   res = ResponderResource{};
+  res.replay = replay;
   return &res;
 }
 
@@ -210,7 +219,7 @@ void receive_read(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo 
     return;
   }
   if (duplicate) forget_responses_from(qp, psn);
-  ResponderResource *res = new_resource(qp);
+  ResponderResource *res = new_resource(qp, duplicate);
   if (!res) {
     if (!duplicate) fail(w, qp, psn, kNakInvalidRequest);
     return;
@@ -234,7 +243,7 @@ void receive_atomic(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInf
   if (eth.va() & 7) return fail(w, qp, psn, kNakInvalidRequest);
   const MemoryRegion *mr = remote_mr(w, qp, eth.rkey(), eth.va(), 8, IBV_ACCESS_REMOTE_ATOMIC);
   if (!mr) return fail(w, qp, psn, kNakRemoteAccess);
-  ResponderResource *res = new_resource(qp);
+  ResponderResource *res = new_resource(qp, false);
   if (!res) return fail(w, qp, psn, kNakInvalidRequest);
   uint64_t orig;
   bool ok = pkt.bth().opcode() == kCompareSwap
@@ -264,7 +273,7 @@ void receive_duplicate(Worker &w, QueuePair &qp, const Packet &pkt, const Opcode
     for (const ResponderState::AtomicResult &done : r.atomics) {
       if (!done.valid || done.psn != psn) continue;
       forget_responses_from(qp, psn);  // the requester went back to here
-      if (ResponderResource *again = new_resource(qp)) {
+      if (ResponderResource *again = new_resource(qp, true)) {
         again->kind = ResponderResource::kAtomic;
         again->first_psn = psn;
         again->packets = 1;

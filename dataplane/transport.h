@@ -17,6 +17,17 @@ class Worker;
 uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget);
 bool requester_has_work(QueuePair &qp);
 
+// Whether a rewind asks again for reads and atomics the responder has already taken.
+enum class Reask : bool {
+  // A NAK: the responder took everything before its PSN; answers to reads and atomics there
+  // are queued or on their way (a lost one shows as a gap, or the timer fires).
+  kNo,
+  // The timer fired, or a read's answer has a gap: ask again for what is missing.
+  kYes,
+};
+// Go-back-N: the requester sends again from `psn` (the completer decides when).
+void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask);
+
 // Local operations of the send queue (memory window bind, local invalidate), executed when
 // the requester reaches them; returns 0 or the ibv_wc_status of the failure.
 int execute_local_op(Device &dev, QueuePair &qp, const shm::SendWqe &wqe);
@@ -46,6 +57,8 @@ void qp_check_drained(QueuePair &qp);
 bool qp_sq_busy(const QueuePair &qp);
 void qp_flush(Worker &w, QueuePair &qp);  // completes everything outstanding with FLUSH_ERR
 void qp_reset_transport(QueuePair &qp);
+// A snapshot of where the QP's transport stands (vrnicctl qps); `now` in ns.
+ctl::QpTransportState qp_transport_state(QueuePair &qp, uint64_t now);
 
 // Builds the BTH and addressing of a packet from the QP (connected QPs) or from an
 // explicit destination (UD); the caller adds the rest.

@@ -297,6 +297,9 @@ uint16_t UdpPort::tx_burst(Packet **pkts, uint16_t n) {
     tx.msg.msg_iovlen = 3;
     io_uring_prep_sendmsg(sqe, tx_fds_[sock], &tx.msg, 0);
     io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(pkt));
+    // Linked, so the sends happen in order: unlinked, a send that finds the socket buffer
+    // full waits while later ones may go first, and the peer sees the packets reordered.
+    if (i + 1 < n) sqe->flags |= IOSQE_IO_LINK;
     tx_in_flight_++;
     counters_.tx_bytes += roce_len;
   }

@@ -26,7 +26,7 @@
 //   VRNICD              vrnicd to start (required; tests/integration/50_catch2.sh exports it)
 //   VRNIC_WIRE_BYTES    bytes each RC setting moves, all flows together (suffix K, M or G;
 //                       default 64M)
-//   VRNIC_WIRE_TIMEOUT  the RC QPs' `timeout` attribute (default 8: 4.096 us * 2^8 ~ 1 ms)
+//   VRNIC_WIRE_TIMEOUT  the RC QPs' `timeout` attribute (default 12: 4.096 us * 2^12 ~ 17 ms)
 //   VRNIC_WIRE_STALL_S  seconds without any completion before a run fails (default 15)
 //   VRNIC_WIRE_OPS, VRNIC_WIRE_FLOWS, VRNIC_WIRE_INFLIGHT, VRNIC_WIRE_MAX_MSG narrow the RC
 //                       traffic down to reproduce a failure (see struct Mix below).
@@ -114,7 +114,7 @@ uint64_t wire_bytes() {
   return v;
 }
 uint8_t rc_timeout() {
-  return static_cast<uint8_t>(env_num("VRNIC_WIRE_TIMEOUT", 8, 1, 31));
+  return static_cast<uint8_t>(env_num("VRNIC_WIRE_TIMEOUT", 12, 1, 31));
 }
 Ms stall_limit() {
   return Ms(1000 * env_num("VRNIC_WIRE_STALL_S", 15, 1, 3600));
@@ -461,6 +461,21 @@ struct Wire {
       Stats s;
       const std::string err = d->stats(&s);
       os << "\n  vrnicd " << d->address() << ":" << (err.empty() ? format_counters(s) : err);
+    }
+    return os.str();
+  }
+
+  // Each QP's transport state and counters (`vrnicctl qps`), for failure reports.
+  std::string qps_report() const {
+    std::ostringstream os;
+    for (const WireDaemon *d : {&d1, &d2}) {
+      os << "\n  vrnicctl qps, vrnicd " << d->address() << ":";
+      const std::string cmd = vrnicctl_path() + " --socket " + d->socket() + " qps 2>&1";
+      if (FILE *p = popen(cmd.c_str(), "r")) {
+        char line[2048];
+        while (std::fgets(line, sizeof line, p)) os << "\n    " << line;
+        pclose(p);
+      }
     }
     return os.str();
   }
@@ -1077,7 +1092,7 @@ double run_flows(const std::vector<Flow *> &flows, const Wire &w, const std::str
       std::ostringstream os;
       for (Flow *f : flows) os << "\n  " << f->state();
       FAIL("[" << label << "] no completion for " << stall_limit().count() << " ms:" << os.str()
-               << w.stats_report());
+               << w.stats_report() << w.qps_report());
     }
   }
   const double secs = seconds_since(t0);

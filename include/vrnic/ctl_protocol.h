@@ -317,15 +317,34 @@ struct ListQpsReq {
   uint32_t start;  // QP handle to start from (0: the first)
   uint32_t reserved;
 };
+// Where a QP's transport stands: enough to tell from outside why it is not moving.
+struct QpTransportState {
+  uint32_t sq_psn;        // next PSN the requester sends
+  uint32_t acked_psn;     // last PSN the peer acknowledged
+  uint32_t rq_psn;        // next PSN the responder expects
+  uint32_t window;        // unacknowledged PSNs the requester may have out
+  uint32_t wqes_started;  // send WQEs started and not yet retired
+  uint32_t wqes_unsent;   // send WQEs posted and not yet (re)sent
+  uint32_t rd_atomic;     // reads/atomics awaiting their answer
+  uint32_t responses;     // reads/atomics the responder still has to answer
+  uint32_t ack_timer_us;  // until the local ACK timeout; 0: not armed
+  uint32_t rnr_timer_us;  // until the RNR pause ends; 0: not paused
+  uint8_t retry_left;
+  uint8_t rnr_left;
+  uint8_t nak_sent;  // the responder waits for the PSN it NAKed
+  uint8_t reserved;
+  uint32_t reserved2;
+};
 struct QpEntry {
   uint32_t qpn;
   uint32_t type;   // enum ibv_qp_type
   uint32_t state;  // enum ibv_qp_state
   uint32_t session;
   uint64_t counters[kTransportCounterCount];
+  QpTransportState transport;
 };
 struct ListQpsResp {
-  static constexpr uint32_t kMaxEntries = 48;
+  static constexpr uint32_t kMaxEntries = 40;
   uint32_t count;
   uint32_t next;  // handle to ask for next, 0 when done
   QpEntry entries[kMaxEntries];
