@@ -255,7 +255,7 @@ void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask) {
   }
   // Everything started has been taken: carry on with new work.
   req.wqe = req.started;
-  if (req.started != qp.comp.wqe) req.psn = psn_add(qp.wqe_meta(req.started - 1).last_psn, 1);
+  req.psn = req.psn_end;  // the PSN after everything sent
 }
 
 // After a rewind, ACKs and answers may cover what the requester was about to send again
@@ -323,6 +323,8 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
       break;
     }
     sent++;
+    // Kept up to date packet by packet: a rewind further on (skip_taken) lowers req.psn.
+    if (psn_diff(req.psn, req.psn_end) > 0) req.psn_end = req.psn;
   }
   if (sent && !qp.comp.ack_deadline && qp.attr.timeout && qp.type == IBV_QPT_RC) {
     qp.comp.ack_deadline = w.now + (4096ull << qp.attr.timeout);
@@ -331,7 +333,6 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
   // Unreliable QPs retire WQEs as soon as they are sent; a failed WQE is reported once the
   // ones before it have retired.
   if (retire || (sent && qp.type != IBV_QPT_RC)) completer_retire(w, qp);
-  if (psn_diff(req.psn, req.psn_end) > 0) req.psn_end = req.psn;
   return sent;
 }
 
