@@ -135,6 +135,31 @@ check "ibv_uc_pingpong -n 1000 across udp" pingpong_across ibv_uc_pingpong -n 10
 check "ibv_ud_pingpong -n 1000 across udp" pingpong_across ibv_ud_pingpong -n 1000
 check "udp counters: packets both ways, no ICRC or format errors" wire_counters
 
+# perftest through 1% loss on both daemons' receive paths: it completes (go-back-N recovers
+# every loss), and the counters show the drops and the retransmissions.
+lossy_write_bw() {
+  local s before=() after
+  wire_daemons || return 1
+  for s in "$VRNIC_SOCKET" "$PEER_SOCKET"; do
+    before+=("$(vrnic_stat retransmits "$s")")
+    timeout -k 2 10 "$VRNICCTL" --socket "$s" faults loss=1 || return 1
+  done
+  perftest_across ib_write_bw -s 65536 -n 5000
+  local rc=$? dropped
+  dropped=$(vrnic_stat faults_dropped "$VRNIC_SOCKET")  # the injector's counts go with it
+  for s in "$VRNIC_SOCKET" "$PEER_SOCKET"; do
+    timeout -k 2 10 "$VRNICCTL" --socket "$s" faults "" || rc=1
+  done
+  ((rc == 0)) || return 1
+  after=$(($(vrnic_stat retransmits "$VRNIC_SOCKET") + $(vrnic_stat retransmits "$PEER_SOCKET")))
+  echo "retransmits: ${before[0]} + ${before[1]} before, $after after"
+  ((after > before[0] + before[1])) || { echo "FAIL: no retransmission counted"; return 1; }
+  echo "dropped by the injector at 127.0.0.1: $dropped"
+  ((dropped > 0)) || { echo "FAIL: nothing dropped"; return 1; }
+}
+check "ib_write_bw -s 65536 -n 5000 across udp at 1% loss: completes, retransmits counted" \
+  lossy_write_bw
+
 # Peer death: the remote vrnicd is killed mid-transfer; the local RC QP must fail with
 # IBV_WC_RETRY_EXC_ERR (perftest: "status 12") after the retry budget that its timeout and
 # retry_cnt define -- perftest sets timeout 14 (4.096 us x 2^14 = 67 ms) and retry_cnt 7, so
