@@ -1003,6 +1003,7 @@ void Server::stats(ctl::StatsResp &resp) {
       resp.wire_rx_bytes = c.rx_bytes;
       resp.wire_rx_icrc_errors = c.rx_icrc_errors;
       resp.wire_rx_malformed = c.rx_malformed;
+      resp.wire_rx_no_buffer = c.rx_no_buffer;
     }
     if (auto *udp = dynamic_cast<UdpPort *>(workers_[0]->wire_port())) {
       if (const FaultCounters *f = udp->fault_counters()) {

@@ -31,12 +31,13 @@ int stats(int sock) {
     const char *name;
     uint64_t value;
   } wire[] = {
-      {"udp_tx_packets", r->wire_tx_packets},      {"udp_tx_bytes", r->wire_tx_bytes},
-      {"udp_tx_errors", r->wire_tx_errors},        {"udp_rx_packets", r->wire_rx_packets},
-      {"udp_rx_bytes", r->wire_rx_bytes},          {"udp_rx_icrc_errors", r->wire_rx_icrc_errors},
-      {"udp_rx_malformed", r->wire_rx_malformed},  {"faults_dropped", r->faults_dropped},
-      {"faults_duplicated", r->faults_duplicated}, {"faults_reordered", r->faults_reordered},
-      {"faults_corrupted", r->faults_corrupted},   {"faults_delayed", r->faults_delayed},
+      {"udp_tx_packets", r->wire_tx_packets},     {"udp_tx_bytes", r->wire_tx_bytes},
+      {"udp_tx_errors", r->wire_tx_errors},       {"udp_rx_packets", r->wire_rx_packets},
+      {"udp_rx_bytes", r->wire_rx_bytes},         {"udp_rx_icrc_errors", r->wire_rx_icrc_errors},
+      {"udp_rx_malformed", r->wire_rx_malformed}, {"udp_rx_no_buffer", r->wire_rx_no_buffer},
+      {"faults_dropped", r->faults_dropped},      {"faults_duplicated", r->faults_duplicated},
+      {"faults_reordered", r->faults_reordered},  {"faults_corrupted", r->faults_corrupted},
+      {"faults_delayed", r->faults_delayed},
   };
   for (const auto &c : wire) std::printf("%s=%llu\n", c.name, u(c.value));
   return 0;

@@ -23,13 +23,15 @@ void on_signal(int) {
 void usage(FILE *out) {
   std::fprintf(
       out,
-      "usage: vrnicd [--socket PATH] [--workers N] [--udp ADDR [--udp-port PORT]]\n"
+      "usage: vrnicd [--socket PATH] [--workers N] [--udp ADDR [--udp-port PORT] [--no-gso]]\n"
       "  --socket PATH    control socket (default: $VRNIC_SOCKET, else\n"
       "                   $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>.sock)\n"
       "  --workers N      dataplane worker threads (default 1)\n"
       "  --udp ADDR       RoCEv2 over UDP on this IPv4 or IPv6 address (GID 0); without\n"
       "                   it vrnic0 has only the loop port (peers are local processes)\n"
       "  --udp-port PORT  UDP port to listen on and send to (default 4791)\n"
+      "  --no-gso         one sendmsg per packet (by default runs of equal-size packets to\n"
+      "                   an IPv6 or loopback peer leave as one UDP GSO send)\n"
       "  --faults SPEC    inject faults on the udp port's receive path, e.g.\n"
       "                   loss=1,dup=1,reorder=5,corrupt=1,delay_us=100,seed=7 (percent)\n");
 }
@@ -72,6 +74,8 @@ int main(int argc, char **argv) {
         return 2;
       }
       cfg.udp_port.udp_port = uint16_t(n);
+    } else if (arg == "--no-gso") {
+      cfg.udp_port.gso = false;
     } else if (arg == "--faults") {
       absl::StatusOr<vrnic::FaultConfig> faults = vrnic::FaultConfig::parse(argv[++i]);
       if (!faults.ok()) {

@@ -17,6 +17,7 @@ struct PortCounters {
   uint64_t rx_bytes = 0;
   uint64_t rx_icrc_errors = 0;
   uint64_t rx_malformed = 0;
+  uint64_t rx_no_buffer = 0;  // dropped: no free packet buffer to receive into
 };
 
 class Port {

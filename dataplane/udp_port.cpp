@@ -3,11 +3,13 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netinet/udp.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -20,7 +22,12 @@ namespace {
 
 constexpr unsigned kRingEntries = 1024;
 constexpr uint32_t kRxPosted = 128;  // receives kept posted
-constexpr uint64_t kRxTag = 1;       // user_data low bit: a receive (packets are 8-aligned)
+// user_data: a Packet (one datagram sent), a TxBatch (tag 2) or an RxBuffer (tag 1); all
+// are at least 8-aligned.
+constexpr uint64_t kRxTag = 1;
+constexpr uint64_t kBatchTag = 2;
+constexpr uint64_t kTagMask = 3;
+constexpr uint32_t kMaxDatagram = 65535;
 constexpr int kSocketBuffer = 8 << 20;
 constexpr uint8_t kTtl = 64;
 
@@ -32,9 +39,8 @@ struct TxScratch {
   uint8_t tail[8];  // pad and ICRC
 };
 struct RxScratch {
-  msghdr msg;
-  iovec iov;
   sockaddr_in6 peer;
+  uint16_t ip_id;  // the IPv4 ID the sender's kernel gave it (see on_received)
 };
 static_assert(sizeof(TxScratch) <= sizeof(WireScratch::storage));
 static_assert(sizeof(RxScratch) <= sizeof(WireScratch::storage));
@@ -56,8 +62,8 @@ void set_buffers(int fd) {
 // may choose differently (TTL, TOS, checksums) are masked by the ICRC rules, and IPv4
 // datagrams with DF set leave an unconnected socket with ID 0.
 size_t pseudo_headers(bool ipv4, const uint8_t src[16], const uint8_t dst[16], uint16_t sport,
-                      uint16_t dport, uint16_t udp_len, uint8_t *ip, uint8_t *udp) {
-  size_t ip_len = ipv4 ? build_ipv4(ip, src, dst, udp_len, 0, kTtl, 0, true)
+                      uint16_t dport, uint16_t udp_len, uint16_t ip_id, uint8_t *ip, uint8_t *udp) {
+  size_t ip_len = ipv4 ? build_ipv4(ip, src, dst, udp_len, 0, kTtl, ip_id, true)
                        : build_ipv6(ip, src, dst, udp_len, 0, 0, kTtl);
   build_udp(udp, sport, dport, udp_len, 0);
   return ip_len;
@@ -125,6 +131,29 @@ uint32_t roce_mtu_for(uint32_t ip_mtu, bool ipv4) {
 
 }  // namespace
 
+// A GSO send in flight: its packets, and the message the kernel reads them through.
+struct UdpPort::TxBatch {
+  static constexpr uint16_t kMaxSegments = 64;
+  msghdr msg;
+  sockaddr_in6 peer;
+  alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(uint16_t))];
+  iovec iov[3 * kMaxSegments];
+  Packet *pkts[kMaxSegments];
+  uint16_t count;
+};
+
+// A posted receive: big enough for a GRO super-datagram (up to 64 KiB of RoCE packets of one
+// size from one sender), which on_datagram splits into packets.
+struct UdpPort::RxBuffer {
+  msghdr msg;
+  iovec iov;
+  sockaddr_in6 peer;
+  alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(int))];
+  uint8_t data[kMaxDatagram];
+};
+
+UdpPort::UdpPort(PacketPool &pool) : pool_(pool) {}
+
 absl::StatusOr<std::unique_ptr<UdpPort>> UdpPort::open(const UdpPortConfig &cfg, PacketPool &pool,
                                                        int wake_fd) {
   std::unique_ptr<UdpPort> port(new UdpPort(pool));
@@ -189,6 +218,11 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
     return absl::OkStatus();
   };
   if (absl::Status st = bound_socket(udp_port_, &rx_fd_); !st.ok()) return st;
+  // GRO: runs of equal-size datagrams from one sender arrive as one (split in on_datagram).
+  int one = 1;
+  if (setsockopt(rx_fd_, SOL_UDP, UDP_GRO, &one, sizeof(one)) < 0)
+    return absl::ErrnoToStatus(errno, "setsockopt UDP_GRO");
+  gso_ = cfg.gso;
   // Source ports for flow entropy; ports other programs hold are skipped.
   for (uint32_t port = 0xc000; port <= 0xffff && tx_fds_.size() < cfg.tx_sockets; port++) {
     int fd;
@@ -207,6 +241,14 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
   if (int err = io_uring_register_eventfd(&ring_, wake_fd))
     return absl::ErrnoToStatus(-err, "io_uring_register_eventfd");
   ready_.reserve(kRxPosted * 2);
+  for (uint32_t i = 0; i < kRxPosted; i++) {
+    rx_buffers_.push_back(std::make_unique<RxBuffer>());
+    free_rx_buffers_.push_back(rx_buffers_.back().get());
+  }
+  for (uint32_t i = 0; i < kRingEntries / 4; i++) {
+    batches_.push_back(std::make_unique<TxBatch>());
+    free_batches_.push_back(batches_.back().get());
+  }
   post_receives();
   return absl::OkStatus();
 }
@@ -227,9 +269,11 @@ UdpPort::~UdpPort() {
       uint64_t data = io_uring_cqe_get_data64(cqe);
       io_uring_cqe_seen(&ring_, cqe);
       if (!data) continue;  // the cancel request itself
-      auto *pkt = reinterpret_cast<Packet *>(data & ~kRxTag);
-      (data & kRxTag) ? rx_posted_-- : tx_in_flight_--;
-      pool_.free(pkt);
+      if (data & kRxTag) {
+        rx_posted_--;
+      } else {
+        complete_tx(data, -ECANCELED);
+      }
     }
     io_uring_queue_exit(&ring_);
   }
@@ -242,66 +286,153 @@ UdpPort::~UdpPort() {
 
 void UdpPort::post_receives() {
   bool posted = false;
-  while (rx_posted_ < kRxPosted) {
+  while (!free_rx_buffers_.empty()) {
     io_uring_sqe *sqe = io_uring_get_sqe(&ring_);
     if (!sqe) break;
-    Packet *pkt = pool_.alloc();
-    if (!pkt) break;  // the pool is busy sending; receives are posted again later
-    RxScratch &rx = scratch<RxScratch>(pkt);
-    rx.iov = {pkt->bounce, kPacketBufferBytes};
-    std::memset(&rx.msg, 0, sizeof(rx.msg));
-    rx.msg.msg_name = &rx.peer;
-    rx.msg.msg_namelen = sizeof(rx.peer);
-    rx.msg.msg_iov = &rx.iov;
-    rx.msg.msg_iovlen = 1;
-    io_uring_prep_recvmsg(sqe, rx_fd_, &rx.msg, 0);
-    io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(pkt) | kRxTag);
+    RxBuffer &buf = *free_rx_buffers_.back();
+    free_rx_buffers_.pop_back();
+    buf.iov = {buf.data, sizeof(buf.data)};
+    std::memset(&buf.msg, 0, sizeof(buf.msg));
+    buf.msg.msg_name = &buf.peer;
+    buf.msg.msg_namelen = sizeof(buf.peer);
+    buf.msg.msg_iov = &buf.iov;
+    buf.msg.msg_iovlen = 1;
+    buf.msg.msg_control = buf.control;
+    buf.msg.msg_controllen = sizeof(buf.control);
+    io_uring_prep_recvmsg(sqe, rx_fd_, &buf.msg, 0);
+    io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(&buf) | kRxTag);
     rx_posted_++;
     posted = true;
   }
   if (posted) io_uring_submit(&ring_);
 }
 
+// IPv4 puts an ID in every datagram and the ICRC covers it. The kernel gives the segments
+// of a GSO send IDs 0, 1, 2, ... (DF set, unconnected socket), so segment k's ICRC is
+// computed with ID k -- right for any receiver that sees the segments. A vrnic receiving a
+// GRO super-datagram cannot see the IDs and assumes the same numbering, which holds when
+// the super-datagram is the sender's GSO send arriving whole: on loopback. So IPv4 uses GSO
+// only towards loopback peers (vrnicd on 127.0.0.x); IPv6 has no ID and uses it everywhere.
+bool UdpPort::gso_to(const uint8_t gid[16]) const {
+  return gso_ && (!ipv4_ || gid[12] == 127);
+}
+
+// Fills in the packet's ICRC and its iovecs; returns its UDP payload length.
+uint32_t UdpPort::prepare_tx(Packet *pkt, uint16_t ip_id) {
+  TxScratch &tx = scratch<TxScratch>(pkt);
+  uint8_t pad = uint8_t(-pkt->payload_len & 3);
+  pkt->header[1] = uint8_t((pkt->header[1] & ~0x30) | pad << 4);
+  uint32_t roce_len = pkt->header_len + pkt->payload_len + pad + wire::kIcrcBytes;
+  uint8_t ip[40], udp[8];
+  size_t ip_len = pseudo_headers(ipv4_, pkt->src_gid, pkt->dst_gid, pkt->udp_sport, udp_port_,
+                                 uint16_t(8 + roce_len), ip_id, ip, udp);
+  std::memset(tx.tail, 0, sizeof(tx.tail));
+  tx.iov[0] = {pkt->header, pkt->header_len};
+  tx.iov[1] = {const_cast<uint8_t *>(pkt->payload), pkt->payload_len};
+  tx.iov[2] = {tx.tail, pad};
+  uint32_t icrc = roce_icrc(ip, ip_len, udp, tx.iov, 3);
+  for (int b = 0; b < 4; b++) tx.tail[pad + b] = uint8_t(icrc >> (8 * b));  // little-endian
+  tx.iov[2].iov_len = pad + wire::kIcrcBytes;
+  counters_.tx_bytes += roce_len;
+  return roce_len;
+}
+
+static uint32_t roce_length(const Packet *pkt) {
+  return pkt->header_len + pkt->payload_len + (-pkt->payload_len & 3) + wire::kIcrcBytes;
+}
+
+// How many packets from pkts[0] can leave as one GSO send: same source socket and peer, all
+// the size of the first but the last, which may be shorter, 64 KiB at most.
+uint16_t UdpPort::gso_run(Packet **pkts, uint16_t n) const {
+  const Packet *first = pkts[0];
+  if (!gso_to(first->dst_gid)) return 1;
+  uint32_t size = roce_length(first), total = size;
+  uint16_t k = 1;
+  while (k < n && k < TxBatch::kMaxSegments) {
+    const Packet *p = pkts[k];
+    uint32_t len = roce_length(p);
+    if (p->udp_sport != first->udp_sport || std::memcmp(p->dst_gid, first->dst_gid, 16) != 0 ||
+        len > size || total + len + 8 > kMaxDatagram)
+      break;
+    total += len;
+    k++;
+    if (len < size) break;  // a shorter one ends the run
+  }
+  return k;
+}
+
+void UdpPort::submit_single(io_uring_sqe *sqe, Packet *pkt) {
+  TxScratch &tx = scratch<TxScratch>(pkt);
+  uint32_t sock = pkt->udp_sport % tx_fds_.size();  // the QP's entropy picks the socket
+  pkt->udp_sport = tx_ports_[sock];
+  prepare_tx(pkt, 0);
+  std::memset(&tx.msg, 0, sizeof(tx.msg));
+  socklen_t namelen;
+  to_sockaddr(pkt->dst_gid, udp_port_, &tx.peer, &namelen);
+  tx.msg.msg_name = &tx.peer;
+  tx.msg.msg_namelen = namelen;
+  tx.msg.msg_iov = tx.iov;
+  tx.msg.msg_iovlen = 3;
+  io_uring_prep_sendmsg(sqe, tx_fds_[sock], &tx.msg, 0);
+  io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(pkt));
+  tx_in_flight_++;
+}
+
+bool UdpPort::submit_batch(io_uring_sqe *sqe, Packet **pkts, uint16_t n) {
+  if (free_batches_.empty()) return false;
+  TxBatch &b = *free_batches_.back();
+  free_batches_.pop_back();
+  b.count = n;
+  uint32_t segment = 0;
+  size_t iovs = 0;
+  uint32_t sock = pkts[0]->udp_sport % tx_fds_.size();  // one QP's entropy (gso_run)
+  for (uint16_t k = 0; k < n; k++) {
+    b.pkts[k] = pkts[k];
+    pkts[k]->udp_sport = tx_ports_[sock];
+    uint32_t len = prepare_tx(pkts[k], k);
+    if (!k) segment = len;
+    for (const iovec &v : scratch<TxScratch>(pkts[k]).iov)
+      if (v.iov_len) b.iov[iovs++] = v;
+  }
+  std::memset(&b.msg, 0, sizeof(b.msg));
+  socklen_t namelen;
+  to_sockaddr(pkts[0]->dst_gid, udp_port_, &b.peer, &namelen);
+  b.msg.msg_name = &b.peer;
+  b.msg.msg_namelen = namelen;
+  b.msg.msg_iov = b.iov;
+  b.msg.msg_iovlen = iovs;
+  b.msg.msg_control = b.control;
+  b.msg.msg_controllen = sizeof(b.control);
+  cmsghdr *cm = CMSG_FIRSTHDR(&b.msg);
+  cm->cmsg_level = SOL_UDP;
+  cm->cmsg_type = UDP_SEGMENT;
+  cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+  uint16_t gso_size = uint16_t(segment);
+  std::memcpy(CMSG_DATA(cm), &gso_size, sizeof(gso_size));
+  io_uring_prep_sendmsg(sqe, tx_fds_[sock], &b.msg, 0);
+  io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(&b) | kBatchTag);
+  tx_in_flight_ += n;
+  return true;
+}
+
 uint16_t UdpPort::tx_burst(Packet **pkts, uint16_t n) {
   uint16_t i = 0;
-  for (; i < n; i++) {
+  while (i < n) {
     io_uring_sqe *sqe = io_uring_get_sqe(&ring_);
     if (!sqe) {
       io_uring_submit(&ring_);
       sqe = io_uring_get_sqe(&ring_);
       if (!sqe) break;
     }
-    Packet *pkt = pkts[i];
-    TxScratch &tx = scratch<TxScratch>(pkt);
-    uint32_t sock = pkt->udp_sport % tx_fds_.size();
-    pkt->udp_sport = tx_ports_[sock];
-    uint8_t pad = uint8_t(-pkt->payload_len & 3);
-    pkt->header[1] = uint8_t((pkt->header[1] & ~0x30) | pad << 4);
-    uint32_t roce_len = pkt->header_len + pkt->payload_len + pad + wire::kIcrcBytes;
-    uint8_t ip[40], udp[8];
-    size_t ip_len = pseudo_headers(ipv4_, pkt->src_gid, pkt->dst_gid, pkt->udp_sport, udp_port_,
-                                   uint16_t(8 + roce_len), ip, udp);
-    std::memset(tx.tail, 0, sizeof(tx.tail));
-    tx.iov[0] = {pkt->header, pkt->header_len};
-    tx.iov[1] = {const_cast<uint8_t *>(pkt->payload), pkt->payload_len};
-    tx.iov[2] = {tx.tail, pad};
-    uint32_t icrc = roce_icrc(ip, ip_len, udp, tx.iov, 3);
-    for (int b = 0; b < 4; b++) tx.tail[pad + b] = uint8_t(icrc >> (8 * b));  // little-endian
-    tx.iov[2].iov_len = pad + wire::kIcrcBytes;
-    std::memset(&tx.msg, 0, sizeof(tx.msg));
-    socklen_t namelen;
-    to_sockaddr(pkt->dst_gid, udp_port_, &tx.peer, &namelen);
-    tx.msg.msg_name = &tx.peer;
-    tx.msg.msg_namelen = namelen;
-    tx.msg.msg_iov = tx.iov;
-    tx.msg.msg_iovlen = 3;
-    io_uring_prep_sendmsg(sqe, tx_fds_[sock], &tx.msg, 0);
-    io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(pkt));
+    uint16_t run = gso_run(pkts + i, uint16_t(n - i));
+    if (run > 1 && submit_batch(sqe, pkts + i, run)) {
+      i = uint16_t(i + run);
+    } else {
+      submit_single(sqe, pkts[i++]);
+    }
     // Linked, so the sends happen in order: unlinked, a send that finds the socket buffer
     // full waits while later ones may go first, and the peer sees the packets reordered.
-    if (i + 1 < n) sqe->flags |= IOSQE_IO_LINK;
-    tx_in_flight_++;
-    counters_.tx_bytes += roce_len;
+    if (i < n) sqe->flags |= IOSQE_IO_LINK;
   }
   if (i) io_uring_submit(&ring_);
   return i;
@@ -322,14 +453,19 @@ void UdpPort::on_received(Packet *pkt, int len) {
   gid_from_sockaddr(rx.peer, pkt->src_gid);
   std::memcpy(pkt->dst_gid, gid_, 16);
   pkt->udp_sport = ntohs(rx.peer.sin6_port);  // same offset in sockaddr_in
-  uint8_t ip[40], udp[8];
-  size_t ip_len = pseudo_headers(ipv4_, pkt->src_gid, gid_, pkt->udp_sport, udp_port_,
-                                 uint16_t(8 + len), ip, udp);
-  iovec body{pkt->bounce, size_t(len) - wire::kIcrcBytes};
-  uint32_t icrc = roce_icrc(ip, ip_len, udp, &body, 1);
   const uint8_t *got = frame + len - wire::kIcrcBytes;
-  if (icrc != (uint32_t(got[0]) | uint32_t(got[1]) << 8 | uint32_t(got[2]) << 16 |
-               uint32_t(got[3]) << 24)) {
+  uint32_t want =
+      uint32_t(got[0]) | uint32_t(got[1]) << 8 | uint32_t(got[2]) << 16 | uint32_t(got[3]) << 24;
+  auto icrc_with_id = [&](uint16_t ip_id) {
+    uint8_t ip[40], udp[8];
+    size_t ip_len = pseudo_headers(ipv4_, pkt->src_gid, gid_, pkt->udp_sport, udp_port_,
+                                   uint16_t(8 + len), ip_id, ip, udp);
+    iovec body{pkt->bounce, size_t(len) - wire::kIcrcBytes};
+    return roce_icrc(ip, ip_len, udp, &body, 1);
+  };
+  // The IPv4 ID is unseen here: a GSO segment's number (see gso_to), else 0 -- which is also
+  // what a GRO run of separately sent datagrams carries.
+  if (icrc_with_id(rx.ip_id) != want && (!rx.ip_id || icrc_with_id(0) != want)) {
     counters_.rx_icrc_errors++;
     pool_.free(pkt);
     return;
@@ -343,36 +479,78 @@ void UdpPort::on_received(Packet *pkt, int len) {
   ready_.push_back(pkt);
 }
 
+// A datagram received: one RoCE packet, or a GRO run of them (all the size the kernel
+// reports but the last). Each is copied into a packet of its own.
+void UdpPort::on_datagram(RxBuffer &buf, int len) {
+  if (buf.msg.msg_flags & MSG_TRUNC) {  // cannot happen with 64 KiB buffers; never trusted
+    counters_.rx_malformed++;
+    return;
+  }
+  int segment = len;
+  for (cmsghdr *cm = CMSG_FIRSTHDR(&buf.msg); cm; cm = CMSG_NXTHDR(&buf.msg, cm)) {
+    if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO && segment == len) {
+      int gso_size;
+      std::memcpy(&gso_size, CMSG_DATA(cm), sizeof(gso_size));
+      if (gso_size > 0) segment = gso_size;
+    }
+  }
+  uint16_t index = 0;
+  for (int off = 0; off < len; off += segment, index++) {
+    int n = std::min(segment, len - off);
+    if (size_t(n) >= kPacketBufferBytes) {
+      // Cut short by the receive buffer: no RoCE packet is that long. Checked before the
+      // ICRC, which the remains might match by chance.
+      counters_.rx_malformed++;
+      continue;
+    }
+    Packet *pkt = pool_.alloc();
+    if (!pkt) {
+      counters_.rx_no_buffer++;  // a lost packet, as on a full NIC queue
+      continue;
+    }
+    std::memcpy(pkt->bounce, buf.data + off, size_t(n));
+    RxScratch &rx = scratch<RxScratch>(pkt);
+    rx.peer = buf.peer;
+    rx.ip_id = ipv4_ ? index : 0;  // see gso_to()
+    if (faults_) {
+      inject_faults(pkt, n);
+    } else {
+      on_received(pkt, n);
+    }
+  }
+}
+
+void UdpPort::complete_tx(uint64_t data, int res) {
+  uint32_t packets = 1;
+  if (data & kBatchTag) {
+    auto *b = reinterpret_cast<TxBatch *>(data & ~kTagMask);
+    packets = b->count;
+    for (uint16_t k = 0; k < b->count; k++) pool_.free(b->pkts[k]);
+    free_batches_.push_back(b);
+  } else {
+    pool_.free(reinterpret_cast<Packet *>(data));
+  }
+  tx_in_flight_ -= packets;
+  if (res < 0) {
+    counters_.tx_errors += packets;  // e.g. no route: lost packets, which RC recovers from
+  } else {
+    counters_.tx_packets += packets;
+  }
+}
+
 void UdpPort::reap_completions() {
   io_uring_cqe *cqe;
   unsigned head, seen = 0;
   io_uring_for_each_cqe(&ring_, head, cqe) {
     seen++;
     uint64_t data = io_uring_cqe_get_data64(cqe);
-    auto *pkt = reinterpret_cast<Packet *>(data & ~kRxTag);
     if (data & kRxTag) {
+      auto *buf = reinterpret_cast<RxBuffer *>(data & ~kTagMask);
       rx_posted_--;
-      if (cqe->res <= 0) {
-        pool_.free(pkt);
-      } else if ((scratch<RxScratch>(pkt).msg.msg_flags & MSG_TRUNC) ||
-                 size_t(cqe->res) >= kPacketBufferBytes) {
-        // Cut short by the receive buffer: no RoCE packet is that long. Checked before the
-        // ICRC, which the remains might match by chance.
-        counters_.rx_malformed++;
-        pool_.free(pkt);
-      } else if (faults_) {
-        inject_faults(pkt, cqe->res);
-      } else {
-        on_received(pkt, cqe->res);
-      }
+      if (cqe->res > 0) on_datagram(*buf, cqe->res);
+      free_rx_buffers_.push_back(buf);
     } else {
-      tx_in_flight_--;
-      if (cqe->res < 0) {
-        counters_.tx_errors++;  // e.g. no route: a lost packet, which RC recovers from
-      } else {
-        counters_.tx_packets++;
-      }
-      pool_.free(pkt);
+      complete_tx(data, cqe->res);
     }
   }
   io_uring_cq_advance(&ring_, seen);
@@ -420,7 +598,7 @@ void UdpPort::inject_faults(Packet *pkt, int len) {
   if (f.duplicate()) {
     if (Packet *copy = pool_.alloc()) {
       std::memcpy(copy->bounce, pkt->bounce, size_t(len));
-      scratch<RxScratch>(copy).peer = scratch<RxScratch>(pkt).peer;
+      scratch<RxScratch>(copy) = scratch<RxScratch>(pkt);
       deliver(copy, len);
     }
   }

@@ -24,6 +24,9 @@ struct UdpPortConfig {
   std::string address;       // IPv4 or IPv6 literal to bind; it becomes GID 0
   uint16_t udp_port = 4791;  // RoCEv2's; peers are expected on the same port
   uint32_t tx_sockets = 16;  // source ports 0xC000 + i: per-QP flow entropy
+  // UDP GSO on transmit: a run of equal-size packets to one peer leaves in one sendmsg,
+  // each segment a whole RoCE packet. Where it applies, see UdpPort::gso_to().
+  bool gso = true;
 };
 
 class UdpPort final : public Port {
@@ -46,7 +49,7 @@ class UdpPort final : public Port {
   const FaultCounters *fault_counters() const { return faults_ ? &faults_->counters() : nullptr; }
 
  private:
-  UdpPort(PacketPool &pool) : pool_(pool) {}
+  explicit UdpPort(PacketPool &pool);
   absl::Status setup(const UdpPortConfig &cfg, int wake_fd);
   void post_receives();
   void reap_completions();
@@ -54,6 +57,15 @@ class UdpPort final : public Port {
   void inject_faults(Packet *pkt, int len);
   void release_delayed();
   void to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_in6 *out, socklen_t *len) const;
+  struct TxBatch;
+  struct RxBuffer;
+  uint32_t prepare_tx(Packet *pkt, uint16_t ip_id);
+  bool gso_to(const uint8_t gid[16]) const;
+  uint16_t gso_run(Packet **pkts, uint16_t n) const;
+  void submit_single(io_uring_sqe *sqe, Packet *pkt);
+  bool submit_batch(io_uring_sqe *sqe, Packet **pkts, uint16_t n);
+  void on_datagram(RxBuffer &buf, int len);
+  void complete_tx(uint64_t data, int res);
 
   PacketPool &pool_;
   io_uring ring_{};
@@ -65,8 +77,13 @@ class UdpPort final : public Port {
   int rx_fd_ = -1;
   std::vector<int> tx_fds_;
   std::vector<uint16_t> tx_ports_;
-  uint32_t tx_in_flight_ = 0;
+  bool gso_ = true;
+  uint32_t tx_in_flight_ = 0;  // packets
   uint32_t rx_posted_ = 0;
+  std::vector<std::unique_ptr<TxBatch>> batches_;
+  std::vector<TxBatch *> free_batches_;
+  std::vector<std::unique_ptr<RxBuffer>> rx_buffers_;
+  std::vector<RxBuffer *> free_rx_buffers_;
   std::vector<Packet *> ready_;
   size_t ready_head_ = 0;
   PortCounters counters_;

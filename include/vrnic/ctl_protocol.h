@@ -305,6 +305,7 @@ struct StatsResp {
   uint64_t wire_rx_bytes;
   uint64_t wire_rx_icrc_errors;
   uint64_t wire_rx_malformed;
+  uint64_t wire_rx_no_buffer;
   uint64_t faults_dropped;
   uint64_t faults_duplicated;
   uint64_t faults_reordered;

@@ -99,6 +99,45 @@ def roce_icrc(ip_header, udp_header, transport):
 
 # ---- Taking packets apart ----
 
+MAX_ROCE_PACKET = 4096 + 64 + ICRC_BYTES  # path MTU, the longest transport header, ICRC
+
+
+def segment_headers(ip_header, udp_header, length, index):
+    """The IP and UDP headers of segment `index` of a UDP GSO send, `length` bytes of UDP
+    payload: the kernel sets the lengths, and numbers IPv4 IDs on from the send's."""
+    ip, udp = bytearray(ip_header), bytearray(udp_header)
+    if ip[0] >> 4 == 6:
+        ip[4:6] = (8 + length).to_bytes(2, "big")
+    else:
+        ip[2:4] = (len(ip) + 8 + length).to_bytes(2, "big")
+        ip[4:6] = ((int.from_bytes(ip[4:6], "big") + index) & 0xFFFF).to_bytes(2, "big")
+    udp[4:6] = (8 + length).to_bytes(2, "big")
+    return bytes(ip), bytes(udp)
+
+
+def icrc_holds(ip_header, udp_header, packet):
+    return roce_icrc(ip_header, udp_header, packet[:-ICRC_BYTES]) == \
+        int.from_bytes(packet[-ICRC_BYTES:], "little")
+
+
+def split_gso(ip_header, udp_header, payload):
+    """The RoCE packets of a UDP datagram as [(IP header, UDP header, packet)]: itself, or --
+    a UDP GSO send captured before the kernel segmented it, as on loopback -- its segments,
+    all of one size but the last. That size is the one at which the first packet's ICRC
+    holds; every segment is then checked on its own like any packet."""
+    if icrc_holds(ip_header, udp_header, payload):
+        return [(ip_header, udp_header, payload)]
+    for size in range(BTH_BYTES + ICRC_BYTES, min(MAX_ROCE_PACKET + 1, len(payload)), 4):
+        ip, udp = segment_headers(ip_header, udp_header, size, 0)
+        if icrc_holds(ip, udp, payload[:size]):
+            out = []
+            for index, off in enumerate(range(0, len(payload), size)):
+                packet = payload[off:off + size]
+                ip, udp = segment_headers(ip_header, udp_header, len(packet), index)
+                out.append((ip, udp, packet))
+            return out
+    return [(ip_header, udp_header, payload)]
+
 class Skip(Exception):
     """A packet that is not (checkable) RoCE; the reason is counted."""
 
@@ -182,6 +221,7 @@ class Report:
         self.bad = []           # (frame number, description)
         self.skipped = collections.Counter()
         self.opcodes_by_frame = {}  # frame number -> BTH opcode, None if not checked
+        self.gso_sends = 0          # datagrams that were UDP GSO sends (several packets)
 
     def ok(self):
         return self.checked > 0 and not self.bad
@@ -209,18 +249,27 @@ def check_capture(path, port, verbose=False):
             report.bad.append((number, "UDP payload of %d bytes: no room for BTH and ICRC" %
                                len(payload)))
             continue
-        report.checked += 1
         report.opcodes_by_frame[number] = payload[0]
-        report.by_ip[version] += 1
-        name = opcode_name(payload[0])
-        report.opcodes[name] += 1
-        want = roce_icrc(ip_header, udp_header, payload[:-ICRC_BYTES])
-        got = int.from_bytes(payload[-ICRC_BYTES:], "little")
-        if got != want:
-            report.bad.append((number, "%s %s: ICRC %08x, should be %08x (bytes %s)" % (
-                version, name, got, want, want.to_bytes(4, "little").hex())))
-        elif verbose:
-            print("  #%d %s %s %d bytes: ICRC ok" % (number, version, name, len(payload)))
+        packets = split_gso(ip_header, udp_header, payload)
+        if len(packets) > 1:
+            report.gso_sends += 1
+        for index, (ip, udp, packet) in enumerate(packets):
+            where = number if len(packets) == 1 else "%d.%d" % (number, index)
+            if len(packet) < BTH_BYTES + ICRC_BYTES:
+                report.bad.append((where, "segment of %d bytes: no room for BTH and ICRC" %
+                                   len(packet)))
+                continue
+            report.checked += 1
+            report.by_ip[version] += 1
+            name = opcode_name(packet[0])
+            report.opcodes[name] += 1
+            want = roce_icrc(ip, udp, packet[:-ICRC_BYTES])
+            got = int.from_bytes(packet[-ICRC_BYTES:], "little")
+            if got != want:
+                report.bad.append((where, "%s %s: ICRC %08x, should be %08x (bytes %s)" % (
+                    version, name, got, want, want.to_bytes(4, "little").hex())))
+            elif verbose:
+                print("  #%s %s %s %d bytes: ICRC ok" % (where, version, name, len(packet)))
     return report
 
 
@@ -229,11 +278,14 @@ def print_report(path, report, port):
         path, report.checked,
         ", ".join("%s %d" % kv for kv in sorted(report.by_ip.items())) or "none",
         len(report.bad)))
+    if report.gso_sends:
+        print("  %d of the datagrams were UDP GSO sends captured whole, checked segment by "
+              "segment" % report.gso_sends)
     if report.opcodes:
         print("  opcodes: " + ", ".join("%s %d" % (name, n) for name, n in
                                         sorted(report.opcodes.items(), key=lambda kv: -kv[1])))
     for number, what in report.bad[:20]:
-        print("  BAD #%d: %s" % (number, what))
+        print("  BAD #%s: %s" % (number, what))
     if len(report.bad) > 20:
         print("  ... and %d more bad packets" % (len(report.bad) - 20))
     if report.skipped:
