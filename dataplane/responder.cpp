@@ -481,7 +481,9 @@ uint32_t responder_send_reads(Worker &w, QueuePair &qp, uint32_t budget) {
     if (info.flags & kOpAeth) pkt->ext<Aeth>(info.aeth_off).set(kAckSyndrome, r.msn);
     pkt->payload_len = chunk;
     if (chunk) {
-      pkt->payload = mr->local_span(res.va + offset, chunk);
+      // A replay may answer a read the requester has finished with, whose memory the
+      // application may be changing: copied, so the packet is whole and its ICRC right.
+      pkt->payload = res.replay ? nullptr : mr->local_span(res.va + offset, chunk);
       if (!pkt->payload) {
         if (!mr->read(res.va + offset, pkt->bounce, chunk)) {
           w.pool.free(pkt);
