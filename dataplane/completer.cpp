@@ -117,8 +117,9 @@ void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
   qp.comp.retry_left = qp.attr.retry_cnt;
   if (last) {
     answered(qp, qp.comp.wqe);
-    completer_retire(w, qp);
+    acknowledge(w, qp, psn);  // the whole read, up to its last PSN
     w.schedule(qp);
+    return;
   }
   restart_ack_timer(w, qp);
 }

@@ -465,6 +465,49 @@ struct Wire {
     return os.str();
   }
 
+  // `vrnicctl qps` of one daemon, one key=value map per QP.
+  static std::vector<std::map<std::string, std::string>> list_qps(const WireDaemon &d) {
+    std::vector<std::map<std::string, std::string>> qps;
+    const std::string cmd = vrnicctl_path() + " --socket " + d.socket() + " qps";
+    if (FILE *p = popen(cmd.c_str(), "r")) {
+      char line[2048];
+      while (std::fgets(line, sizeof line, p)) {
+        std::map<std::string, std::string> qp;
+        std::istringstream words(line);
+        for (std::string kv; words >> kv;) {
+          const auto eq = kv.find('=');
+          if (eq != std::string::npos) qp[kv.substr(0, eq)] = kv.substr(eq + 1);
+        }
+        qps.push_back(std::move(qp));
+      }
+      pclose(p);
+    }
+    return qps;
+  }
+
+  // After a run every RC QP must be quiet and say so in `vrnicctl qps`: nothing unsent or
+  // unanswered, everything sent acknowledged.
+  void require_quiet_qps() const {
+    for (const WireDaemon *d : {&d1, &d2}) {
+      int rc = 0;
+      for (auto &qp : list_qps(*d)) {
+        if (qp["type"] != "RC") continue;
+        rc++;
+        std::ostringstream all;
+        for (const auto &[k, v] : qp) all << ' ' << k << '=' << v;
+        INFO("vrnicctl qps, vrnicd " << d->address() << ":" << all.str());
+        CHECK(qp["state"] == "RTS");
+        CHECK(qp["wqes_started"] == "0");
+        CHECK(qp["wqes_unsent"] == "0");
+        CHECK(qp["rd_atomic"] == "0");
+        CHECK(qp["responses"] == "0");
+        CHECK(((std::stoul(qp["acked_psn"]) + 1) & 0xffffff) == std::stoul(qp["sq_psn"]));
+      }
+      INFO("RC QPs listed by vrnicctl qps on " << d->address());
+      CHECK(rc == 2);
+    }
+  }
+
   // Each QP's transport state and counters (`vrnicctl qps`), for failure reports.
   std::string qps_report() const {
     std::ostringstream os;
@@ -1143,6 +1186,7 @@ void run_rc_setting(const FaultSetting &s) {
     after1 = w.d1.require_stats();
     after2 = w.d2.require_stats();
     w.set_faults("");
+    w.require_quiet_qps();
     for (Flow *f : flows) {
       f->final_checks();
       moved += f->bytes_moved();
