@@ -321,12 +321,17 @@ bool UdpPort::gso_to(const uint8_t gid[16]) const {
   return gso_ && (!ipv4_ || gid[12] == 127);
 }
 
+// A packet's UDP payload on the wire: headers, payload, pad to 4 bytes, ICRC.
+static uint32_t roce_length(const Packet *pkt) {
+  return pkt->header_len + pkt->payload_len + (-pkt->payload_len & 3) + wire::kIcrcBytes;
+}
+
 // Fills in the packet's ICRC and its iovecs; returns its UDP payload length.
 uint32_t UdpPort::prepare_tx(Packet *pkt, uint16_t ip_id) {
   TxScratch &tx = scratch<TxScratch>(pkt);
   uint8_t pad = uint8_t(-pkt->payload_len & 3);
   pkt->header[1] = uint8_t((pkt->header[1] & ~0x30) | pad << 4);
-  uint32_t roce_len = pkt->header_len + pkt->payload_len + pad + wire::kIcrcBytes;
+  uint32_t roce_len = roce_length(pkt);
   uint8_t ip[40], udp[8];
   size_t ip_len = pseudo_headers(ipv4_, pkt->src_gid, pkt->dst_gid, pkt->udp_sport, udp_port_,
                                  uint16_t(8 + roce_len), ip_id, ip, udp);
@@ -339,10 +344,6 @@ uint32_t UdpPort::prepare_tx(Packet *pkt, uint16_t ip_id) {
   tx.iov[2].iov_len = pad + wire::kIcrcBytes;
   counters_.tx_bytes += roce_len;
   return roce_len;
-}
-
-static uint32_t roce_length(const Packet *pkt) {
-  return pkt->header_len + pkt->payload_len + (-pkt->payload_len & 3) + wire::kIcrcBytes;
 }
 
 // How many packets from pkts[0] can leave as one GSO send: same source socket and peer, all
