@@ -25,7 +25,8 @@ enum class Reask : bool {
   // The timer fired, or a read's answer has a gap: ask again for what is missing.
   kYes,
 };
-// Go-back-N: the requester sends again from `psn` (the completer decides when).
+// Go-back-N: the requester sends again from `psn` (on a NAK, a timeout or a read gap, and
+// when ACKs show it was about to send again what the responder has).
 void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask);
 
 // Local operations of the send queue (memory window bind, local invalidate), executed when
