@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "dataplane/events.h"
 #include "dataplane/transport.h"
 #include "qp_state_machine.h"
 
@@ -113,14 +114,20 @@ absl::Status Server::start() {
   return start_workers();
 }
 
-// Workers and their ports. With a udp port, GID 0 is the port's address.
+absl::StatusOr<std::unique_ptr<Port>> Server::open_wire_port(Worker &w) {
+  if (cfg_.dpdk) return open_dpdk_port(cfg_.dpdk_port, w.pool);
+  absl::StatusOr<std::unique_ptr<UdpPort>> udp = UdpPort::open(cfg_.udp_port, w.pool, w.wake_fd());
+  if (!udp.ok()) return udp.status();
+  return std::unique_ptr<Port>(std::move(*udp));
+}
+
+// Workers and their ports. With a wire port, GID 0 is the port's address.
 absl::Status Server::start_workers() {
   dev_.info.num_workers = nworkers_;
   for (uint32_t i = 0; i < nworkers_; i++) {
     auto w = std::make_unique<Worker>(dev_, i, daemon_shm_);
-    if (cfg_.udp) {
-      absl::StatusOr<std::unique_ptr<UdpPort>> port =
-          UdpPort::open(cfg_.udp_port, w->pool, w->wake_fd());
+    if (cfg_.udp || cfg_.dpdk) {
+      absl::StatusOr<std::unique_ptr<Port>> port = open_wire_port(*w);
       if (!port.ok()) return port.status();
       std::memcpy(dev_.info.gids[0].gid, (*port)->gid(), 16);
       // The port's MTU caps every path MTU (IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5).
@@ -130,8 +137,21 @@ absl::Status Server::start_workers() {
     }
     workers_.push_back(std::move(w));
   }
+  watch_link();
   for (auto &w : workers_) w->start();
   return absl::OkStatus();
+}
+
+void Server::watch_link() {
+  Port *wire = workers_.empty() ? nullptr : workers_[0]->wire_port();
+  uint32_t state = !wire || wire->link_up() ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  daemon_shm_->port_state.store(state, std::memory_order_relaxed);
+  if (state == dev_.info.port_state) return;
+  dev_.info.port_state = state;
+  uint32_t event = state == IBV_PORT_ACTIVE ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR;
+  std::fprintf(stderr, "vrnicd: link %s\n", state == IBV_PORT_ACTIVE ? "up" : "down");
+  for (auto &[id, s] : sessions_)
+    if (s->async_fd >= 0) raise_event(s->async_fd, event, 0);
 }
 
 void Server::serve(const std::atomic<bool> &stop) {
@@ -145,6 +165,7 @@ void Server::serve(const std::atomic<bool> &stop) {
       ids.push_back(id);
     }
     int n = ::poll(pfds.data(), pfds.size(), 100);
+    watch_link();
     if (n <= 0) continue;
     if (pfds[0].revents & POLLIN) accept_client();
     for (size_t i = 1; i < pfds.size(); i++) {
@@ -987,6 +1008,7 @@ void Server::stats(ctl::StatsResp &resp) {
   resp.pds = pds_.size();
   resp.channels = channels_.size();
   resp.ahs = ahs_.size();
+  resp.wire_link_up = 1;
   workers_[0]->execute([&] {
     resp.mrs = dev_.mrs.size();
     resp.cqs = dev_.cqs.size();
@@ -1004,9 +1026,12 @@ void Server::stats(ctl::StatsResp &resp) {
       resp.wire_rx_icrc_errors = c.rx_icrc_errors;
       resp.wire_rx_malformed = c.rx_malformed;
       resp.wire_rx_no_buffer = c.rx_no_buffer;
-    }
-    if (auto *udp = dynamic_cast<UdpPort *>(workers_[0]->wire_port())) {
-      if (const FaultCounters *f = udp->fault_counters()) {
+      resp.wire_tx_payload_copied = c.tx_payload_copied;
+      resp.wire_tx_payload_zero_copy = c.tx_payload_zero_copy;
+      resp.wire_tx_no_route = c.tx_no_route;
+      resp.wire_link_changes = c.link_changes;
+      resp.wire_link_up = wire->link_up();
+      if (const FaultCounters *f = wire->fault_counters()) {
         resp.faults_dropped = f->dropped;
         resp.faults_duplicated = f->duplicated;
         resp.faults_reordered = f->reordered;
@@ -1040,9 +1065,9 @@ int Server::set_faults(const ctl::SetFaultsReq &req) {
   std::string spec(req.spec, strnlen(req.spec, sizeof(req.spec)));
   absl::StatusOr<FaultConfig> cfg = FaultConfig::parse(spec);
   if (!cfg.ok()) return EINVAL;
-  auto *udp = dynamic_cast<UdpPort *>(workers_[0]->wire_port());
-  if (!udp) return ENODEV;  // faults are injected on a wire
-  workers_[0]->execute([&] { udp->set_faults(*cfg); });
+  Port *wire = workers_[0]->wire_port();
+  if (!wire) return ENODEV;  // faults are injected on a wire
+  workers_[0]->execute([&] { wire->set_faults(*cfg); });
   return 0;
 }
 

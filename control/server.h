@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "dataplane/device.h"
 #include "dataplane/slot_table.h"
+#include "dataplane/dpdk_port.h"
 #include "dataplane/udp_port.h"
 #include "dataplane/worker.h"
 #include "vrnic/ctl_io.h"
@@ -58,10 +59,12 @@ struct Session {
 struct ServerConfig {
   std::string socket_path;
   uint32_t workers = 1;
-  // The wire: none (loop only: every peer is a local process), or a udp port.
+  // The wire: none (loop only: every peer is a local process), a udp port or a dpdk port.
   bool udp = false;
   UdpPortConfig udp_port;
-  FaultConfig faults;  // on the udp port's receive path
+  bool dpdk = false;
+  DpdkPortConfig dpdk_port;
+  FaultConfig faults;  // on the wire port's receive path
 };
 
 class Server {
@@ -111,6 +114,9 @@ class Server {
   int set_faults(const ctl::SetFaultsReq &req);
   void list_qps(uint32_t start, ctl::ListQpsResp &resp);
   absl::Status start_workers();
+  absl::StatusOr<std::unique_ptr<Port>> open_wire_port(Worker &w);
+  // Link up or down on the wire port: port state and an async event to every client.
+  void watch_link();
 
   Worker &worker_for_new_qp();
 

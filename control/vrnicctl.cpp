@@ -38,6 +38,11 @@ int stats(int sock) {
       {"faults_dropped", r->faults_dropped},      {"faults_duplicated", r->faults_duplicated},
       {"faults_reordered", r->faults_reordered},  {"faults_corrupted", r->faults_corrupted},
       {"faults_delayed", r->faults_delayed},
+      {"udp_tx_payload_copied", r->wire_tx_payload_copied},
+      {"udp_tx_payload_zero_copy", r->wire_tx_payload_zero_copy},
+      {"udp_tx_no_route", r->wire_tx_no_route},
+      {"link_changes", r->wire_link_changes},
+      {"link_up", r->wire_link_up},
   };
   for (const auto &c : wire) std::printf("%s=%llu\n", c.name, u(c.value));
   return 0;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "packet.h"
 #include "vrnic/wire.h"
 
 namespace vrnic {
@@ -59,6 +60,14 @@ void build_udp(uint8_t *out, uint16_t sport, uint16_t dport, uint16_t len, uint1
   store_be16(out + 2, dport);
   store_be16(out + 4, len);
   store_be16(out + 6, checksum);
+}
+
+uint32_t roce_mtu_for(uint32_t ip_mtu, size_t ip_header_bytes) {
+  uint32_t overhead =
+      uint32_t(ip_header_bytes + kUdpHeaderBytes + kMaxTransportHeader + wire::kIcrcBytes);
+  for (uint32_t mtu = 4096; mtu >= 256; mtu /= 2)
+    if (mtu + overhead <= ip_mtu) return mtu;
+  return 0;
 }
 
 }  // namespace vrnic

@@ -37,4 +37,8 @@ void build_udp(uint8_t *out, uint16_t sport, uint16_t dport, uint16_t len, uint1
 // field holds zero; or, with the field as received, 0 when the header is intact.
 uint16_t ipv4_header_checksum(const uint8_t *header, size_t header_len);
 
+// The largest RoCE path MTU (256..4096) whose packets -- IP header of ip_header_bytes, UDP,
+// the largest transport header, payload, ICRC -- fit an IP MTU (never fragmented); 0 if none.
+uint32_t roce_mtu_for(uint32_t ip_mtu, size_t ip_header_bytes);
+
 }  // namespace vrnic

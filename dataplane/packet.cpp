@@ -1,5 +1,7 @@
 #include "packet.h"
 
+#include <cstring>
+
 namespace vrnic {
 
 PacketPool::PacketPool(size_t count)
@@ -9,6 +11,20 @@ PacketPool::PacketPool(size_t count)
     packets_[i].bounce = bounce_.get() + i * kPacketBufferBytes;
     free_.push_back(&packets_[count - 1 - i]);
   }
+}
+
+bool Packet::parse(const uint8_t *frame, uint32_t len) {
+  if (len < wire::Bth::kSize + wire::kIcrcBytes) return false;
+  const OpcodeInfo &op = opcode_info(frame[0]);
+  uint8_t pad = (frame[1] >> 4) & 3;
+  if (!(op.flags & kOpValid) || (frame[1] & 0x0f) != 0 /* TVer */ ||
+      len < uint32_t(op.header_bytes + pad + wire::kIcrcBytes))
+    return false;
+  header_len = op.header_bytes;
+  std::memcpy(header, frame, op.header_bytes);
+  payload = frame + op.header_bytes;
+  payload_len = len - op.header_bytes - pad - wire::kIcrcBytes;
+  return true;
 }
 
 }  // namespace vrnic

@@ -37,6 +37,16 @@ struct Packet {
   uint32_t payload_len;    // without pad
   uint8_t *bounce;         // kPacketBufferBytes owned by this packet
   WireScratch wire;        // the port's, while it owns the packet
+  // A received packet whose bytes stay in a port's buffer (a DPDK mbuf) until it is freed:
+  // the pool calls release first. nullptr for packets that hold nothing.
+  void (*release)(Packet *) = nullptr;
+  void *release_arg = nullptr;
+
+  // Takes a received UDP payload (BTH through ICRC, len bytes): copies the transport headers
+  // and points payload at the bytes after them. False, with nothing changed, when it is not
+  // shaped like a RoCE packet (unknown opcode, transport version, too short for its headers,
+  // pad and ICRC). The ICRC itself is the port's to check.
+  bool parse(const uint8_t *udp_payload, uint32_t len);
 
   const wire::Bth &bth() const { return *reinterpret_cast<const wire::Bth *>(header); }
   wire::Bth &bth() { return *reinterpret_cast<wire::Bth *>(header); }
@@ -60,7 +70,14 @@ class PacketPool {
     free_.pop_back();
     return p;
   }
-  void free(Packet *p) { free_.push_back(p); }
+  void free(Packet *p) {
+    if (p->release) {
+      void (*release)(Packet *) = p->release;
+      p->release = nullptr;
+      release(p);
+    }
+    free_.push_back(p);
+  }
   size_t available() const { return free_.size(); }
 
  private:

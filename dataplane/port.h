@@ -1,10 +1,12 @@
 // A port backend: the MAC/PHY of the NIC. Small on purpose: bursts of packets in and out,
-// and what the port is (MTU, addresses). Backends: loop (in-daemon delivery), later udp and
-// dpdk. tx_burst takes ownership of the packets it accepts; rx_burst hands packets over.
+// and what the port is (MTU, link). Backends: loop (in-daemon delivery), udp (kernel
+// sockets) and dpdk (a module vrnicd loads when asked for it). tx_burst takes ownership of
+// the packets it accepts; rx_burst hands packets over.
 #pragma once
 
 #include <cstdint>
 
+#include "fault_injector.h"
 #include "packet.h"
 
 namespace vrnic {
@@ -18,6 +20,12 @@ struct PortCounters {
   uint64_t rx_icrc_errors = 0;
   uint64_t rx_malformed = 0;
   uint64_t rx_no_buffer = 0;  // dropped: no free packet buffer to receive into
+  // Transmitted payload bytes the port copied, and those it sent from where they lay
+  // (registered memory attached to the frame: zero-copy).
+  uint64_t tx_payload_copied = 0;
+  uint64_t tx_payload_zero_copy = 0;
+  uint64_t tx_no_route = 0;  // dropped: the peer's link-layer address is unknown (no ARP reply)
+  uint64_t link_changes = 0;
 };
 
 class Port {
@@ -29,6 +37,17 @@ class Port {
   virtual uint32_t in_flight() const = 0;
   virtual uint32_t mtu_bytes() const = 0;
   virtual const PortCounters &counters() const = 0;
+  // The port's own address as a RoCEv2 GID (an IPv4-mapped or IPv6 address); nullptr for a
+  // port without one (loop).
+  virtual const uint8_t *gid() const { return nullptr; }
+  // Whether the link is up. Any thread may ask (the control thread watches it).
+  virtual bool link_up() const { return true; }
+  // The longest the worker may sleep without polling: 0 when the port wakes it itself (an
+  // eventfd, an interrupt), else how often it must look for packets.
+  virtual uint64_t max_sleep_ns() const { return 0; }
+  // Fault injection on the receive path, for ports on a wire.
+  virtual void set_faults(const FaultConfig &) {}
+  virtual const FaultCounters *fault_counters() const { return nullptr; }
 };
 
 }  // namespace vrnic

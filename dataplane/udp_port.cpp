@@ -124,15 +124,6 @@ uint32_t interface_mtu(const uint8_t gid[16], bool ipv4) {
   return mtu;
 }
 
-// RoCE path MTUs are 256..4096; a packet adds IP, UDP, the largest transport header and
-// the ICRC, and must not exceed the interface's MTU (it is never fragmented).
-uint32_t roce_mtu_for(uint32_t ip_mtu, bool ipv4) {
-  uint32_t overhead = (ipv4 ? 20 : 40) + 8 + uint32_t(kMaxTransportHeader) + wire::kIcrcBytes;
-  for (uint32_t mtu = 4096; mtu >= 256; mtu /= 2)
-    if (mtu + overhead <= ip_mtu) return mtu;
-  return 0;
-}
-
 }  // namespace
 
 // A GSO send in flight: its packets, and the message the kernel reads them through.
@@ -199,7 +190,7 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
   uint32_t ip_mtu = interface_mtu(gid_, ipv4_);
   if (!ip_mtu)
     return absl::InvalidArgumentError(cfg.address + " is on none of this host's interfaces");
-  mtu_ = roce_mtu_for(ip_mtu, ipv4_);
+  mtu_ = roce_mtu_for(ip_mtu, ipv4_ ? kIpv4HeaderBytes : kIpv6HeaderBytes);
   if (!mtu_)
     return absl::InvalidArgumentError("the interface of " + cfg.address + " has an MTU of " +
                                       std::to_string(ip_mtu) + ", too small for RoCE (256)");
@@ -282,8 +273,6 @@ UdpPort::~UdpPort() {
     io_uring_queue_exit(&ring_);
   }
   for (; ready_head_ < ready_.size(); ready_head_++) pool_.free(ready_[ready_head_]);
-  for (; delayed_head_ < delayed_.size(); delayed_head_++) pool_.free(delayed_[delayed_head_].pkt);
-  if (held_) pool_.free(held_);
   for (int fd : tx_fds_) ::close(fd);
   if (rx_fd_ >= 0) ::close(rx_fd_);
 }
@@ -443,14 +432,11 @@ uint16_t UdpPort::tx_burst(Packet **pkts, uint16_t n) {
   return i;
 }
 
-// A received UDP payload: checked whole (lengths, header, ICRC) before anything reads it.
-void UdpPort::on_received(Packet *pkt, int len) {
+// A received UDP payload: checked whole (shape, ICRC) before anything reads it.
+void UdpPort::on_received(RxFrame f) {
+  Packet *pkt = f.pkt;
   RxScratch &rx = scratch<RxScratch>(pkt);
-  const uint8_t *frame = pkt->bounce;
-  const OpcodeInfo &info = opcode_info(frame[0]);
-  uint8_t pad = (frame[1] >> 4) & 3;
-  if (len < int(wire::Bth::kSize + wire::kIcrcBytes) || !(info.flags & kOpValid) ||
-      (frame[1] & 0x0f) != 0 /* TVer */ || len < int(info.header_bytes + pad + wire::kIcrcBytes)) {
+  if (!pkt->parse(f.data, f.len)) {
     counters_.rx_malformed++;
     pool_.free(pkt);
     return;
@@ -458,14 +444,12 @@ void UdpPort::on_received(Packet *pkt, int len) {
   gid_from_sockaddr(rx.peer, pkt->src_gid);
   std::memcpy(pkt->dst_gid, gid_, 16);
   pkt->udp_sport = ntohs(rx.peer.sin6_port);  // same offset in sockaddr_in
-  const uint8_t *got = frame + len - wire::kIcrcBytes;
-  uint32_t want =
-      uint32_t(got[0]) | uint32_t(got[1]) << 8 | uint32_t(got[2]) << 16 | uint32_t(got[3]) << 24;
+  uint32_t want = load_icrc(f.data + f.len - wire::kIcrcBytes);
   auto icrc_with_id = [&](uint16_t ip_id) {
     uint8_t ip[40], udp[8];
     size_t ip_len = pseudo_headers(ipv4_, pkt->src_gid, gid_, pkt->udp_sport, udp_port_,
-                                   uint16_t(8 + len), ip_id, ip, udp);
-    iovec body{pkt->bounce, size_t(len) - wire::kIcrcBytes};
+                                   uint16_t(8 + f.len), ip_id, ip, udp);
+    iovec body{f.data, size_t(f.len) - wire::kIcrcBytes};
     return roce_icrc(ip, ip_len, udp, &body, 1);
   };
   // The IPv4 ID is unseen here: a GSO segment's number (see gso_to), else 0 -- which is also
@@ -483,12 +467,8 @@ void UdpPort::on_received(Packet *pkt, int len) {
     pool_.free(pkt);
     return;
   }
-  pkt->header_len = info.header_bytes;
-  std::memcpy(pkt->header, frame, info.header_bytes);
-  pkt->payload = frame + info.header_bytes;
-  pkt->payload_len = uint32_t(len - info.header_bytes - pad - wire::kIcrcBytes);
   counters_.rx_packets++;
-  counters_.rx_bytes += uint32_t(len);
+  counters_.rx_bytes += f.len;
   ready_.push_back(pkt);
 }
 
@@ -525,10 +505,11 @@ void UdpPort::on_datagram(RxBuffer &buf, int len) {
     RxScratch &rx = scratch<RxScratch>(pkt);
     rx.peer = buf.peer;
     rx.ip_id = ipv4_ ? index : 0;  // see gso_to()
-    if (faults_) {
-      inject_faults(pkt, n);
+    RxFrame frame{pkt, pkt->bounce, uint32_t(n)};
+    if (faults_.active()) {
+      faults_.push(frame);
     } else {
-      on_received(pkt, n);
+      on_received(frame);
     }
   }
 }
@@ -569,84 +550,12 @@ void UdpPort::reap_completions() {
   io_uring_cq_advance(&ring_, seen);
 }
 
-static uint64_t monotonic_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-void UdpPort::set_faults(const FaultConfig &cfg) {
-  if (!cfg.any()) {
-    faults_.reset();
-    if (held_) on_received(held_, held_len_);
-    held_ = nullptr;
-    for (; delayed_head_ < delayed_.size(); delayed_head_++)
-      on_received(delayed_[delayed_head_].pkt, delayed_[delayed_head_].len);
-    return;
-  }
-  if (faults_) {
-    faults_->configure(cfg);
-  } else {
-    faults_ = std::make_unique<FaultInjector>(cfg);
-  }
-}
-
-// The frame as a faulty network would deliver it: perhaps lost, damaged, twice, late or
-// after its successor. Everything downstream (the ICRC check first) sees the result.
-void UdpPort::inject_faults(Packet *pkt, int len) {
-  FaultInjector &f = *faults_;
-  if (f.drop()) {
-    pool_.free(pkt);
-    return;
-  }
-  f.maybe_corrupt(pkt->bounce, uint32_t(len));
-  auto deliver = [&](Packet *p, int n) {
-    if (f.delay_ns()) {
-      f.count_delayed();
-      delayed_.push_back({monotonic_ns() + f.delay_ns(), p, n});
-    } else {
-      on_received(p, n);
-    }
-  };
-  if (f.duplicate()) {
-    if (Packet *copy = pool_.alloc()) {
-      std::memcpy(copy->bounce, pkt->bounce, size_t(len));
-      scratch<RxScratch>(copy) = scratch<RxScratch>(pkt);
-      deliver(copy, len);
-    }
-  }
-  if (!held_ && f.reorder()) {
-    held_ = pkt;
-    held_len_ = len;
-    return;
-  }
-  deliver(pkt, len);
-  if (held_) {
-    Packet *late = held_;
-    held_ = nullptr;
-    deliver(late, held_len_);
-  }
-}
-
-void UdpPort::release_delayed() {
-  if (delayed_head_ == delayed_.size()) return;
-  uint64_t now = monotonic_ns();
-  while (delayed_head_ < delayed_.size() && delayed_[delayed_head_].due_ns <= now) {
-    on_received(delayed_[delayed_head_].pkt, delayed_[delayed_head_].len);
-    delayed_head_++;
-  }
-  if (delayed_head_ == delayed_.size()) {
-    delayed_.clear();
-    delayed_head_ = 0;
-  }
-}
-
 uint16_t UdpPort::rx_burst(Packet **pkts, uint16_t n) {
   if (ready_head_ == ready_.size()) {
     ready_.clear();
     ready_head_ = 0;
     reap_completions();
-    release_delayed();
+    faults_.release_due();
     post_receives();
   }
   uint16_t i = 0;

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "fault_injector.h"
+#include "rx_fault_stage.h"
 #include "port.h"
 
 namespace vrnic {
@@ -42,20 +43,21 @@ class UdpPort final : public Port {
   // The largest RoCE path MTU whose packets fit the interface's IP MTU.
   uint32_t mtu_bytes() const override { return mtu_; }
 
-  const uint8_t *gid() const { return gid_; }
+  const uint8_t *gid() const override { return gid_; }
   const PortCounters &counters() const override { return counters_; }
   // Fault injection on the receive path (none when every rate is zero).
-  void set_faults(const FaultConfig &cfg);
-  const FaultCounters *fault_counters() const { return faults_ ? &faults_->counters() : nullptr; }
+  void set_faults(const FaultConfig &cfg) override { faults_.configure(cfg); }
+  const FaultCounters *fault_counters() const override { return faults_.counters(); }
 
  private:
   explicit UdpPort(PacketPool &pool);
   absl::Status setup(const UdpPortConfig &cfg, int wake_fd);
   void post_receives();
   void reap_completions();
-  void on_received(Packet *pkt, int len);
-  void inject_faults(Packet *pkt, int len);
-  void release_delayed();
+  void on_received(RxFrame frame);
+  static void deliver(void *port, RxFrame frame) {
+    static_cast<UdpPort *>(port)->on_received(frame);
+  }
   void to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_in6 *out, socklen_t *len) const;
   struct TxBatch;
   struct RxBuffer;
@@ -87,16 +89,7 @@ class UdpPort final : public Port {
   std::vector<Packet *> ready_;
   size_t ready_head_ = 0;
   PortCounters counters_;
-  std::unique_ptr<FaultInjector> faults_;
-  Packet *held_ = nullptr;  // reordering: delivered after the next frame
-  int held_len_ = 0;
-  struct Delayed {
-    uint64_t due_ns;
-    Packet *pkt;
-    int len;
-  };
-  std::vector<Delayed> delayed_;  // in arrival order, so in due order too
-  size_t delayed_head_ = 0;
+  RxFaultStage faults_{pool_, &UdpPort::deliver, this};
 };
 
 }  // namespace vrnic

@@ -271,8 +271,12 @@ void Worker::idle_wait(uint64_t idle_ns) {
       work = true;
   }
   if (!work && running_) {
+    // A port that cannot wake us (no interrupt) is polled at its pace: adaptive polling.
+    uint64_t sleep_ns = uint64_t(kMaxSleepMs) * 1'000'000;
+    if (wire_ && wire_->max_sleep_ns()) sleep_ns = std::min(sleep_ns, wire_->max_sleep_ns());
+    timespec timeout{time_t(sleep_ns / 1'000'000'000), long(sleep_ns % 1'000'000'000)};
     pollfd pfd{wake_fd_, POLLIN, 0};
-    ::poll(&pfd, 1, kMaxSleepMs);
+    ::ppoll(&pfd, 1, &timeout, nullptr);
   }
   sleeping.store(0, std::memory_order_relaxed);
   uint64_t drain_buf;

@@ -330,9 +330,13 @@ namespace vrnic::provider {
 
 int query_port(ibv_context *ctx, uint8_t port, ibv_port_attr *attr, size_t len) {
   if (port != 1) return EINVAL;
-  const ctl::DeviceInfo &d = Context::of(ctx)->info;
+  const Context *c = Context::of(ctx);
+  const ctl::DeviceInfo &d = c->info;
+  // The link's state now (vrnicd keeps it in shared memory), not when the device was opened.
+  uint32_t state = c->daemon_shm ? c->daemon_shm->port_state.load(std::memory_order_relaxed)
+                                 : d.port_state;
   ibv_port_attr a{};
-  a.state = ibv_port_state(d.port_state);
+  a.state = ibv_port_state(state);
   a.max_mtu = ibv_mtu(d.port_max_mtu);
   a.active_mtu = ibv_mtu(d.port_active_mtu);
   a.gid_tbl_len = ctl::kGidTableLen;
@@ -342,7 +346,7 @@ int query_port(ibv_context *ctx, uint8_t port, ibv_port_attr *attr, size_t len) 
   a.pkey_tbl_len = 1;
   a.active_width = uint8_t(d.active_width);
   a.active_speed = uint8_t(d.active_speed);
-  a.phys_state = d.port_state == IBV_PORT_ACTIVE ? 5 /* LinkUp */ : 3 /* Disabled */;
+  a.phys_state = state == IBV_PORT_ACTIVE ? 5 /* LinkUp */ : 3 /* Disabled */;
   a.link_layer = IBV_LINK_LAYER_ETHERNET;
   a.port_cap_flags2 = 0;
   std::memcpy(attr, &a, std::min(len, sizeof(a)));

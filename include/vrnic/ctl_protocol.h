@@ -311,6 +311,11 @@ struct StatsResp {
   uint64_t faults_reordered;
   uint64_t faults_corrupted;
   uint64_t faults_delayed;
+  uint64_t wire_tx_payload_copied;     // payload bytes the port copied into frames
+  uint64_t wire_tx_payload_zero_copy;  // ... sent from registered memory in place
+  uint64_t wire_tx_no_route;           // packets dropped: peer's link address unknown
+  uint64_t wire_link_changes;
+  uint64_t wire_link_up;  // 1 up, 0 down (1 without a wire port)
 };
 
 // Per-QP state and counters, a page at a time (vrnicctl qps).

@@ -212,6 +212,8 @@ struct DaemonShared {
     std::atomic<uint32_t> sleeping;
   };
   WorkerStatus workers[kMaxWorkers];
+  // enum ibv_port_state of port 1, kept current by vrnicd (ibv_query_port reads it here).
+  alignas(kCacheLine) std::atomic<uint32_t> port_state;
 };
 
 }  // namespace vrnic::shm

@@ -1,0 +1,609 @@
+// The dpdk port (see ../dpdk_port.h): one ethdev, one RX and one TX queue, driven from the
+// worker thread. Everything here runs on that thread except open() (the control thread,
+// before the worker starts) and link_up() (any thread: an atomic).
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "dataplane/dpdk_port.h"
+#include "dataplane/ethernet.h"
+#include "dataplane/icrc.h"
+#include "dataplane/ip_header.h"
+#include "dataplane/neighbor_table.h"
+#include "dataplane/rx_fault_stage.h"
+
+namespace vrnic {
+namespace {
+
+constexpr uint16_t kQueueDescriptors = 1024;
+constexpr unsigned kMbufs = 16383;       // a power of two minus one suits rte_mempool
+constexpr unsigned kMbufCache = 256;
+constexpr uint16_t kBurst = 32;
+constexpr uint32_t kZeroCopyMin = 256;  // smaller payloads cost less to copy than to attach
+constexpr uint32_t kMaxPendingPerPeer = 256;
+constexpr uint64_t kHousekeepingNs = 50'000'000;  // link state, ARP retries
+constexpr uint64_t kPollNs = 200'000;             // no RX interrupt: look this often when idle
+constexpr uint8_t kTtl = 64;
+constexpr int kTxRetries = 64;
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+uint32_t ip_key(const uint8_t *ip4) {
+  uint32_t k;
+  std::memcpy(&k, ip4, 4);
+  return k;
+}
+
+// Per-packet state while DPDK owns a packet's payload (zero-copy transmit), or while a
+// received packet holds its mbuf, kept in Packet::wire.
+struct TxScratch {
+  rte_mbuf_ext_shared_info shinfo;
+  class DpdkPort *port;
+};
+struct RxScratch {
+  uint8_t ip[60];  // the IP header as received (the ICRC covers it)
+  uint8_t udp[8];
+  uint8_t ip_len;
+};
+static_assert(sizeof(TxScratch) <= sizeof(WireScratch::storage));
+static_assert(sizeof(RxScratch) <= sizeof(WireScratch::storage));
+
+template <typename T>
+T &scratch(Packet *pkt) {
+  return *reinterpret_cast<T *>(pkt->wire.storage);
+}
+
+// The interface an af_packet or af_xdp vdev runs on ("iface=veth0"), whose kernel link state
+// is the port's; "" for other devices.
+std::string kernel_interface(const std::vector<std::string> &eal_args) {
+  for (const std::string &arg : eal_args) {
+    if (arg.find("net_af_packet") == std::string::npos && arg.find("net_af_xdp") == std::string::npos)
+      continue;
+    size_t at = arg.find("iface=");
+    if (at == std::string::npos) continue;
+    size_t end = arg.find(',', at);
+    return arg.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6);
+  }
+  return {};
+}
+
+bool kernel_link_running(const std::string &iface) {
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return true;
+  ifreq req{};
+  std::strncpy(req.ifr_name, iface.c_str(), IFNAMSIZ - 1);
+  bool running = ioctl(fd, SIOCGIFFLAGS, &req) == 0 && (req.ifr_flags & IFF_RUNNING);
+  ::close(fd);
+  return running;
+}
+
+bool has_arg(const std::vector<std::string> &args, const char *prefix) {
+  for (const std::string &a : args)
+    if (a.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// rte_eal_init once per process: DPDK cannot be set up twice.
+bool init_eal(const std::vector<std::string> &user_args, std::string *error) {
+  static bool done = false;
+  if (done) return true;
+  std::vector<std::string> args{"vrnicd"};
+  // Several vrnicd on one host must not share DPDK's runtime files: unless the user names a
+  // prefix, keep none (in-memory mode; without hugepages, which it does not combine with, no
+  // shared configuration).
+  if (!has_arg(user_args, "--file-prefix") && !has_arg(user_args, "--in-memory") &&
+      !has_arg(user_args, "--no-shconf"))
+    args.push_back(has_arg(user_args, "--no-huge") ? "--no-shconf" : "--in-memory");
+  if (!has_arg(user_args, "--iova-mode")) args.push_back("--iova-mode=va");
+  if (!has_arg(user_args, "--no-telemetry") && !has_arg(user_args, "--telemetry"))
+    args.push_back("--no-telemetry");
+  if (!has_arg(user_args, "--log-level")) args.push_back("--log-level=warning");
+  if (!has_arg(user_args, "-l") && !has_arg(user_args, "-c") && !has_arg(user_args, "--lcores")) {
+    // One lcore: the worker is vrnic's own thread, registered with DPDK when it first polls.
+    args.push_back("-l");
+    args.push_back(std::to_string(sched_getcpu() < 0 ? 0 : sched_getcpu()));
+  }
+  args.insert(args.end(), user_args.begin(), user_args.end());
+  std::vector<char *> argv;
+  for (std::string &a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // rte_eal_init pins the calling thread to its main lcore; vrnicd's threads (created after
+  // this, inheriting it) must keep running on any CPU.
+  cpu_set_t cpus;
+  bool have_cpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0;
+  int rc = rte_eal_init(int(argv.size() - 1), argv.data());
+  if (have_cpus) sched_setaffinity(0, sizeof(cpus), &cpus);
+  if (rc < 0) {
+    *error = std::string("rte_eal_init: ") + rte_strerror(rte_errno);
+    return false;
+  }
+  done = true;
+  return true;
+}
+
+class DpdkPort final : public Port {
+ public:
+  explicit DpdkPort(PacketPool &pool) : pool_(pool) {}
+  ~DpdkPort() override;
+  bool open(const DpdkPortConfig &cfg, std::string *error);
+
+  uint16_t tx_burst(Packet **pkts, uint16_t n) override;
+  uint16_t rx_burst(Packet **pkts, uint16_t n) override;
+  uint32_t in_flight() const override { return tx_in_flight_ + pending_packets_; }
+  uint32_t mtu_bytes() const override { return mtu_; }
+  const PortCounters &counters() const override { return counters_; }
+  const uint8_t *gid() const override { return gid_; }
+  bool link_up() const override { return link_up_.load(std::memory_order_relaxed); }
+  uint64_t max_sleep_ns() const override { return kPollNs; }
+  void set_faults(const FaultConfig &cfg) override { faults_.configure(cfg); }
+  const FaultCounters *fault_counters() const override { return faults_.counters(); }
+
+ private:
+  void on_thread();
+  rte_mbuf *build_frame(Packet *pkt, const MacAddress &dst);
+  void send_frames(rte_mbuf **frames, uint16_t n);
+  void transmit_resolved(Packet **pkts, uint16_t n, uint64_t now);
+  void send_arp(ArpMessage::Op op, const uint8_t *target_ip, const MacAddress &target_mac);
+  void on_arp(const uint8_t *frame, uint32_t len, uint64_t now);
+  void receive_frame(rte_mbuf *m, uint64_t now);
+  void on_received(RxFrame f);
+  static void deliver(void *port, RxFrame f) { static_cast<DpdkPort *>(port)->on_received(f); }
+  static void release_mbuf(Packet *pkt) {
+    rte_pktmbuf_free(static_cast<rte_mbuf *>(pkt->release_arg));
+  }
+  static void payload_done(void *, void *opaque);
+  void housekeeping(uint64_t now);
+  void drop_pending(uint32_t ip);
+
+  PacketPool &pool_;
+  uint16_t port_id_ = 0;
+  bool started_ = false;
+  rte_mempool *mbufs_ = nullptr;      // frames built or received here
+  rte_mempool *ext_mbufs_ = nullptr;  // no data room: payloads attached from registered memory
+  bool zero_copy_ = false;            // the device takes chained mbufs
+  bool registered_thread_ = false;
+  MacAddress mac_{};
+  uint8_t ip_[4] = {};
+  uint8_t gid_[16] = {};
+  uint16_t udp_port_ = 4791;
+  uint32_t mtu_ = 1024;
+  std::string iface_;
+  std::atomic<bool> link_up_{true};
+  uint64_t next_housekeeping_ = 0;
+  uint32_t tx_in_flight_ = 0;  // zero-copy payloads the device still holds
+  NeighborTable neighbors_;
+  // Packets waiting for a peer's ARP answer, by peer; they may reference registered memory.
+  absl::flat_hash_map<uint32_t, std::vector<Packet *>> pending_;
+  uint32_t pending_packets_ = 0;
+  RxFaultStage faults_{pool_, &DpdkPort::deliver, this};
+  std::vector<Packet *> ready_;
+  size_t ready_head_ = 0;
+  PortCounters counters_;
+};
+
+bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
+  in_addr v4;
+  if (inet_pton(AF_INET, cfg.address.c_str(), &v4) != 1) {
+    *error = "'" + cfg.address + "' is not an IPv4 address (IPv6 needs neighbour discovery, " +
+             "which the dpdk port does not do yet)";
+    return false;
+  }
+  std::memcpy(ip_, &v4, 4);
+  gid_[10] = gid_[11] = 0xff;
+  std::memcpy(gid_ + 12, ip_, 4);
+  udp_port_ = cfg.udp_port;
+  iface_ = kernel_interface(cfg.eal_args);
+  if (!init_eal(cfg.eal_args, error)) return false;
+  uint16_t pid;
+  bool found = false;
+  RTE_ETH_FOREACH_DEV(pid) {
+    port_id_ = pid;
+    found = true;
+    break;
+  }
+  if (!found) {
+    *error = "no Ethernet device (give one with --vdev or a PCI address in the EAL arguments)";
+    return false;
+  }
+  int socket = rte_eth_dev_socket_id(port_id_);
+  if (socket < 0) socket = int(rte_socket_id());
+  mbufs_ = rte_pktmbuf_pool_create("vrnic_frames", kMbufs, kMbufCache, 0,
+                                   RTE_MBUF_DEFAULT_BUF_SIZE, socket);
+  ext_mbufs_ = rte_pktmbuf_pool_create("vrnic_payloads", kMbufs, kMbufCache, 0, 0, socket);
+  if (!mbufs_ || !ext_mbufs_) {
+    *error = std::string("rte_pktmbuf_pool_create: ") + rte_strerror(rte_errno);
+    return false;
+  }
+  rte_eth_dev_info info;
+  if (int rc = rte_eth_dev_info_get(port_id_, &info); rc != 0) {
+    *error = std::string("rte_eth_dev_info_get: ") + rte_strerror(-rc);
+    return false;
+  }
+  rte_eth_conf conf{};
+  zero_copy_ = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+  if (zero_copy_) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+  auto fail = [&](const char *what, int rc) {
+    *error = std::string(what) + ": " + rte_strerror(rc < 0 ? -rc : rc);
+    return false;
+  };
+  if (int rc = rte_eth_dev_configure(port_id_, 1, 1, &conf); rc != 0)
+    return fail("rte_eth_dev_configure", rc);
+  uint16_t rxd = kQueueDescriptors, txd = kQueueDescriptors;
+  rte_eth_dev_adjust_nb_rx_tx_desc(port_id_, &rxd, &txd);
+  if (int rc = rte_eth_rx_queue_setup(port_id_, 0, rxd, unsigned(socket), nullptr, mbufs_); rc)
+    return fail("rte_eth_rx_queue_setup", rc);
+  if (int rc = rte_eth_tx_queue_setup(port_id_, 0, txd, unsigned(socket), nullptr); rc)
+    return fail("rte_eth_tx_queue_setup", rc);
+  if (int rc = rte_eth_dev_start(port_id_); rc != 0) return fail("rte_eth_dev_start", rc);
+  started_ = true;
+  rte_eth_promiscuous_enable(port_id_);  // frames are filtered by address here
+  rte_ether_addr mac;
+  rte_eth_macaddr_get(port_id_, &mac);
+  std::memcpy(mac_.bytes, mac.addr_bytes, 6);
+  uint16_t ip_mtu = 1500;
+  rte_eth_dev_get_mtu(port_id_, &ip_mtu);
+  // A frame must fit one mbuf when the device cannot take chains.
+  uint32_t room = RTE_MBUF_DEFAULT_DATAROOM - kEthHeaderBytes;
+  if (!zero_copy_ && ip_mtu > room) ip_mtu = uint16_t(room);
+  mtu_ = roce_mtu_for(ip_mtu, kIpv4HeaderBytes);
+  if (!mtu_) {
+    *error = "the device's MTU (" + std::to_string(ip_mtu) + ") is too small for RoCE";
+    return false;
+  }
+  housekeeping(monotonic_ns());
+  return true;
+}
+
+DpdkPort::~DpdkPort() {
+  for (; ready_head_ < ready_.size(); ready_head_++) pool_.free(ready_[ready_head_]);
+  for (auto &[ip, pkts] : pending_)
+    for (Packet *p : pkts) pool_.free(p);
+  if (started_) {
+    rte_eth_dev_stop(port_id_);
+    rte_eth_dev_close(port_id_);  // frees what the device held, calling payload_done
+  }
+}
+
+// DPDK's per-lcore caches need a thread id: the worker registers itself on first use.
+void DpdkPort::on_thread() {
+  if (registered_thread_) return;
+  registered_thread_ = true;
+  if (rte_lcore_id() == LCORE_ID_ANY) rte_thread_register();
+}
+
+// The device is done with a zero-copy payload: the packet that referenced it goes back.
+void DpdkPort::payload_done(void *, void *opaque) {
+  auto *pkt = static_cast<Packet *>(opaque);
+  DpdkPort *port = scratch<TxScratch>(pkt).port;
+  port->tx_in_flight_--;
+  port->pool_.free(pkt);
+}
+
+// Ethernet, IPv4, UDP and the transport header in one mbuf; the payload attached in place
+// (zero-copy) or copied after them; pad and ICRC last. The packet is the frame's to free.
+rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
+  const uint32_t pad = (4 - pkt->payload_len % 4) % 4;
+  const uint32_t roce_len = pkt->header_len + pkt->payload_len + pad + uint32_t(wire::kIcrcBytes);
+  const bool bounced = pkt->payload >= pkt->bounce && pkt->payload < pkt->bounce + kPacketBufferBytes;
+  const bool attach = zero_copy_ && !bounced && pkt->payload_len >= kZeroCopyMin;
+  rte_mbuf *head = rte_pktmbuf_alloc(mbufs_);
+  if (!head) return nullptr;
+  const uint32_t head_len = uint32_t(kEthHeaderBytes + kIpv4HeaderBytes + kUdpHeaderBytes) +
+                            pkt->header_len + (attach ? 0 : roce_len - pkt->header_len);
+  auto *h = reinterpret_cast<uint8_t *>(rte_pktmbuf_append(head, uint16_t(head_len)));
+  if (!h) {
+    rte_pktmbuf_free(head);
+    return nullptr;
+  }
+  uint8_t *ip = h + build_eth(h, dst, mac_, kEtherTypeIpv4);
+  uint8_t *udp = ip + build_ipv4(ip, gid_, pkt->dst_gid, uint16_t(kUdpHeaderBytes + roce_len), 0,
+                                 kTtl, 0, true);
+  build_udp(udp, pkt->udp_sport, udp_port_, uint16_t(kUdpHeaderBytes + roce_len), 0);
+  uint8_t *transport = udp + kUdpHeaderBytes;
+  std::memcpy(transport, pkt->header, pkt->header_len);
+  static const uint8_t kZeros[4] = {};
+  iovec body[3] = {{pkt->header, pkt->header_len},
+                   {const_cast<uint8_t *>(pkt->payload), pkt->payload_len},
+                   {const_cast<uint8_t *>(kZeros), pad}};
+  const uint32_t icrc = roce_icrc(ip, kIpv4HeaderBytes, udp, body, 3);
+  if (!attach) {
+    uint8_t *p = transport + pkt->header_len;
+    std::memcpy(p, pkt->payload, pkt->payload_len);
+    std::memset(p + pkt->payload_len, 0, pad);
+    store_icrc(p + pkt->payload_len + pad, icrc);
+    counters_.tx_payload_copied += pkt->payload_len;
+    pool_.free(pkt);
+    return head;
+  }
+  rte_mbuf *payload = rte_pktmbuf_alloc(ext_mbufs_);
+  rte_mbuf *tail = rte_pktmbuf_alloc(mbufs_);
+  if (!payload || !tail) {
+    rte_pktmbuf_free(payload);
+    rte_pktmbuf_free(tail);
+    rte_pktmbuf_free(head);
+    return nullptr;
+  }
+  TxScratch &tx = scratch<TxScratch>(pkt);
+  tx.port = this;
+  tx.shinfo.free_cb = &DpdkPort::payload_done;
+  tx.shinfo.fcb_opaque = pkt;
+  rte_mbuf_ext_refcnt_set(&tx.shinfo, 1);
+  void *va = const_cast<uint8_t *>(pkt->payload);
+  rte_iova_t iova = rte_eal_iova_mode() == RTE_IOVA_VA ? rte_iova_t(uintptr_t(va))
+                                                       : rte_mem_virt2iova(va);
+  rte_pktmbuf_attach_extbuf(payload, va, iova, uint16_t(pkt->payload_len), &tx.shinfo);
+  rte_pktmbuf_append(payload, uint16_t(pkt->payload_len));
+  tx_in_flight_++;  // from here the packet is freed by payload_done
+  auto *t = reinterpret_cast<uint8_t *>(rte_pktmbuf_append(tail, uint16_t(pad + wire::kIcrcBytes)));
+  std::memset(t, 0, pad);
+  store_icrc(t + pad, icrc);
+  counters_.tx_payload_zero_copy += pkt->payload_len;
+  if (rte_pktmbuf_chain(head, payload) || rte_pktmbuf_chain(head, tail)) {
+    rte_pktmbuf_free(head);  // frees what was chained; payload_done returns the packet
+    return nullptr;
+  }
+  return head;
+}
+
+void DpdkPort::send_frames(rte_mbuf **frames, uint16_t n) {
+  uint16_t sent = 0;
+  for (int tries = 0; sent < n && tries < kTxRetries; tries++)
+    sent = uint16_t(sent + rte_eth_tx_burst(port_id_, 0, frames + sent, uint16_t(n - sent)));
+  for (uint16_t i = 0; i < sent; i++) counters_.tx_bytes += frames[i]->pkt_len;
+  counters_.tx_packets += sent;
+  for (uint16_t i = sent; i < n; i++) rte_pktmbuf_free(frames[i]);  // a full queue: lost
+  counters_.tx_errors += uint16_t(n - sent);
+}
+
+void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
+  rte_mbuf *frames[kBurst];
+  uint16_t nframes = 0;
+  uint32_t cached_ip = 0;
+  const MacAddress *cached_mac = nullptr;
+  for (uint16_t i = 0; i < n; i++) {
+    Packet *pkt = pkts[i];
+    const uint32_t ip = ip_key(pkt->dst_gid + 12);
+    if (!link_up() || !gid_is_ipv4(pkt->dst_gid)) {
+      counters_.tx_errors++;
+      pool_.free(pkt);
+      continue;
+    }
+    if (!cached_mac || ip != cached_ip) {
+      NeighborTable::Answer a = neighbors_.lookup(ip, now);
+      if (a.send_request) send_arp(ArpMessage::kRequest, pkt->dst_gid + 12, MacAddress{});
+      if (!a.mac) {
+        std::vector<Packet *> &waiting = pending_[ip];
+        if (a.state == NeighborTable::State::kFailed || waiting.size() >= kMaxPendingPerPeer) {
+          counters_.tx_no_route++;
+          pool_.free(pkt);
+        } else {
+          waiting.push_back(pkt);
+          pending_packets_++;
+        }
+        cached_mac = nullptr;
+        continue;
+      }
+      cached_ip = ip;
+      cached_mac = a.mac;
+    }
+    rte_mbuf *m = build_frame(pkt, *cached_mac);
+    if (!m) {
+      counters_.tx_errors++;  // no mbuf: the frame is lost, as on a full NIC
+      continue;
+    }
+    frames[nframes++] = m;
+    if (nframes == kBurst) {
+      send_frames(frames, nframes);
+      nframes = 0;
+    }
+  }
+  if (nframes) send_frames(frames, nframes);
+}
+
+uint16_t DpdkPort::tx_burst(Packet **pkts, uint16_t n) {
+  on_thread();
+  for (uint16_t i = 0; i < n; i += kBurst)
+    transmit_resolved(pkts + i, uint16_t(std::min<int>(kBurst, n - i)), monotonic_ns());
+  return n;
+}
+
+void DpdkPort::send_arp(ArpMessage::Op op, const uint8_t *target_ip, const MacAddress &target_mac) {
+  rte_mbuf *m = rte_pktmbuf_alloc(mbufs_);
+  if (!m) return;
+  auto *frame = reinterpret_cast<uint8_t *>(rte_pktmbuf_append(m, kEthMinFrame));
+  ArpMessage msg{op, mac_, {}, target_mac, {}};
+  std::memcpy(msg.sender_ip, ip_, 4);
+  std::memcpy(msg.target_ip, target_ip, 4);
+  build_arp_frame(frame, msg);
+  if (rte_eth_tx_burst(port_id_, 0, &m, 1) != 1) rte_pktmbuf_free(m);
+}
+
+// RFC 826: learn the sender when it asks us or is already known; answer requests for our
+// address; then send what waited for the sender's address.
+void DpdkPort::on_arp(const uint8_t *frame, uint32_t len, uint64_t now) {
+  ArpMessage m;
+  if (!parse_arp_frame(frame, len, &m)) return;
+  const bool for_us = std::memcmp(m.target_ip, ip_, 4) == 0;
+  const uint32_t sender = ip_key(m.sender_ip);
+  auto waiting = pending_.find(sender);
+  if (!for_us && waiting == pending_.end()) return;
+  neighbors_.learn(sender, m.sender_mac, now);
+  if (for_us && m.op == ArpMessage::kRequest)
+    send_arp(ArpMessage::kReply, m.sender_ip, m.sender_mac);
+  if (waiting == pending_.end()) return;
+  std::vector<Packet *> pkts = std::move(waiting->second);
+  pending_.erase(waiting);
+  pending_packets_ -= uint32_t(pkts.size());
+  for (size_t i = 0; i < pkts.size(); i += kBurst)
+    transmit_resolved(pkts.data() + i, uint16_t(std::min<size_t>(kBurst, pkts.size() - i)), now);
+}
+
+void DpdkPort::drop_pending(uint32_t ip) {
+  auto it = pending_.find(ip);
+  if (it == pending_.end()) return;
+  for (Packet *p : it->second) pool_.free(p);
+  counters_.tx_no_route += it->second.size();
+  pending_packets_ -= uint32_t(it->second.size());
+  pending_.erase(it);
+}
+
+void DpdkPort::housekeeping(uint64_t now) {
+  if (now < next_housekeeping_) return;
+  next_housekeeping_ = now + kHousekeepingNs;
+  rte_eth_link link{};
+  bool up = rte_eth_link_get_nowait(port_id_, &link) != 0 || link.link_status;
+  if (!iface_.empty()) up = up && kernel_link_running(iface_);
+  if (up != link_up_.load(std::memory_order_relaxed)) {
+    counters_.link_changes++;
+    link_up_.store(up, std::memory_order_relaxed);
+  }
+  // Peers that never answered: their packets go; the others are asked again.
+  std::vector<uint32_t> failed;
+  for (auto &[ip, pkts] : pending_) {
+    NeighborTable::Answer a = neighbors_.lookup(ip, now);
+    uint8_t target[4];
+    std::memcpy(target, &ip, 4);
+    if (a.send_request) send_arp(ArpMessage::kRequest, target, MacAddress{});
+    if (a.state == NeighborTable::State::kFailed) failed.push_back(ip);
+  }
+  for (uint32_t ip : failed) drop_pending(ip);
+  if (tx_in_flight_) rte_eth_tx_done_cleanup(port_id_, 0, 0);
+}
+
+// A frame off the wire: ARP, or an IPv4 UDP datagram to our RoCE port (anything else on the
+// link is not ours and is ignored, as a NIC's filters would).
+void DpdkPort::receive_frame(rte_mbuf *m, uint64_t now) {
+  Packet *pkt = nullptr;
+  const uint8_t *frame = rte_pktmbuf_mtod(m, const uint8_t *);
+  uint32_t len = m->data_len;
+  if (m->nb_segs > 1) {  // chained (a large frame on memif): one copy into a packet
+    pkt = pool_.alloc();
+    if (!pkt || m->pkt_len > kPacketBufferBytes) {
+      counters_.rx_no_buffer += pkt == nullptr;
+      counters_.rx_malformed += pkt != nullptr;
+      if (pkt) pool_.free(pkt);
+      rte_pktmbuf_free(m);
+      return;
+    }
+    frame = static_cast<const uint8_t *>(rte_pktmbuf_read(m, 0, m->pkt_len, pkt->bounce));
+    len = m->pkt_len;
+  }
+  auto ignore = [&] {
+    if (pkt) pool_.free(pkt);
+    rte_pktmbuf_free(m);
+  };
+  auto malformed = [&] {
+    counters_.rx_malformed++;
+    ignore();
+  };
+  if (len < kEthHeaderBytes) return malformed();
+  const uint16_t ether_type = wire::load_be16(frame + 12);
+  if (ether_type == kEtherTypeArp) {
+    on_arp(frame, len, now);
+    return ignore();
+  }
+  MacAddress dst;
+  std::memcpy(dst.bytes, frame, 6);
+  if (ether_type != kEtherTypeIpv4 || !(dst == mac_)) return ignore();
+  const uint8_t *ip = frame + kEthHeaderBytes;
+  const uint32_t room = len - uint32_t(kEthHeaderBytes);
+  if (room < kIpv4HeaderBytes || (ip[0] >> 4) != 4) return malformed();
+  const uint32_t ip_len = uint32_t(ip[0] & 0xf) * 4;
+  const uint32_t total = wire::load_be16(ip + 2);
+  if (std::memcmp(ip + 16, ip_, 4) != 0 || ip[9] != kIpProtocolUdp) return ignore();
+  if (ip_len < kIpv4HeaderBytes || total < ip_len + kUdpHeaderBytes || total > room ||
+      (wire::load_be16(ip + 6) & 0x3fff) /* a fragment */ || ipv4_header_checksum(ip, ip_len))
+    return malformed();
+  const uint8_t *udp = ip + ip_len;
+  if (wire::load_be16(udp + 2) != udp_port_) return ignore();
+  if (wire::load_be16(udp + 4) != total - ip_len) return malformed();
+  if (!pkt && !(pkt = pool_.alloc())) {
+    counters_.rx_no_buffer++;
+    return ignore();
+  }
+  if (m->nb_segs > 1) {
+    rte_pktmbuf_free(m);  // its bytes were copied into the packet
+  } else {
+    pkt->release = &DpdkPort::release_mbuf;  // the payload stays in the mbuf until consumed
+    pkt->release_arg = m;
+  }
+  RxScratch &rx = scratch<RxScratch>(pkt);
+  std::memcpy(rx.ip, ip, ip_len);
+  std::memcpy(rx.udp, udp, kUdpHeaderBytes);
+  rx.ip_len = uint8_t(ip_len);
+  std::memset(pkt->src_gid, 0, 10);
+  pkt->src_gid[10] = pkt->src_gid[11] = 0xff;
+  std::memcpy(pkt->src_gid + 12, ip + 12, 4);
+  std::memcpy(pkt->dst_gid, gid_, 16);
+  pkt->udp_sport = wire::load_be16(udp);
+  RxFrame f{pkt, const_cast<uint8_t *>(udp + kUdpHeaderBytes),
+            total - ip_len - uint32_t(kUdpHeaderBytes)};
+  if (faults_.active()) {
+    faults_.push(f);
+  } else {
+    on_received(f);
+  }
+}
+
+void DpdkPort::on_received(RxFrame f) {
+  Packet *pkt = f.pkt;
+  const RxScratch &rx = scratch<RxScratch>(pkt);
+  if (!pkt->parse(f.data, f.len)) {
+    counters_.rx_malformed++;
+    pool_.free(pkt);
+    return;
+  }
+  if (!roce_icrc_ok(rx.ip, rx.ip_len, rx.udp, f.data, f.len)) {
+    counters_.rx_icrc_errors++;
+    pool_.free(pkt);
+    return;
+  }
+  counters_.rx_packets++;
+  counters_.rx_bytes += f.len;
+  ready_.push_back(pkt);
+}
+
+uint16_t DpdkPort::rx_burst(Packet **pkts, uint16_t n) {
+  on_thread();
+  if (ready_head_ == ready_.size()) {
+    ready_.clear();
+    ready_head_ = 0;
+    const uint64_t now = monotonic_ns();
+    housekeeping(now);
+    rte_mbuf *frames[kBurst];
+    uint16_t got = rte_eth_rx_burst(port_id_, 0, frames, kBurst);
+    for (uint16_t i = 0; i < got; i++) receive_frame(frames[i], now);
+    faults_.release_due();
+  }
+  uint16_t i = 0;
+  for (; i < n && ready_head_ < ready_.size(); i++) pkts[i] = ready_[ready_head_++];
+  return i;
+}
+
+}  // namespace
+}  // namespace vrnic
+
+extern "C" __attribute__((visibility("default"))) vrnic::Port *vrnic_dpdk_port_open(
+    const vrnic::DpdkPortConfig *cfg, vrnic::PacketPool *pool, std::string *error) {
+  auto port = std::make_unique<vrnic::DpdkPort>(*pool);
+  if (!port->open(*cfg, error)) return nullptr;
+  return port.release();
+}
