@@ -47,6 +47,13 @@ struct Packet {
   // shaped like a RoCE packet (unknown opcode, transport version, too short for its headers,
   // pad and ICRC). The ICRC itself is the port's to check.
   bool parse(const uint8_t *udp_payload, uint32_t len);
+  // For a wire port about to send: the pad to a 4-byte multiple, written into the BTH's pad
+  // count (the transport leaves it to the port); returns it (0..3).
+  uint8_t set_pad() {
+    uint8_t pad = uint8_t(-payload_len & 3);
+    header[1] = uint8_t((header[1] & ~0x30) | pad << 4);
+    return pad;
+  }
 
   const wire::Bth &bth() const { return *reinterpret_cast<const wire::Bth *>(header); }
   wire::Bth &bth() { return *reinterpret_cast<wire::Bth *>(header); }

@@ -318,8 +318,7 @@ static uint32_t roce_length(const Packet *pkt) {
 // Fills in the packet's ICRC and its iovecs; returns its UDP payload length.
 uint32_t UdpPort::prepare_tx(Packet *pkt, uint16_t ip_id) {
   TxScratch &tx = scratch<TxScratch>(pkt);
-  uint8_t pad = uint8_t(-pkt->payload_len & 3);
-  pkt->header[1] = uint8_t((pkt->header[1] & ~0x30) | pad << 4);
+  uint8_t pad = pkt->set_pad();
   uint32_t roce_len = roce_length(pkt);
   uint8_t ip[40], udp[8];
   size_t ip_len = pseudo_headers(ipv4_, pkt->src_gid, pkt->dst_gid, pkt->udp_sport, udp_port_,

@@ -189,8 +189,9 @@ tp_link_up() {
   die "testpmd $name: port 0 link did not come up in 20 s"
 }
 
-# tp_start NAME: start forwarding and wait until testpmd says it did.
-tp_start() { tp_query "$1" start 'packet forwarding - ports=' >/dev/null; }
+# tp_start NAME: start forwarding and wait for the end of testpmd's start report (its
+# "nb forwarding cores=" line comes after txonly's "packet len=" line).
+tp_start() { tp_query "$1" start 'nb forwarding cores=' >/dev/null; }
 
 # tp_rate NAME Rx|Tx: "<packets/s> <bits/s>" since the previous `show port stats 0` (0 0 on
 # the first call).
@@ -291,7 +292,7 @@ t1=$(date +%s.%N)
 tp_quit tx
 tp_quit rx
 
-[[ $rx_pps =~ ^[0-9]+$ && $tx_pps =~ ^[0-9]+$ ]] || die "could not parse rates (rx='$rx_pps' tx='$tx_pps')"
+[[ $rx_pps =~ ^[0-9]+$ && $rx_bps =~ ^[0-9]+$ && $tx_pps =~ ^[0-9]+$ ]] || die "could not parse rates (rx='$rx_pps' tx='$tx_pps')"
 (( rx_pps > 0 )) || die "receiver saw no packets (sender at $tx_pps pps); see logs (DPDK_CEILING_KEEP=1)"
 # Bytes per received packet must be the frame size (testpmd counts frames without FCS).
 rx_len=$(( rx_bps / 8 / rx_pps ))

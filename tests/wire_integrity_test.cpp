@@ -390,6 +390,12 @@ class WireDaemon {
     return out.empty() ? "(no output)" : out;
   }
 
+  // A vrnicd someone else started (VRNIC_WIRE_DAEMONS): used, never stopped here.
+  void attach(const std::string &socket, const std::string &addr) {
+    socket_ = socket;
+    addr_ = addr;
+  }
+
   const std::string &socket() const { return socket_; }
   const std::string &address() const { return addr_; }
 
@@ -405,11 +411,26 @@ struct Wire {
   WireDaemon d2{dir.path(), "d2"};
   std::unique_ptr<Device> dev1, dev2;
   uint16_t port = 0;
+  bool attached = false;
 
   Wire() {
     // The RoCE port is shared by both daemons (one address each). Start from a random port
     // below the ephemeral range and the daemons' source ports (0xC000 up); a port another
     // run holds makes vrnicd exit at once, and the next one is tried.
+    // VRNIC_WIRE_DAEMONS=SOCKET1@ADDR1,SOCKET2@ADDR2: two running vrnicd (any wire port, e.g.
+    // dpdk in two network namespaces) instead of two udp ones started here.
+    if (const char *given = std::getenv("VRNIC_WIRE_DAEMONS"); given != nullptr && *given) {
+      const std::string list = given;
+      const size_t comma = list.find(','), at1 = list.find('@'), at2 = list.rfind('@');
+      if (comma == std::string::npos || at1 > comma || at2 < comma)
+        FAIL("VRNIC_WIRE_DAEMONS: want SOCKET1@ADDR1,SOCKET2@ADDR2, got '" << list << "'");
+      d1.attach(list.substr(0, at1), list.substr(at1 + 1, comma - at1 - 1));
+      d2.attach(list.substr(comma + 1, at2 - comma - 1), list.substr(at2 + 1));
+      attached = true;
+      dev1 = open_on(d1, true);
+      dev2 = open_on(d2, true);
+      return;
+    }
     std::mt19937 rng(static_cast<unsigned>(getpid()) ^
                      static_cast<unsigned>(Clock::now().time_since_epoch().count()));
     const char *bin = std::getenv("VRNICD");
@@ -427,11 +448,14 @@ struct Wire {
       port = p;
     }
     if (port == 0) FAIL("could not start two vrnicd on a free UDP port: " << why);
-    dev1 = open_on(d1);
-    dev2 = open_on(d2);
+    dev1 = open_on(d1, false);
+    dev2 = open_on(d2, false);
   }
 
-  static std::unique_ptr<Device> open_on(const WireDaemon &d) {
+  // The larger path MTU the test uses: the ports' (4096 for udp ports on loopback).
+  ibv_mtu big_mtu() const { return std::min(dev1->port.active_mtu, dev2->port.active_mtu); }
+
+  static std::unique_ptr<Device> open_on(const WireDaemon &d, bool attached) {
     // The provider reads $VRNIC_SOCKET at each ibv_open_device.
     setenv("VRNIC_SOCKET", d.socket().c_str(), 1);
     auto dev = std::make_unique<Device>();
@@ -445,7 +469,8 @@ struct Wire {
     INFO("GID index " << dev->gid_index << " of the daemon on " << d.address());
     REQUIRE(std::string(got) == want);
     INFO("active MTU of the daemon on " << d.address());
-    REQUIRE(dev->port.active_mtu == IBV_MTU_4096);
+    if (!attached) REQUIRE(dev->port.active_mtu == IBV_MTU_4096);
+    REQUIRE(dev->port.active_mtu >= IBV_MTU_1024);
     return dev;
   }
 
@@ -523,10 +548,12 @@ struct Wire {
     return os.str();
   }
 
-  // Closes both contexts, then stops both daemons: each must exit 0 on SIGTERM.
+  // Closes both contexts, then stops both daemons (unless attached): each must exit 0 on
+  // SIGTERM.
   void shutdown() {
     dev1.reset();
     dev2.reset();
+    if (attached) return;
     const std::string log1 = d1.log_text(), log2 = d2.log_text();
     const int st1 = d1.stop(), st2 = d2.stop();
     INFO("vrnicd 127.0.0.1 log: " << log1);
@@ -1159,9 +1186,11 @@ void run_rc_setting(const FaultSetting &s) {
   std::string summary;
   {
     const QpConfig cfg = wire_rc_config();
-    Endpoint a1, b1, a4, b4;  // pair 1: path MTU 1024; pair 4: path MTU 4096
+    Endpoint a1, b1, a4, b4;  // pair 1: path MTU 1024; pair 4: the ports' MTU (4096 on lo)
     connect_rc_pair(*w.dev1, a1, *w.dev2, b1, cfg, IBV_MTU_1024);
-    connect_rc_pair(*w.dev1, a4, *w.dev2, b4, cfg, IBV_MTU_4096);
+    connect_rc_pair(*w.dev1, a4, *w.dev2, b4, cfg, w.big_mtu());
+    const uint32_t big = 128u << w.big_mtu();
+    const std::string big_name = "mtu " + std::to_string(big);
     const uint64_t seed = seed_for(s.label);
     const std::string &which = mix().flows;
     const auto nflows = static_cast<uint64_t>(
@@ -1170,8 +1199,8 @@ void run_rc_setting(const FaultSetting &s) {
     const uint64_t share = (total + nflows - 1) / nflows;
     Flow f0(0, "1->2 mtu 1024", a1, b1, 1024, share, seed_for("flow", seed, 0));
     Flow f1(1, "2->1 mtu 1024", b1, a1, 1024, share, seed_for("flow", seed, 1));
-    Flow f2(2, "1->2 mtu 4096", a4, b4, 4096, share, seed_for("flow", seed, 2));
-    Flow f3(3, "2->1 mtu 4096", b4, a4, 4096, share, seed_for("flow", seed, 3));
+    Flow f2(2, "1->2 " + big_name, a4, b4, big, share, seed_for("flow", seed, 2));
+    Flow f3(3, "2->1 " + big_name, b4, a4, big, share, seed_for("flow", seed, 3));
     Flow *const all[] = {&f0, &f1, &f2, &f3};
     std::vector<Flow *> flows;
     for (int i = 0; i < 4; ++i) {
@@ -1207,9 +1236,10 @@ void run_rc_setting(const FaultSetting &s) {
   std::fprintf(stderr,
                "wire [%s]: %s in %.2f s = %.1f MB/s, %" PRIu64
                " WRs (%s)\n"
-               "  vrnicd 127.0.0.1:%s\n  vrnicd 127.0.0.2:%s\n",
+               "  vrnicd %s:%s\n  vrnicd %s:%s\n",
                s.label, mib(moved).c_str(), secs, double(moved) / secs / 1e6, wrs,
-               summary.c_str() + 1, format_counters(d1).c_str(), format_counters(d2).c_str());
+               summary.c_str() + 1, w.d1.address().c_str(), format_counters(d1).c_str(),
+               w.d2.address().c_str(), format_counters(d2).c_str());
 
   // The counters must prove that the faults happened and were recovered from.
   const std::string spec = s.spec;

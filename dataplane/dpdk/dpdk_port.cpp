@@ -300,7 +300,7 @@ void DpdkPort::payload_done(void *, void *opaque) {
 // Ethernet, IPv4, UDP and the transport header in one mbuf; the payload attached in place
 // (zero-copy) or copied after them; pad and ICRC last. The packet is the frame's to free.
 rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
-  const uint32_t pad = (4 - pkt->payload_len % 4) % 4;
+  const uint32_t pad = pkt->set_pad();
   const uint32_t roce_len = pkt->header_len + pkt->payload_len + pad + uint32_t(wire::kIcrcBytes);
   const bool bounced = pkt->payload >= pkt->bounce && pkt->payload < pkt->bounce + kPacketBufferBytes;
   const bool attach = zero_copy_ && !bounced && pkt->payload_len >= kZeroCopyMin;
