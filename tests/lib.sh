@@ -32,7 +32,7 @@ export VRNIC_ROOT VRNIC_BUILD_DIR VRNICD VRNICCTL VRNIC_PROVIDER_DIR
 # Debian packages. Build: what meson needs plus the real verbs clients the demo runs.
 # shellcheck disable=SC2034 # used by the scripts that source this file
 VRNIC_BUILD_PACKAGES=(build-essential g++ meson ninja-build pkg-config libibverbs-dev
-  liburing-dev libabsl-dev libisal-dev catch2 perftest ibverbs-utils iproute2)
+  liburing-dev libabsl-dev libisal-dev catch2 perftest ibverbs-utils iproute2 libdpdk-dev)
 # Extra packages the test suite uses.
 # shellcheck disable=SC2034
 VRNIC_TEST_PACKAGES=(python3-pyverbs tshark python3-scapy)

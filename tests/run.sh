@@ -2,12 +2,13 @@
 # tests/run.sh: every vrnic test. Installs missing Debian packages (as root), configures and
 # builds with meson/ninja, then runs the groups in tests/integration/ (ABI check, device
 # discovery, vrnicd lifecycle, rdma-core's pingpong examples, perftest, Catch2 binaries, RoCEv2
-# on the wire between vrnicds, fuzzing a sanitized vrnicd). Each check prints a
+# on the wire between vrnicds, the dpdk port in network namespaces and over memif, fuzzing a
+# sanitized vrnicd). Each check prints a
 # PASS/FAIL line as it finishes (failures with the tail of their log); the last line is
 # "N passed, N failed". Exit status 0 only if nothing failed (a failed build is a failure).
 #
 # Usage: tests/run.sh [GROUP...]      (GROUP: abi devices lifecycle pingpong perftest catch2
-#                                      wire fuzz;
+#                                      wire dpdk fuzz;
 #                                      default: all)
 # Environment:
 #   VRNIC_SKIP_SETUP=1       skip the package and build steps (use the existing build/)
