@@ -6,12 +6,14 @@ NeighborTable::Answer NeighborTable::lookup(uint32_t ipv4, uint64_t now) {
   Entry &e = entries_[ipv4];
   bool fresh = e.known && now - e.confirmed_ns < timing_.reachable_ns;
   if (fresh) return {State::kReachable, &e.mac, false};
-  bool send = !e.requested_ns || now - e.requested_ns >= timing_.retry_ns;
+  bool send = !e.requested || now - e.requested_ns >= timing_.retry_ns;
   if (send) {
+    e.requested = true;
     e.requested_ns = now;
-    if (!e.unanswered_since) e.unanswered_since = now;
+    if (!e.waiting) e.unanswered_since = now;
+    e.waiting = true;
   }
-  if (e.unanswered_since && now - e.unanswered_since >= timing_.fail_ns) {
+  if (e.waiting && now - e.unanswered_since >= timing_.fail_ns) {
     e.known = false;  // a stale address that stopped answering is forgotten
     return {State::kFailed, nullptr, send};
   }
@@ -24,7 +26,7 @@ void NeighborTable::learn(uint32_t ipv4, const MacAddress &mac, uint64_t now) {
   e.mac = mac;
   e.known = true;
   e.confirmed_ns = now;
-  e.unanswered_since = 0;
+  e.waiting = false;
 }
 
 }  // namespace vrnic

@@ -39,9 +39,11 @@ class NeighborTable {
   struct Entry {
     MacAddress mac{};
     bool known = false;
-    uint64_t confirmed_ns = 0;     // last answer
-    uint64_t requested_ns = 0;     // last request sent
-    uint64_t unanswered_since = 0; // first request not answered yet (0: none)
+    bool requested = false;         // a request went out ...
+    uint64_t requested_ns = 0;      // ... last at this time
+    bool waiting = false;           // requests went out unanswered ...
+    uint64_t unanswered_since = 0;  // ... since this time
+    uint64_t confirmed_ns = 0;      // last answer
   };
   Timing timing_;
   absl::flat_hash_map<uint32_t, Entry> entries_;

@@ -1,0 +1,181 @@
+// Packets as wire ports take them in and hand them out: the shape check of a received UDP
+// payload, the pad count, the pool's release hook (a DPDK mbuf held by a received packet),
+// and the receive-path fault stage every wire port shares.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <vector>
+
+#include "dataplane/packet.h"
+#include "dataplane/rx_fault_stage.h"
+
+using vrnic::Packet;
+using vrnic::PacketPool;
+using vrnic::RxFaultStage;
+using vrnic::RxFrame;
+
+namespace {
+
+constexpr uint8_t kRcSendOnly = 0x04;       // BTH only
+constexpr uint8_t kRcWriteOnly = 0x0a;      // BTH + RETH (16)
+constexpr uint8_t kRcAcknowledge = 0x11;    // BTH + AETH (4)
+
+// BTH (opcode, pad) + extension bytes + payload + pad + a 4-byte ICRC field.
+std::vector<uint8_t> frame(uint8_t opcode, size_t ext, size_t payload, uint8_t pad) {
+  std::vector<uint8_t> f(12 + ext + payload + pad + 4, 0xab);
+  vrnic::wire::Bth bth;
+  bth.set(opcode, false, pad, 0xffff, 0x11, false, 7);
+  std::memcpy(f.data(), bth.b, 12);
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("Packet::parse takes a well-formed UDP payload apart", "[packet]") {
+  PacketPool pool(1);
+  Packet *p = pool.alloc();
+  std::vector<uint8_t> f = frame(kRcWriteOnly, 16, 37, 3);
+  REQUIRE(p->parse(f.data(), uint32_t(f.size())));
+  CHECK(p->header_len == 28);
+  CHECK(p->payload == f.data() + 28);
+  CHECK(p->payload_len == 37);
+  CHECK(p->bth().psn() == 7);
+  pool.free(p);
+}
+
+TEST_CASE("Packet::parse refuses what is not shaped like a RoCE packet", "[packet]") {
+  PacketPool pool(1);
+  Packet *p = pool.alloc();
+  std::vector<uint8_t> ok = frame(kRcAcknowledge, 4, 0, 0);
+  REQUIRE(p->parse(ok.data(), uint32_t(ok.size())));
+  CHECK_FALSE(p->parse(ok.data(), 15));  // shorter than BTH + ICRC
+  CHECK_FALSE(p->parse(ok.data(), uint32_t(ok.size() - 1)));  // AETH cut short
+  std::vector<uint8_t> f = ok;
+  f[0] = 0x1f;  // a reserved RC opcode
+  CHECK_FALSE(p->parse(f.data(), uint32_t(f.size())));
+  f = ok;
+  f[1] |= 0x01;  // transport version 1
+  CHECK_FALSE(p->parse(f.data(), uint32_t(f.size())));
+  f = frame(kRcSendOnly, 0, 0, 3);  // pad 3 with no room for it
+  CHECK_FALSE(p->parse(f.data(), uint32_t(f.size() - 3)));
+  pool.free(p);
+}
+
+TEST_CASE("Packet::set_pad writes the pad count a payload needs", "[packet]") {
+  PacketPool pool(1);
+  Packet *p = pool.alloc();
+  std::vector<uint8_t> f = frame(kRcSendOnly, 0, 0, 0);
+  std::memcpy(p->header, f.data(), 12);
+  p->header_len = 12;
+  for (uint32_t len : {0u, 1u, 2u, 3u, 4u, 37u, 1024u}) {
+    p->payload_len = len;
+    const uint8_t pad = p->set_pad();
+    CHECK((len + pad) % 4 == 0);
+    CHECK(pad < 4);
+    CHECK(p->bth().pad_count() == pad);
+    CHECK(p->bth().opcode() == kRcSendOnly);
+    CHECK(p->bth().mig_req());  // the other bits of the byte stay
+  }
+  pool.free(p);
+}
+
+TEST_CASE("PacketPool::free calls a packet's release hook once", "[packet]") {
+  PacketPool pool(2);
+  static int released = 0;
+  released = 0;
+  Packet *p = pool.alloc();
+  p->release = [](Packet *pkt) {
+    released++;
+    CHECK(pkt->release == nullptr);  // cleared before the call
+  };
+  pool.free(p);
+  CHECK(released == 1);
+  Packet *q = pool.alloc();
+  pool.free(q);  // the same packet again, without a hook now
+  CHECK(released == 1);
+  CHECK(pool.available() == 2);
+}
+
+namespace {
+
+struct Sink {
+  std::vector<uint8_t> seen;  // first byte of each delivered frame
+  PacketPool *pool;
+  static void deliver(void *self, RxFrame f) {
+    auto *s = static_cast<Sink *>(self);
+    s->seen.push_back(f.data[0]);
+    s->pool->free(f.pkt);
+  }
+};
+
+void push_frames(PacketPool &pool, RxFaultStage &stage, int n) {
+  for (int i = 0; i < n; i++) {
+    Packet *p = pool.alloc();
+    REQUIRE(p != nullptr);
+    p->bounce[0] = uint8_t(i);
+    stage.push({p, p->bounce, 64});
+  }
+}
+
+vrnic::FaultConfig faults(const char *spec) {
+  auto cfg = vrnic::FaultConfig::parse(spec);
+  REQUIRE(cfg.ok());
+  return *cfg;
+}
+
+}  // namespace
+
+TEST_CASE("RxFaultStage: loss drops frames and returns their packets", "[faults]") {
+  PacketPool pool(256);
+  Sink sink{{}, &pool};
+  RxFaultStage stage(pool, &Sink::deliver, &sink);
+  stage.configure(faults("loss=50,seed=3"));
+  push_frames(pool, stage, 200);
+  const auto dropped = stage.counters()->dropped;
+  CHECK(dropped > 50);
+  CHECK(dropped < 150);
+  CHECK(sink.seen.size() == 200 - dropped);
+  CHECK(pool.available() == 256);
+}
+
+TEST_CASE("RxFaultStage: duplicates are copies delivered beside the original", "[faults]") {
+  PacketPool pool(64);
+  Sink sink{{}, &pool};
+  RxFaultStage stage(pool, &Sink::deliver, &sink);
+  stage.configure(faults("dup=100"));
+  push_frames(pool, stage, 10);
+  REQUIRE(sink.seen.size() == 20);
+  for (size_t i = 0; i < 10; i++) {
+    CHECK(sink.seen[2 * i] == i);
+    CHECK(sink.seen[2 * i + 1] == i);
+  }
+  CHECK(pool.available() == 64);
+}
+
+TEST_CASE("RxFaultStage: a reordered frame comes after the next one; off flushes", "[faults]") {
+  PacketPool pool(64);
+  Sink sink{{}, &pool};
+  RxFaultStage stage(pool, &Sink::deliver, &sink);
+  stage.configure(faults("reorder=100"));
+  push_frames(pool, stage, 3);  // 0 held, 1 then 0, 2 held
+  CHECK(sink.seen == std::vector<uint8_t>{1, 0});
+  stage.configure(vrnic::FaultConfig{});  // off: the held frame is delivered now
+  CHECK_FALSE(stage.active());
+  CHECK(sink.seen == std::vector<uint8_t>{1, 0, 2});
+  CHECK(pool.available() == 64);
+}
+
+TEST_CASE("RxFaultStage: delayed frames wait their time; dropped ones return at teardown",
+          "[faults]") {
+  PacketPool pool(64);
+  Sink sink{{}, &pool};
+  {
+    RxFaultStage stage(pool, &Sink::deliver, &sink);
+    stage.configure(faults("delay_us=1000000"));
+    push_frames(pool, stage, 5);
+    stage.release_due();
+    CHECK(sink.seen.empty());
+    CHECK(stage.counters()->delayed == 5);
+  }
+  CHECK(sink.seen.empty());
+  CHECK(pool.available() == 64);  // the destructor gave the held packets back
+}
