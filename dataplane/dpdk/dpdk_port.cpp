@@ -525,12 +525,15 @@ void DpdkPort::receive_frame(rte_mbuf *m, uint64_t now) {
   if (ether_type != kEtherTypeIpv4 || !(dst == mac_)) return ignore();
   const uint8_t *ip = frame + kEthHeaderBytes;
   const uint32_t room = len - uint32_t(kEthHeaderBytes);
+  // A damaged IPv4 header is counted even when it may not be ours: it came to our MAC.
   if (room < kIpv4HeaderBytes || (ip[0] >> 4) != 4) return malformed();
   const uint32_t ip_len = uint32_t(ip[0] & 0xf) * 4;
-  const uint32_t total = wire::load_be16(ip + 2);
+  if (ip_len < kIpv4HeaderBytes || ip_len > room || ipv4_header_checksum(ip, ip_len))
+    return malformed();
   if (std::memcmp(ip + 16, ip_, 4) != 0 || ip[9] != kIpProtocolUdp) return ignore();
-  if (ip_len < kIpv4HeaderBytes || total < ip_len + kUdpHeaderBytes || total > room ||
-      (wire::load_be16(ip + 6) & 0x3fff) /* a fragment */ || ipv4_header_checksum(ip, ip_len))
+  const uint32_t total = wire::load_be16(ip + 2);
+  if (total < ip_len + kUdpHeaderBytes || total > room ||
+      (wire::load_be16(ip + 6) & 0x3fff) /* a fragment: RoCE never sends one */)
     return malformed();
   const uint8_t *udp = ip + ip_len;
   if (wire::load_be16(udp + 2) != udp_port_) return ignore();

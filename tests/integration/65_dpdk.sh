@@ -139,6 +139,32 @@ clean_counters() {
   done
 }
 
+# Bad frames at a dpdk port from the other end of its veth (scapy, independent of vrnic):
+# each damaged one counted as malformed or as an ICRC error, exactly; foreign ones ignored;
+# the daemon unharmed and still carrying traffic.
+# bad_frames_to TARGET PEER NS_FROM VETH_FROM NS_TARGET VETH_TARGET FROM_IP TARGET_IP [ARGS]
+bad_frames_to() {
+  local target=$1 peer=$2 ns_from=$3 veth_from=$4 ns_to=$5 veth_to=$6 from_ip=$7 to_ip=$8
+  shift 8
+  local mac out m0 i0 m i want_m want_i
+  mac=$(ip -n "$ns_to" -br link show "$veth_to" | awk '{ print $3 }')
+  m0=$(stat_of udp_rx_malformed "$target") i0=$(stat_of udp_rx_icrc_errors "$target")
+  echo "+ ip netns exec $ns_from python3 tests/tools/bad_frames.py --iface $veth_from" \
+    "--dst-mac $mac --src-ip $from_ip --dst-ip $to_ip $*"
+  out=$(ip netns exec "$ns_from" timeout -k 5 60 /usr/bin/python3 \
+    "$VRNIC_ROOT/tests/tools/bad_frames.py" --iface "$veth_from" --dst-mac "$mac" \
+    --src-ip "$from_ip" --dst-ip "$to_ip" "$@" 2>&1) || { echo "$out"; return 1; }
+  grep -v WARNING <<<"$out" | sed 's/^/    /'
+  read -r want_m want_i < <(sed -n 's/^expect malformed=\([0-9]*\) icrc=\([0-9]*\)$/\1 \2/p' <<<"$out")
+  [[ -n $want_m ]] || { echo "FAIL: bad_frames.py printed no expectation"; return 1; }
+  sleep 0.5
+  m=$(($(stat_of udp_rx_malformed "$target") - m0)) i=$(($(stat_of udp_rx_icrc_errors "$target") - i0))
+  echo "vrnicd $target counted malformed +$m (want $want_m), ICRC errors +$i (want $want_i)"
+  ((m == want_m && i == want_i)) || { echo "FAIL: counters disagree"; return 1; }
+  pingpong_between "$target" "$peer" ibv_rc_pingpong >/dev/null ||
+    { echo "FAIL: no traffic afterwards"; return 1; }
+  CHECK_NOTE="$m malformed, $i ICRC errors"
+}
 # --- failure paths: clear errors, never a half-started daemon ----------------------------------
 # expect_refusal STATUS TEXT VRNICD-ARGS...: vrnicd exits with STATUS and says TEXT.
 expect_refusal() {
@@ -263,6 +289,8 @@ link_flap() {
 }
 check "link down gives IBV_EVENT_PORT_ERR, link up PORT_ACTIVE, and traffic resumes" \
   across_veth link_flap
+check "bad frames at an af_xdp port: counted exactly, foreign ones ignored, traffic goes on" \
+  across_veth bad_frames_to b a "$NS_A" "$VETH_A" "$NS_B" "$VETH_B" $IP_A $IP_B
 
 # --- two vrnicd joined by memif ---------------------------------------------------------------
 memif_hosts() {
@@ -311,6 +339,9 @@ check "ibv_rc_pingpong: dpdk <-> udp" across_mixed pingpong_between c d ibv_rc_p
 check "ibv_ud_pingpong: dpdk <-> udp" across_mixed pingpong_between c d ibv_ud_pingpong
 check "dpdk/udp counters: frames both ways, no ICRC or format errors" \
   across_mixed clean_counters c d
+
+check "bad frames at an af_packet port: counted exactly, foreign ones ignored, traffic goes on" \
+  across_mixed bad_frames_to c d "$NS_D" "$VETH_D" "$NS_C" "$VETH_C" $IP_D $IP_C --no-fragments
 
 # --- the end: every daemon idle, and exits 0 on SIGTERM -----------------------------------------
 stop_all() {

@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""bad_frames: sends damaged and foreign Ethernet frames to a raw-packet vrnic port.
+
+Built with scapy, independently of vrnic's code, each frame addressed to the port's MAC and
+IPv4 address (or broadcast). Prints one line per frame and, last, what the port's counters
+must have gained: `expect malformed=N icrc=M` (frames that are not the port's business --
+other EtherTypes, other addresses, other UDP ports, foreign ARP -- count as neither).
+
+  bad_frames.py --iface IF --dst-mac MAC --src-ip A --dst-ip B [--port 4791] [--no-fragments]
+
+--no-fragments leaves out the IPv4 fragments, for ports that never see one: DPDK's
+af_packet joins a fanout group that has the kernel reassemble fragments first (a lone one
+is never delivered).
+"""
+
+import argparse
+import struct
+
+from scapy.all import ARP, IP, UDP, Ether, Raw, sendp
+
+
+def bth(opcode, dest_qp=0x10, psn=1, pad=0):
+    """A 12-byte BTH (ROCE.md): opcode, SE/M/pad/TVer, P_Key, reserved, dest QP, A, PSN."""
+    return struct.pack(">BBHI I", opcode, 0x40 | (pad << 4), 0xFFFF, dest_qp, psn)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iface", required=True)
+    ap.add_argument("--dst-mac", required=True)
+    ap.add_argument("--src-ip", required=True)
+    ap.add_argument("--dst-ip", required=True)
+    ap.add_argument("--port", type=int, default=4791)
+    ap.add_argument("--no-fragments", action="store_true")
+    a = ap.parse_args()
+
+    eth = Ether(dst=a.dst_mac)
+    ip = IP(src=a.src_ip, dst=a.dst_ip, flags="DF")
+    udp = UDP(sport=0xC123, dport=a.port)
+    send_only = bth(0x04) + b"\x00" * 4  # RC SEND only, no payload, ICRC field zero
+    malformed, icrc = [], []
+    ignored = []
+
+    # The port's business, damaged: each counted as malformed.
+    bad_sum = ip.copy()
+    bad_sum.chksum = 0x1234
+    malformed.append(("IPv4 header checksum wrong", eth / bad_sum / udp / Raw(send_only)))
+    if not a.no_fragments:
+        frag = IP(src=a.src_ip, dst=a.dst_ip, flags="MF")
+        malformed.append(("IPv4 fragment (MF)", eth / frag / udp / Raw(send_only)))
+        offset = IP(src=a.src_ip, dst=a.dst_ip, frag=8)
+        malformed.append(("IPv4 fragment (offset 64)", eth / offset / udp / Raw(send_only)))
+    long_ip = ip.copy()
+    long_ip.len = 1400  # claims more than the frame holds
+    malformed.append(("IPv4 total length past the frame", eth / long_ip / udp / Raw(send_only)))
+    bad_udp_len = udp.copy()
+    bad_udp_len.len = 200
+    malformed.append(("UDP length disagrees with IP", eth / ip / bad_udp_len / Raw(send_only)))
+    malformed.append(("UDP payload of 8 bytes", eth / ip / udp / Raw(b"\x04" * 8)))
+    malformed.append(("reserved opcode 0x1f", eth / ip / udp / Raw(bth(0x1F) + b"\x00" * 4)))
+    tver = bytearray(send_only)
+    tver[1] |= 0x01
+    malformed.append(("transport version 1", eth / ip / udp / Raw(bytes(tver))))
+    malformed.append(("IPv4 header cut short", Ether(dst=a.dst_mac, type=0x0800) / Raw(b"\x45\x00")))
+    malformed.append(("IPv4 header length 4 bytes",
+                      Ether(dst=a.dst_mac, type=0x0800) / Raw(b"\x41" + b"\x00" * 40)))
+    # Shaped right, ICRC wrong: counted as ICRC errors.
+    icrc.append(("RC SEND only, ICRC zero", eth / ip / udp / Raw(send_only)))
+    icrc.append(("RC WRITE only, ICRC random",
+                 eth / ip / udp / Raw(bth(0x0A) + b"\x00" * 16 + b"\xde\xad\xbe\xef")))
+    # Not the port's business: ignored.
+    ignored.append(("IPv6 frame", Ether(dst=a.dst_mac, type=0x86DD) / Raw(b"\x60" + b"\x00" * 60)))
+    ignored.append(("another UDP port", eth / ip / UDP(sport=1, dport=a.port + 1) / Raw(send_only)))
+    ignored.append(("TCP", eth / IP(src=a.src_ip, dst=a.dst_ip, proto=6) / Raw(b"\x00" * 20)))
+    ignored.append(("another IPv4 address",
+                    eth / IP(src=a.src_ip, dst="10.255.255.254") / udp / Raw(send_only)))
+    ignored.append(("another MAC", Ether(dst="02:00:00:00:00:99") / ip / udp / Raw(send_only)))
+    ignored.append(("ARP for another address", Ether(dst="ff:ff:ff:ff:ff:ff") /
+                    ARP(op=1, psrc=a.src_ip, pdst="10.255.255.254")))
+    ignored.append(("ARP with hardware type 6", Ether(dst="ff:ff:ff:ff:ff:ff") /
+                    ARP(op=1, hwtype=6, psrc=a.src_ip, pdst=a.dst_ip)))
+
+    for kind, frames in (("malformed", malformed), ("icrc", icrc), ("ignored", ignored)):
+        for what, frame in frames:
+            print(f"send {kind:9} {what}")
+            sendp(frame, iface=a.iface, verbose=False)
+    print(f"expect malformed={len(malformed)} icrc={len(icrc)}")
+
+
+if __name__ == "__main__":
+    main()
