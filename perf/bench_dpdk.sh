@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# perf/bench_dpdk.sh: vrnic's dpdk port against DPDK's own ceiling on the same path (issue 5,
+# "Performance"). Two paths:
+#   memif      two vrnicd in this namespace joined by net_memif
+#   af_packet  two vrnicd on net_af_packet, one in each of two network namespaces joined by a
+#              veth pair
+# and for each, in every round: `ib_write_bw -s 65536 -D 5` and `ib_write_bw -s 64 -q 16 -D 5`
+# (server on the first vrnicd, client on the second), next to perf/dpdk_ceiling.sh (two
+# dpdk-testpmd, txonly -> rxonly) over the same path with frames of the size vrnic sends
+# (RoCE MTU 1024 on a 1500-byte link: 1082 B frames for the large messages, 138 B for 64-byte
+# writes). vrnic's packet rate is its bandwidth divided by the payload per packet (1024 or
+# 64 B); the ratio to the ceiling's packet rate is the figure the issue asks for (target
+# >= 0.60). Ceilings are measured with no vrnicd running (an idle vrnicd still polls), the
+# vrnicd pairs are then started for vrnic's figures. Medians over ROUNDS (default 3); logs
+# and summary.md go to perf/out/bench-dpdk-<date>/.
+#
+# Worker scaling (`ib_write_bw -q 16` with 1 and 2 workers) needs vrnicd --workers 2, which
+# is not supported yet: reported as such.
+#
+# Usage: perf/bench_dpdk.sh [ROUNDS]            (root: namespaces, DPDK devices)
+# Environment: VRNIC_SKIP_SETUP=1 skips the package and build steps; BENCH_SECONDS (default 5).
+
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+# shellcheck source=tests/lib.sh
+source tests/lib.sh
+# shellcheck source=perf/lib_bench.sh
+source perf/lib_bench.sh
+
+rounds=${1:-3}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "usage: perf/bench_dpdk.sh [ROUNDS]" >&2; exit 2; }
+secs=${BENCH_SECONDS:-5}
+target=0.60
+
+vrnic_tmp_init || exit 1
+trap 'vrnic_cleanup; exit 130' INT TERM
+bench_setup || exit 1
+vrnic_install_packages dpdk-dev || exit 1  # dpdk-testpmd
+# shellcheck source=tests/lib_dpdk.sh
+source tests/lib_dpdk.sh
+need_dpdk || exit 1
+bench_out_dir bench-dpdk || exit 1
+out=$BENCH_OUT
+NS_A=vrbench-a-$$ NS_B=vrbench-b-$$ VETH_A=vba$$ VETH_B=vbb$$
+
+{
+  bench_system_info
+  echo "dpdk:     $(pkg-config --modversion libdpdk 2>/dev/null), EAL $EAL_BASE"
+} | tee "$out/system.txt"
+
+# Sizes: [message size]=frame bytes on the wire, payload bytes per packet.
+declare -A FRAME=([65536]=1082 [64]=138) PAYLOAD=([65536]=1024 [64]=64)
+declare -A ARGS=([65536]="-s 65536" [64]="-s 64 -q 16")
+declare -A results  # [path.size.kind] = space-separated values per round
+BENCH_ROUNDS=$rounds
+BENCH_STEPS=$((8 * rounds))
+
+# ceiling ROUND PATH SIZE: testpmd's Mpps for this path and frame size.
+ceiling() {
+  local log=$out/ceiling.$2.$3.$1.log line mpps
+  if vrnic_fg timeout -k 10 120 perf/dpdk_ceiling.sh "$2" "${FRAME[$3]}" "$secs" >"$log" 2>&1; then
+    line=$(tail -n 1 "$log")
+    mpps=$(sed -n 's/.* mpps=\([0-9.]*\).*/\1/p' <<<"$line")
+  fi
+  if [[ -n ${mpps:-} ]]; then
+    results[$2.$3.ceiling]+="$mpps "
+    bench_progress "$1" "testpmd $2 ${FRAME[$3]} B frames" "$mpps Mpps"
+  else
+    bench_progress "$1" "testpmd $2 ${FRAME[$3]} B frames" ""
+    bench_fail "$log"
+  fi
+}
+
+# vrnic ROUND PATH SIZE SERVER CLIENT: ib_write_bw between two vrnicd; Mpps and GB/s.
+vrnic() {
+  local round=$1 path=$2 size=$3 log=$out/vrnic.$2.$3.$1.log v unit g mpps
+  local -a args
+  read -ra args <<<"${ARGS[$size]}"
+  if VRNIC_SOCKET=${SOCK[$4]} VRNIC_CLIENT_ENV=VRNIC_SOCKET=${SOCK[$5]} VRNICD_PID=${PID[$4]} \
+    bench_perftest "$log" "$path.$size.$round" ib_write_bw "${args[@]}" -D "$secs" &&
+    [[ $ROW == bw* ]]; then
+    read -r _ _ v unit <<<"$ROW"
+    g=$(bench_bw_gbs "$v" "$unit")
+    mpps=$(awk -v g="$g" -v p="${PAYLOAD[$size]}" 'BEGIN { printf "%.3f", g * 1e3 / p }')
+    results[$path.$size.vrnic]+="$mpps "
+    results[$path.$size.gbs]+="$g "
+    bench_progress "$round" "vrnic $path ib_write_bw ${ARGS[$size]}" "$g GB/s, $mpps Mpps"
+  else
+    bench_progress "$round" "vrnic $path ib_write_bw ${ARGS[$size]}" ""
+    bench_fail "$log"
+  fi
+}
+
+start_pairs() {
+  dpdk_daemon m1 - --dpdk 10.78.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif.sock" &&
+    dpdk_daemon m2 - --dpdk 10.78.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif.sock" &&
+    veth_pair "$NS_A" "$NS_B" "$VETH_A" "$VETH_B" &&
+    dpdk_daemon a "$NS_A" --dpdk 10.77.0.1 --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_A,$AF_PACKET_RING" &&
+    dpdk_daemon b "$NS_B" --dpdk 10.77.0.2 --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_B,$AF_PACKET_RING" &&
+    wait_link m1 m2 a b
+}
+
+stop_pairs() {
+  local d
+  for d in m1 m2 a b; do
+    [[ -n ${PID[$d]:-} ]] || continue
+    VRNICD_PID=${PID[$d]} VRNICD_LOG=${LOG[$d]} stop_vrnicd TERM "${SOCK[$d]}" >>"$out/vrnicd-stop.log" 2>&1
+    PID[$d]=
+  done
+  ip netns del "$NS_A" 2>/dev/null
+  ip netns del "$NS_B" 2>/dev/null
+}
+
+for ((r = 1; r <= rounds; r++)); do
+  for size in 65536 64; do
+    ceiling "$r" memif "$size"
+    ceiling "$r" af_packet "$size"
+  done
+  start_pairs >"$out/vrnicd-start.$r.log" 2>&1 || { cat "$out/vrnicd-start.$r.log"; exit 1; }
+  for size in 65536 64; do
+    vrnic "$r" memif "$size" m1 m2
+    vrnic "$r" af_packet "$size" a b
+  done
+  stop_pairs
+done
+
+# shellcheck disable=SC2086 # the values are space-separated on purpose
+med() { bench_median_fmt "${2:-%.3f}" ${results[$1]:-}; }
+{
+  echo "## vrnic dpdk port vs dpdk-testpmd on the same path ($(date +%Y-%m-%d))"
+  echo
+  sed 's/^/    /' "$out/system.txt"
+  echo
+  echo "Medians over $rounds rounds of ${secs} s. vrnic: \`ib_write_bw ARGS -D $secs -d vrnic0 -x 0 -F\`,"
+  echo "server on the first vrnicd, client on the second; its packet rate is bandwidth / payload per"
+  echo "packet. Ceiling: \`perf/dpdk_ceiling.sh PATH FRAME $secs\` (testpmd txonly -> rxonly, same frame size)."
+  echo
+  echo "| path | ib_write_bw | vrnic GB/s | vrnic Mpps | testpmd Mpps (frame) | ratio (target >= $target) |"
+  echo "|---|---|---|---|---|---|"
+  for path in memif af_packet; do
+    for size in 65536 64; do
+      echo "| $path | ${ARGS[$size]} | $(med $path.$size.gbs %.2f) | $(med $path.$size.vrnic) |" \
+        "$(med $path.$size.ceiling) (${FRAME[$size]} B) |" \
+        "$(bench_ratio "$(med $path.$size.vrnic)" "$(med $path.$size.ceiling)") |"
+    done
+  done
+  echo
+  echo "Per round (Mpps): $(for k in "${!results[@]}"; do printf '%s=[%s] ' "$k" "${results[$k]% }"; done)"
+  echo
+  echo "Worker scaling (ib_write_bw -q 16, 1 vs 2 workers): not measured, vrnicd runs one worker."
+} | tee "$out/summary.md"
+vrnic_cleanup
+echo "failures: $BENCH_FAILURES; summary: $out/summary.md"
+((BENCH_FAILURES == 0))
