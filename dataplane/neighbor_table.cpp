@@ -29,4 +29,11 @@ void NeighborTable::learn(uint32_t ipv4, const MacAddress &mac, uint64_t now) {
   e.waiting = false;
 }
 
+bool NeighborTable::refresh(uint32_t ipv4, const MacAddress &mac, uint64_t now) {
+  auto it = entries_.find(ipv4);
+  if (it == entries_.end() || !it->second.known) return false;
+  learn(ipv4, mac, now);
+  return true;
+}
+
 }  // namespace vrnic

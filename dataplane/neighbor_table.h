@@ -33,6 +33,10 @@ class NeighborTable {
   Answer lookup(uint32_t ipv4, uint64_t now);
   // An ARP message from ipv4 told us its address (a reply, or a request it sent us).
   void learn(uint32_t ipv4, const MacAddress &mac, uint64_t now);
+  // Any other ARP message from ipv4 (a gratuitous one, a request to someone else): the
+  // address is taken only if ipv4 is in the table already (RFC 826's merge), so a peer that
+  // changed its MAC is reached at the new one. Returns whether it was.
+  bool refresh(uint32_t ipv4, const MacAddress &mac, uint64_t now);
   size_t size() const { return entries_.size(); }
 
  private:

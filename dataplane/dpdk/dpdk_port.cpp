@@ -184,6 +184,7 @@ class DpdkPort final : public Port {
   bool zero_copy_ = false;            // the device takes chained mbufs
   bool registered_thread_ = false;
   bool memif_ = false;              // see housekeeping()
+  bool announced_ = false;          // gratuitous ARP sent since the link came up
   uint64_t next_restart_ = 0;
   MacAddress mac_{};
   uint8_t ip_[4] = {};
@@ -454,10 +455,15 @@ void DpdkPort::send_arp(ArpMessage::Op op, const uint8_t *target_ip, const MacAd
 void DpdkPort::on_arp(const uint8_t *frame, uint32_t len, uint64_t now) {
   ArpMessage m;
   if (!parse_arp_frame(frame, len, &m)) return;
+  // No host has a group or all-zero address: such a claim would only poison the table.
+  if ((m.sender_mac.bytes[0] & 1) || m.sender_mac == MacAddress{}) return;
   const bool for_us = std::memcmp(m.target_ip, ip_, 4) == 0;
   const uint32_t sender = ip_key(m.sender_ip);
   auto waiting = pending_.find(sender);
-  if (!for_us && waiting == pending_.end()) return;
+  if (!for_us && waiting == pending_.end()) {
+    neighbors_.refresh(sender, m.sender_mac, now);
+    return;
+  }
   neighbors_.learn(sender, m.sender_mac, now);
   if (for_us && m.op == ArpMessage::kRequest)
     send_arp(ArpMessage::kReply, m.sender_ip, m.sender_mac);
@@ -484,9 +490,13 @@ void DpdkPort::housekeeping(uint64_t now) {
   rte_eth_link link{};
   bool up = rte_eth_link_get_nowait(port_id_, &link) != 0 || link.link_status;
   if (!iface_.empty()) up = up && kernel_link_running(iface_);
-  if (up != link_up_.load(std::memory_order_relaxed)) {
-    counters_.link_changes++;
+  if (up != link_up_.load(std::memory_order_relaxed) || !announced_) {
+    if (up != link_up_.load(std::memory_order_relaxed)) counters_.link_changes++;
     link_up_.store(up, std::memory_order_relaxed);
+    // Gratuitous ARP when the link comes up: peers that knew another MAC for our address (a
+    // restarted vrnicd, a new NIC) update it.
+    announced_ = up;
+    if (up) send_arp(ArpMessage::kRequest, ip_, MacAddress{});
   }
   // A memif client connects when the device starts and, in DPDK 22.11, never again: one that
   // started before its server (or outlived it) is restarted now and then until it connects.

@@ -252,6 +252,25 @@ check "ibv_rc_pingpong: two vrnicd over memif" across_memif pingpong_between m1 
 check "memif counters: frames both ways, no ICRC or format errors" \
   across_memif clean_counters m1 m2
 
+# The memif server's vrnicd dies: its peer's link goes down; a new one on the same socket
+# brings it back up (the client reconnects by itself) and traffic flows again.
+memif_peer_death() {
+  local sock=$DIR/memif.sock
+  echo "+ kill -KILL ${PID[m1]}   # the memif server's vrnicd"
+  kill -KILL "${PID[m1]}"
+  vrnic_wait_exit "${PID[m1]}" 5
+  for _ in $(seq 100); do
+    [[ $(stat_of link_up m2) == 0 ]] && break
+    sleep 0.1
+  done
+  [[ $(stat_of link_up m2) == 0 ]] || { echo "FAIL: the client's link is still up"; return 1; }
+  echo "link of m2 down"
+  dpdk_daemon m1 - --dpdk $IP_M1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$sock" &&
+    wait_link m1 m2 && pingpong_between m1 m2 ibv_rc_pingpong
+}
+check "memif: peer vrnicd killed, link down; a new one, link up and traffic again" \
+  across_memif memif_peer_death
+
 # --- a dpdk vrnicd against a udp-port vrnicd -------------------------------------------------
 # C: dpdk on af_packet; D: the kernel owns its end of the veth (address 10.79.0.2) and vrnicd
 # uses it through UDP sockets. ARP: vrnicd C asks, D's kernel answers, and answers C's

@@ -16,7 +16,7 @@ is never delivered).
 import argparse
 import struct
 
-from scapy.all import ARP, IP, UDP, Ether, Raw, sendp
+from scapy.all import ARP, IP, UDP, Ether, Raw, get_if_hwaddr, sendp
 
 
 def bth(opcode, dest_qp=0x10, psn=1, pad=0):
@@ -75,10 +75,16 @@ def main():
     ignored.append(("another IPv4 address",
                     eth / IP(src=a.src_ip, dst="10.255.255.254") / udp / Raw(send_only)))
     ignored.append(("another MAC", Ether(dst="02:00:00:00:00:99") / ip / udp / Raw(send_only)))
+    mine = get_if_hwaddr(a.iface)  # what the sender's ARP says of itself
     ignored.append(("ARP for another address", Ether(dst="ff:ff:ff:ff:ff:ff") /
-                    ARP(op=1, psrc=a.src_ip, pdst="10.255.255.254")))
+                    ARP(op=1, hwsrc=mine, psrc=a.src_ip, pdst="10.255.255.254")))
     ignored.append(("ARP with hardware type 6", Ether(dst="ff:ff:ff:ff:ff:ff") /
-                    ARP(op=1, hwtype=6, psrc=a.src_ip, pdst=a.dst_ip)))
+                    ARP(op=1, hwtype=6, hwsrc=mine, psrc=a.src_ip, pdst=a.dst_ip)))
+    # Claims of the sender's address with impossible MACs must not poison the port's table.
+    for bogus in ("00:00:00:00:00:00", "ff:ff:ff:ff:ff:ff", "01:00:5e:00:00:01"):
+        ignored.append((f"ARP reply claiming {a.src_ip} is at {bogus}",
+                        Ether(dst=a.dst_mac) / ARP(op=2, hwsrc=bogus, psrc=a.src_ip,
+                                                   hwdst=a.dst_mac, pdst=a.dst_ip)))
 
     for kind, frames in (("malformed", malformed), ("icrc", icrc), ("ignored", ignored)):
         for what, frame in frames:
