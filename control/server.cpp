@@ -114,9 +114,17 @@ absl::Status Server::start() {
   return start_workers();
 }
 
+// Each worker has a port of its own (a udp port's receive sockets share the address with
+// SO_REUSEPORT; packets for another worker's QP are handed over).
 absl::StatusOr<std::unique_ptr<Port>> Server::open_wire_port(Worker &w) {
-  if (cfg_.dpdk) return open_dpdk_port(cfg_.dpdk_port, w.pool);
-  absl::StatusOr<std::unique_ptr<UdpPort>> udp = UdpPort::open(cfg_.udp_port, w.pool, w.wake_fd());
+  if (cfg_.dpdk) {
+    if (nworkers_ > 1)
+      return absl::UnimplementedError("the dpdk port runs with one worker so far (--workers 1)");
+    return open_dpdk_port(cfg_.dpdk_port, w.pool);
+  }
+  UdpPortConfig udp_cfg = cfg_.udp_port;
+  udp_cfg.reuse_port = nworkers_ > 1;
+  absl::StatusOr<std::unique_ptr<UdpPort>> udp = UdpPort::open(udp_cfg, w.pool, w.wake_fd());
   if (!udp.ok()) return udp.status();
   return std::unique_ptr<Port>(std::move(*udp));
 }
@@ -136,6 +144,12 @@ absl::Status Server::start_workers() {
       w->attach_wire_port(std::move(*port));
     }
     workers_.push_back(std::move(w));
+  }
+  qps_per_worker_.assign(nworkers_, 0);
+  if (nworkers_ > 1) {
+    std::vector<Worker *> all;
+    for (auto &w : workers_) all.push_back(w.get());
+    for (auto &w : workers_) w->connect(all);
   }
   watch_link();
   for (auto &w : workers_) w->start();
@@ -465,7 +479,7 @@ int Server::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp) {
 uint32_t Server::insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp) {
   uint32_t handle = 0, key = 0, pd = mr->pd;
   MemoryRegion *raw = mr.get();
-  workers_[0]->execute([&] {
+  execute_all([&] {
     handle = dev_.mrs.insert(std::move(mr));
     if (!handle) return;
     key = handle << 8 | dev_.mrs.generation(handle);
@@ -496,7 +510,7 @@ int Server::dereg_mr(Session &s, uint32_t handle) {
   if (!owns(s.mrs, handle)) return EINVAL;
   uint32_t pd = 0;
   int st = 0;
-  workers_[0]->execute([&] {
+  execute_all([&] {
     if (dev_.mrs.get(handle)->bound_windows) {
       st = EBUSY;  // memory windows still expose it
       return;
@@ -518,7 +532,7 @@ int Server::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &r
   mw->session = s.id;
   mw->type = uint8_t(req.type);
   uint32_t handle = 0;
-  workers_[0]->execute([&] {
+  execute_all([&] {
     MemoryWindow *raw = mw.get();
     handle = dev_.mws.insert(std::move(mw));
     if (!handle) return;
@@ -536,7 +550,7 @@ int Server::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &r
 int Server::dealloc_mw(Session &s, uint32_t handle) {
   if (!owns(s.mws, handle)) return EINVAL;
   uint32_t pd = 0;
-  workers_[0]->execute([&] {
+  execute_all([&] {
     MemoryWindow *mw = dev_.mws.get(handle);
     if (mw->bound) {
       if (MemoryRegion *mr = dev_.mr_by_key(mw->mr_key)) mr->bound_windows--;
@@ -598,7 +612,7 @@ int Server::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::CreateCqResp
   cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
   cq->mask = slots - 1;
   uint32_t handle = 0;
-  workers_[0]->execute([&] {
+  execute_all([&] {
     handle = dev_.cqs.insert(std::move(cq));
     if (handle) dev_.cqs.get(handle)->handle = handle;
   });
@@ -619,7 +633,7 @@ int Server::destroy_cq(Session &s, uint32_t handle) {
   if (!owns(s.cqs, handle)) return EINVAL;
   int st = 0;
   uint32_t channel = 0;
-  workers_[0]->execute([&] {
+  execute_all([&] {
     CompletionQueue *cq = dev_.cqs.get(handle);
     if (cq->refs) {
       st = EBUSY;
@@ -648,7 +662,7 @@ int Server::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::CreateCqResp
   auto *fresh = static_cast<shm::CqShared *>(map);
   auto *ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
   int st = 0;
-  workers_[0]->execute([&] {
+  execute_all([&] {
     CompletionQueue &cq = *dev_.cqs.get(req.handle);
     uint32_t consumer = cq.shared->ring.consumer.load(std::memory_order_acquire);
     uint32_t pending = cq.producer - consumer;
@@ -678,8 +692,32 @@ int Server::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::CreateCqResp
   return 0;
 }
 
+// The worker with the fewest QPs.
 Worker &Server::worker_for_new_qp() {
-  return *workers_[0];
+  size_t best = 0;
+  for (size_t i = 1; i < workers_.size(); i++)
+    if (qps_per_worker_[i] < qps_per_worker_[best]) best = i;
+  return *workers_[best];
+}
+
+void Server::execute_all(const std::function<void()> &fn) {
+  if (workers_.size() == 1) {
+    workers_[0]->execute(fn);
+    return;
+  }
+  for (auto &w : workers_) w->request_park();
+  for (auto &w : workers_) w->wait_parked();
+  // A worker that drained later may have handed packets to one parked earlier: drain again
+  // until every inbox is empty (a few rounds at most: draining starts no new sends).
+  auto inboxes_empty = [&] {
+    return std::all_of(workers_.begin(), workers_.end(), [](auto &w) { return w->inbox_empty(); });
+  };
+  while (!inboxes_empty()) {
+    for (auto &w : workers_) w->redrain();
+    for (auto &w : workers_) w->wait_parked();
+  }
+  fn();
+  for (auto &w : workers_) w->unpark();
 }
 
 int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp &resp,
@@ -729,8 +767,10 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
   if (req.qp_type == IBV_QPT_UD) qp->mtu = mtu_bytes(dev_.info.port_active_mtu);
   qp->shared->state.store(IBV_QPS_RESET);
   Worker &w = worker_for_new_qp();
+  qp->worker = uint8_t(w.index());
+  const bool shared = workers_.size() > 1;  // CQs and SRQs may be used by several workers
   uint32_t handle = 0;
-  w.execute([&] {
+  execute_all([&] {
     qp->send_cq = dev_.cqs.get(req.send_cq);
     qp->recv_cq = dev_.cqs.get(req.recv_cq);
     QueuePair *raw = qp.get();
@@ -740,9 +780,11 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
     raw->qpn = Device::qpn_of_handle(handle);
     raw->send_cq->refs++;
     raw->recv_cq->refs++;
+    raw->send_cq->multi_worker = raw->recv_cq->multi_worker = shared;
     if (req.srq) {
       raw->rq = dev_.srqs.get(req.srq);
       raw->rq->refs++;
+      raw->rq->multi_worker = shared;
     }
   });
   if (!handle) {
@@ -758,6 +800,7 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
   resp.sq_slots = sq_slots;
   resp.rq_slots = rq_slots;
   resp.worker = w.index();
+  qps_per_worker_[w.index()]++;
   resp.caps = {sq_slots, rq_slots, shm::kMaxSge, shm::kMaxSge, shm::kMaxInline, 0};
   fds.push_back(fd);
   return 0;
@@ -768,7 +811,7 @@ int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
   const ctl::QpAttrWire &a = req.attr;
   uint32_t mask = req.attr_mask;
   int st = 0;
-  workers_[0]->execute([&] {
+  execute_all([&] {
     QueuePair &qp = *dev_.qps.get(req.handle);
     uint32_t cur = qp.attr.qp_state;
     if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) {
@@ -823,7 +866,7 @@ int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
     if (mask & IBV_QP_DEST_QPN) q.dest_qp_num = a.dest_qp_num & wire::kQpnMask;
     if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) q.en_sqd_async_notify = a.en_sqd_async_notify;
 
-    Worker &w = *workers_[0];
+    Worker &w = *workers_[qp.worker];
     if (next == IBV_QPS_RESET) {
       qp_reset_transport(qp);
       w.forget_qp(qp);
@@ -853,7 +896,7 @@ int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
 
 int Server::query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp) {
   if (!owns(s.qps, handle)) return EINVAL;
-  workers_[0]->execute([&] {
+  execute_all([&] {
     QueuePair &qp = *dev_.qps.get(handle);
     resp.attr = qp.attr;
     resp.attr.cur_qp_state = qp.attr.qp_state;
@@ -864,9 +907,10 @@ int Server::query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp) {
 
 int Server::destroy_qp(Session &s, uint32_t handle) {
   if (!owns(s.qps, handle)) return EINVAL;
-  workers_[0]->execute([&] {
+  execute_all([&] {
     QueuePair *qp = dev_.qps.get(handle);
-    workers_[0]->forget_qp(*qp);
+    workers_[qp->worker]->forget_qp(*qp);
+    qps_per_worker_[qp->worker]--;
     qp->send_cq->refs--;
     qp->recv_cq->refs--;
     if (qp->rq != &qp->own_rq) qp->rq->refs--;
@@ -905,7 +949,7 @@ int Server::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::CreateSrqR
   srq->cookie = req.cookie;
   srq->async_fd = s.async_fd;
   uint32_t handle = 0;
-  workers_[0]->execute([&] {
+  execute_all([&] {
     ReceiveQueue *raw = srq.get();
     handle = dev_.srqs.insert(std::move(srq));
     if (handle) raw->handle = handle;
@@ -928,7 +972,7 @@ int Server::modify_srq(Session &s, const ctl::ModifySrqReq &req) {
   if (!owns(s.srqs, req.handle)) return EINVAL;
   if (req.attr_mask & ~uint32_t(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
   int st = 0;
-  workers_[0]->execute([&] {
+  execute_all([&] {
     ReceiveQueue &srq = *dev_.srqs.get(req.handle);
     uint32_t slots = srq.mask + 1;
     // The ring is sized at creation; "resizing" within it is all vrnic offers.
@@ -949,7 +993,7 @@ int Server::modify_srq(Session &s, const ctl::ModifySrqReq &req) {
 
 int Server::query_srq(Session &s, uint32_t handle, ctl::QuerySrqResp &resp) {
   if (!owns(s.srqs, handle)) return EINVAL;
-  workers_[0]->execute([&] {
+  execute_all([&] {
     ReceiveQueue &srq = *dev_.srqs.get(handle);
     resp.attr = {srq.mask + 1, shm::kMaxSge, srq.limit->load(), 0};
   });
@@ -960,7 +1004,7 @@ int Server::destroy_srq(Session &s, uint32_t handle) {
   if (!owns(s.srqs, handle)) return EINVAL;
   int st = 0;
   uint32_t pd = 0;
-  workers_[0]->execute([&] {
+  execute_all([&] {
     ReceiveQueue *srq = dev_.srqs.get(handle);
     if (srq->refs) {
       st = EBUSY;
@@ -1009,41 +1053,44 @@ void Server::stats(ctl::StatsResp &resp) {
   resp.channels = channels_.size();
   resp.ahs = ahs_.size();
   resp.wire_link_up = 1;
-  workers_[0]->execute([&] {
+  execute_all([&] {
     resp.mrs = dev_.mrs.size();
     resp.cqs = dev_.cqs.size();
     resp.qps = dev_.qps.size();
     resp.srqs = dev_.srqs.size();
     resp.mws = dev_.mws.size();
-    std::copy(std::begin(dev_.counters.value), std::end(dev_.counters.value), resp.transport);
-    if (Port *wire = workers_[0]->wire_port()) {
+    // Every worker's share, summed: its counters and its ports'.
+    for (auto &w : workers_) {
+      for (size_t i = 0; i < std::size(resp.transport); i++) resp.transport[i] += w->counters.value[i];
+      Port *wire = w->wire_port();
+      if (!wire) continue;
       const PortCounters &c = wire->counters();
-      resp.wire_tx_packets = c.tx_packets;
-      resp.wire_tx_bytes = c.tx_bytes;
-      resp.wire_tx_errors = c.tx_errors;
-      resp.wire_rx_packets = c.rx_packets;
-      resp.wire_rx_bytes = c.rx_bytes;
-      resp.wire_rx_icrc_errors = c.rx_icrc_errors;
-      resp.wire_rx_malformed = c.rx_malformed;
-      resp.wire_rx_no_buffer = c.rx_no_buffer;
-      resp.wire_tx_payload_copied = c.tx_payload_copied;
-      resp.wire_tx_payload_zero_copy = c.tx_payload_zero_copy;
-      resp.wire_tx_no_route = c.tx_no_route;
-      resp.wire_link_changes = c.link_changes;
-      resp.wire_link_up = wire->link_up();
+      resp.wire_tx_packets += c.tx_packets;
+      resp.wire_tx_bytes += c.tx_bytes;
+      resp.wire_tx_errors += c.tx_errors;
+      resp.wire_rx_packets += c.rx_packets;
+      resp.wire_rx_bytes += c.rx_bytes;
+      resp.wire_rx_icrc_errors += c.rx_icrc_errors;
+      resp.wire_rx_malformed += c.rx_malformed;
+      resp.wire_rx_no_buffer += c.rx_no_buffer;
+      resp.wire_tx_payload_copied += c.tx_payload_copied;
+      resp.wire_tx_payload_zero_copy += c.tx_payload_zero_copy;
+      resp.wire_tx_no_route += c.tx_no_route;
+      resp.wire_link_changes += c.link_changes;
+      if (!wire->link_up()) resp.wire_link_up = 0;
       if (const FaultCounters *f = wire->fault_counters()) {
-        resp.faults_dropped = f->dropped;
-        resp.faults_duplicated = f->duplicated;
-        resp.faults_reordered = f->reordered;
-        resp.faults_corrupted = f->corrupted;
-        resp.faults_delayed = f->delayed;
+        resp.faults_dropped += f->dropped;
+        resp.faults_duplicated += f->duplicated;
+        resp.faults_reordered += f->reordered;
+        resp.faults_corrupted += f->corrupted;
+        resp.faults_delayed += f->delayed;
       }
     }
   });
 }
 
 void Server::list_qps(uint32_t start, ctl::ListQpsResp &resp) {
-  workers_[0]->execute([&] {
+  execute_all([&] {
     dev_.qps.for_each([&](uint32_t handle, QueuePair &qp) {
       if (handle < start) return;
       if (resp.count == ctl::ListQpsResp::kMaxEntries) {
@@ -1056,7 +1103,8 @@ void Server::list_qps(uint32_t start, ctl::ListQpsResp &resp) {
       e.state = qp.attr.qp_state;
       e.session = qp.session;
       std::copy(std::begin(qp.counters.value), std::end(qp.counters.value), e.counters);
-      e.transport = qp_transport_state(qp, workers_[0]->now);
+      e.transport = qp_transport_state(qp, workers_[qp.worker]->now);
+      e.worker = qp.worker;
     });
   });
 }
@@ -1065,9 +1113,10 @@ int Server::set_faults(const ctl::SetFaultsReq &req) {
   std::string spec(req.spec, strnlen(req.spec, sizeof(req.spec)));
   absl::StatusOr<FaultConfig> cfg = FaultConfig::parse(spec);
   if (!cfg.ok()) return EINVAL;
-  Port *wire = workers_[0]->wire_port();
-  if (!wire) return ENODEV;  // faults are injected on a wire
-  workers_[0]->execute([&] { wire->set_faults(*cfg); });
+  if (!workers_[0]->wire_port()) return ENODEV;  // faults are injected on a wire
+  execute_all([&] {
+    for (auto &w : workers_) w->wire_port()->set_faults(*cfg);
+  });
   return 0;
 }
 

@@ -119,6 +119,10 @@ class Server {
   void watch_link();
 
   Worker &worker_for_new_qp();
+  // Runs fn where it may change any worker's state: on the worker (one), or with every
+  // worker parked (several).
+  void execute_all(const std::function<void()> &fn);
+  std::vector<uint32_t> qps_per_worker_;
 
   ServerConfig cfg_;
   std::string path_;

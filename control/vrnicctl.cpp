@@ -88,8 +88,9 @@ int list_qps(int sock) {
       const vrnic::ctl::QpEntry &e = r->entries[i];
       static const char *kTypes[] = {"?", "?", "RC", "UC", "UD"};
       static const char *kStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
-      std::printf("qpn=0x%x type=%s state=%s session=%u", e.qpn, e.type < 5 ? kTypes[e.type] : "?",
-                  e.state < 7 ? kStates[e.state] : "?", e.session);
+      std::printf("qpn=0x%x type=%s state=%s session=%u worker=%u", e.qpn,
+                  e.type < 5 ? kTypes[e.type] : "?", e.state < 7 ? kStates[e.state] : "?",
+                  e.session, e.worker);
       const vrnic::ctl::QpTransportState &t = e.transport;
       std::printf(
           " sq_psn=%u acked_psn=%u rq_psn=%u window=%u wqes_started=%u wqes_unsent=%u"

@@ -28,7 +28,8 @@ void usage(FILE *out) {
       "              [--dpdk ADDR --eal 'EAL ARGS' [--udp-port PORT]] [--faults SPEC]\n"
       "  --socket PATH    control socket (default: $VRNIC_SOCKET, else\n"
       "                   $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>.sock)\n"
-      "  --workers N      dataplane worker threads (default 1)\n"
+      "  --workers N      dataplane worker threads, 1 to 8 (default 1); each QP runs on one\n"
+      "                   (the least loaded when it is created), each has its own udp port\n"
       "  --udp ADDR       RoCEv2 over UDP on this IPv4 or IPv6 address (GID 0); without\n"
       "                   it vrnic0 has only the loop port (peers are local processes)\n"
       "  --dpdk ADDR      RoCEv2 on an Ethernet device driven by DPDK, with this IPv4\n"
@@ -69,8 +70,8 @@ int main(int argc, char **argv) {
     if (arg == "--socket") {
       cfg.socket_path = argv[++i];
     } else if (arg == "--workers") {
-      if (!parse_number(argv[++i], 1, 1, &n)) {
-        std::fprintf(stderr, "vrnicd: --workers: only 1 worker is supported so far\n");
+      if (!parse_number(argv[++i], 1, vrnic::shm::kMaxWorkers, &n)) {
+        std::fprintf(stderr, "vrnicd: --workers: a number from 1 to %u\n", vrnic::shm::kMaxWorkers);
         return 2;
       }
       cfg.workers = uint32_t(n);

@@ -8,6 +8,7 @@
 namespace vrnic {
 
 bool CompletionQueue::push(const shm::Cqe &cqe, bool solicited) {
+  SharedGuard guard(lock, multi_worker);
   uint32_t consumer = shared->ring.consumer.load(std::memory_order_acquire);
   if (producer - consumer > mask) {
     if (!overrun_reported) {

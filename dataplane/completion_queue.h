@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "spin_lock.h"
 #include "vrnic/shm_layout.h"
 
 namespace vrnic {
@@ -22,6 +23,8 @@ class CompletionQueue {
   uint32_t producer = 0;
   bool overrun_reported = false;
   uint32_t refs = 0;  // QPs using it
+  bool multi_worker = false;  // producers on several workers: push() takes the lock
+  SpinLock lock;
 
   // Writes a completion; false when the ring is full (the CQ is then in error).
   bool push(const shm::Cqe &cqe, bool solicited);

@@ -22,7 +22,6 @@ class Device {
   Device();
 
   ctl::DeviceInfo info{};
-  TransportCounters counters;
   SlotTable<MemoryRegion> mrs{1u << 20};
   SlotTable<QueuePair> qps{1u << 20};
   SlotTable<CompletionQueue> cqs{1u << 20};

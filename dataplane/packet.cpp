@@ -4,11 +4,12 @@
 
 namespace vrnic {
 
-PacketPool::PacketPool(size_t count)
+PacketPool::PacketPool(size_t count, uint8_t home)
     : packets_(new Packet[count]), bounce_(new uint8_t[count * kPacketBufferBytes]) {
   free_.reserve(count);
   for (size_t i = 0; i < count; i++) {
     packets_[i].bounce = bounce_.get() + i * kPacketBufferBytes;
+    packets_[i].home = home;
     free_.push_back(&packets_[count - 1 - i]);
   }
 }

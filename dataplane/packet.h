@@ -41,6 +41,7 @@ struct Packet {
   // the pool calls release first. nullptr for packets that hold nothing.
   void (*release)(Packet *) = nullptr;
   void *release_arg = nullptr;
+  uint8_t home = 0;  // the worker whose pool it belongs to (packets may visit another)
 
   // Takes a received UDP payload (BTH through ICRC, len bytes): copies the transport headers
   // and points payload at the bytes after them. False, with nothing changed, when it is not
@@ -70,7 +71,7 @@ struct Packet {
 
 class PacketPool {
  public:
-  explicit PacketPool(size_t count);
+  explicit PacketPool(size_t count, uint8_t home = 0);
   Packet *alloc() {
     if (free_.empty()) return nullptr;
     Packet *p = free_.back();

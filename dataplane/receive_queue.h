@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "spin_lock.h"
 #include "vrnic/shm_layout.h"
 
 namespace vrnic {
@@ -24,6 +25,8 @@ class ReceiveQueue {
   uint64_t cookie = 0;
   int async_fd = -1;
   uint32_t refs = 0;
+  bool multi_worker = false;  // an SRQ drawn from by several workers: consumers take the lock
+  SpinLock lock;
 
   bool empty() const { return consumer == indices->producer.load(std::memory_order_acquire); }
   const shm::RecvWqe &head() const { return ring[consumer & mask]; }

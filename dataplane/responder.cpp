@@ -41,6 +41,7 @@ void fail(Worker &w, QueuePair &qp, uint32_t psn, uint8_t nak_code) {
 // Completes the receive WQE at the head of the receive queue.
 // Takes the next receive WQE for a new message; false when there is none.
 bool take_recv_wqe(QueuePair &qp) {
+  SharedGuard guard(qp.rq->lock, qp.rq->multi_worker);
   if (qp.rq->empty()) return false;
   qp.resp.wqe = qp.rq->head();
   qp.resp.wqe.num_sge = std::min(qp.resp.wqe.num_sge, shm::kMaxSge);

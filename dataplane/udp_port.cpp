@@ -205,6 +205,7 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
     setsockopt(*fd, ipv4_ ? IPPROTO_IP : IPPROTO_IPV6, ipv4_ ? IP_MTU_DISCOVER : IPV6_MTU_DISCOVER,
                &pmtu, sizeof(pmtu));
     set_buffers(*fd);
+    if (reuse_port_ && port == udp_port_) setsockopt(*fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
     sockaddr_in6 sa;
     socklen_t len;
     to_sockaddr(gid_, port, &sa, &len);
@@ -212,6 +213,7 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
       return absl::ErrnoToStatus(errno, "bind " + cfg.address + ":" + std::to_string(port));
     return absl::OkStatus();
   };
+  reuse_port_ = cfg.reuse_port;
   if (absl::Status st = bound_socket(udp_port_, &rx_fd_); !st.ok()) return st;
   // GRO: runs of equal-size datagrams from one sender arrive as one (split in on_datagram).
   int one = 1;

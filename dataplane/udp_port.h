@@ -28,6 +28,8 @@ struct UdpPortConfig {
   // UDP GSO on transmit: a run of equal-size packets to one peer leaves in one sendmsg,
   // each segment a whole RoCE packet. Where it applies, see UdpPort::gso_to().
   bool gso = true;
+  // Several workers, a port each: their receive sockets share the address (SO_REUSEPORT).
+  bool reuse_port = false;
 };
 
 class UdpPort final : public Port {
@@ -80,6 +82,7 @@ class UdpPort final : public Port {
   std::vector<int> tx_fds_;
   std::vector<uint16_t> tx_ports_;
   bool gso_ = true;
+  bool reuse_port_ = false;
   uint32_t tx_in_flight_ = 0;  // packets
   uint32_t rx_posted_ = 0;
   std::vector<std::unique_ptr<TxBatch>> batches_;

@@ -34,7 +34,7 @@ constexpr int kMaxSleepMs = 100;
 }  // namespace
 
 Worker::Worker(Device &d, uint32_t index, shm::DaemonShared *daemon_shm)
-    : dev(d), index_(index), daemon_shm_(daemon_shm) {
+    : dev(d), pool(kPoolPackets, uint8_t(index)), index_(index), daemon_shm_(daemon_shm) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   loop_ = std::make_unique<LoopPort>(kPoolPackets);
 }
@@ -137,9 +137,9 @@ void Worker::flush_tx() {
 // (The loop port always takes all: the pool holds no more packets than it can queue.)
 void Worker::flush(Port &port, TxBatch &batch) {
   uint16_t sent = port.tx_burst(batch.pkts, batch.n);
-  dev.counters[kPacketsSent] += sent;
+  counters[kPacketsSent] += sent;
   for (uint16_t i = sent; i < batch.n; i++) {
-    dev.counters[kPacketsDropped]++;
+    counters[kPacketsDropped]++;
     pool.free(batch.pkts[i]);
   }
   batch.n = 0;
@@ -169,7 +169,7 @@ bool Worker::poll_doorbells() {
     uint32_t handle;
     while (s.doorbells->pop(&handle)) {
       QueuePair *qp = dev.qps.get(handle);
-      if (!qp || qp->session != s.id) continue;  // stale or foreign: ignore
+      if (!qp || qp->session != s.id || qp->worker != index_) continue;  // stale or foreign
       qp->shared->doorbell_pending.store(0, std::memory_order_seq_cst);
       schedule(*qp);
       any = true;
@@ -211,24 +211,151 @@ bool Worker::receive() {
   if (wire_ && n < kBurst) n += wire_->rx_burst(pkts + n, uint16_t(kBurst - n));
   for (uint16_t i = 0; i < n; i++) {
     Packet *pkt = pkts[i];
-    dev.counters[kPacketsReceived]++;
-    dev.counters[kBytesReceived] += pkt->header_len + pkt->payload_len;
-    const OpcodeInfo &info = pkt->info();
     QueuePair *qp = dev.qp_by_qpn(pkt->bth().dest_qp());
-    if (qp) {
-      qp->counters[kPacketsReceived]++;
-      qp->counters[kBytesReceived] += pkt->header_len + pkt->payload_len;
+    if (qp && qp->worker != index_ && qp->worker < peers_.size()) {
+      // Another worker's QP: handed over whole, in arrival order.
+      Worker &owner = *peers_[qp->worker];
+      if (owner.inbox_[index_]->push(pkt)) {
+        // Pairs with idle_wait(): it flags sleeping, then looks at its inbox; we push, then
+        // look at the flag. Without the fence the load may pass the push.
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (daemon_shm_->workers[owner.index_].sleeping.load(std::memory_order_relaxed))
+          owner.wake();
+      } else {
+        counters[kPacketsDropped]++;  // its inbox is full: a lost packet
+        recycle(pkt);
+      }
+      continue;
     }
-    if (!(info.flags & kOpValid) || !qp || qp->state() < IBV_QPS_RTR) {
-      dev.counters[kPacketsDropped]++;
-    } else if (info.flags & kOpRequest) {
-      responder_receive(*this, *qp, *pkt);
-    } else {
-      completer_receive(*this, *qp, *pkt);
-    }
-    pool.free(pkt);
+    deliver(pkt);
+    recycle(pkt);
   }
   return n != 0;
+}
+
+// A received packet on the worker that owns its QP (if any).
+void Worker::deliver(Packet *pkt) {
+  counters[kPacketsReceived]++;
+  counters[kBytesReceived] += pkt->header_len + pkt->payload_len;
+  const OpcodeInfo &info = pkt->info();
+  QueuePair *qp = dev.qp_by_qpn(pkt->bth().dest_qp());
+  if (qp) {
+    qp->counters[kPacketsReceived]++;
+    qp->counters[kBytesReceived] += pkt->header_len + pkt->payload_len;
+  }
+  if (!(info.flags & kOpValid) || !qp || qp->state() < IBV_QPS_RTR) {
+    counters[kPacketsDropped]++;
+  } else if (info.flags & kOpRequest) {
+    responder_receive(*this, *qp, *pkt);
+  } else {
+    completer_receive(*this, *qp, *pkt);
+  }
+}
+
+void Worker::recycle(Packet *pkt) {
+  if (pkt->home == index_ || peers_.empty()) {
+    pool.free(pkt);
+    return;
+  }
+  if (pkt->release) {
+    void (*release)(Packet *) = pkt->release;
+    pkt->release = nullptr;
+    release(pkt);
+  }
+  // Never full: the ring holds as many packets as the pool has.
+  while (!peers_[pkt->home]->returns_[index_]->push(pkt)) sched_yield();
+}
+
+// Packets other workers handed us, and our own packets they are done with.
+bool Worker::poll_peers() {
+  bool any = false;
+  for (size_t i = 0; i < peers_.size(); i++) {
+    if (i == index_) continue;
+    while (Packet *p = returns_[i]->pop()) pool.free(p);
+    for (uint16_t k = 0; k < kBurst; k++) {
+      Packet *p = inbox_[i]->pop();
+      if (!p) break;
+      deliver(p);
+      recycle(p);
+      any = true;
+    }
+  }
+  return any;
+}
+
+void Worker::connect(const std::vector<Worker *> &all) {
+  peers_ = all;
+  inbox_.clear();
+  returns_.clear();
+  for (size_t i = 0; i < all.size(); i++) {
+    inbox_.push_back(std::make_unique<SpscRing<Packet>>(kPoolPackets));
+    returns_.push_back(std::make_unique<SpscRing<Packet>>(kPoolPackets));
+  }
+}
+
+void Worker::wake() {
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+}
+
+void Worker::request_park() {
+  {
+    std::lock_guard lock(cmd_mu_);
+    drain_round_++;
+    park_requested_.store(true, std::memory_order_release);
+  }
+  wake();
+}
+
+void Worker::redrain() {
+  {
+    std::lock_guard lock(cmd_mu_);
+    drain_round_++;
+  }
+  park_cv_.notify_all();
+}
+
+void Worker::wait_parked() {
+  if (!running_) return;
+  std::unique_lock lock(cmd_mu_);
+  park_cv_.wait(lock, [&] { return parked_round_ == drain_round_; });
+}
+
+void Worker::unpark() {
+  {
+    std::lock_guard lock(cmd_mu_);
+    park_requested_.store(false, std::memory_order_release);
+  }
+  park_cv_.notify_all();
+}
+
+bool Worker::inbox_empty() const {
+  for (size_t i = 0; i < inbox_.size(); i++)
+    if (i != index_ && !inbox_[i]->empty()) return false;
+  return true;
+}
+
+// Runs no send work until nothing this worker sent is in flight and its inbox is empty, then
+// waits for unpark() -- or for redrain(). Packets that arrive meanwhile are received and
+// answered (ACKs), as in drain().
+void Worker::park_here() {
+  std::unique_lock lock(cmd_mu_);
+  while (park_requested_.load(std::memory_order_acquire)) {
+    uint64_t round = drain_round_;
+    lock.unlock();
+    while (!quiescent() || !inbox_empty()) {
+      flush_tx();
+      receive();
+      poll_peers();
+      flush_acks();
+    }
+    lock.lock();
+    parked_round_ = round;
+    park_cv_.notify_all();
+    park_cv_.wait(lock, [&] {
+      return !park_requested_.load(std::memory_order_acquire) || drain_round_ != round;
+    });
+  }
 }
 
 void Worker::flush_acks() {
@@ -264,7 +391,10 @@ void Worker::idle_wait(uint64_t idle_ns) {
   // Tell producers to write our eventfd, then look once more before sleeping.
   std::atomic<uint32_t> &sleeping = daemon_shm_->workers[index_].sleeping;
   sleeping.store(1, std::memory_order_seq_cst);
-  bool work = commands_pending_.load() || !run_next_.empty();
+  bool work = commands_pending_.load() || !run_next_.empty() ||
+              park_requested_.load(std::memory_order_acquire);
+  for (size_t i = 0; i < inbox_.size(); i++)
+    if (i != index_ && !inbox_[i]->empty()) work = true;
   for (SessionRings &s : sessions_) {
     uint32_t pos = s.doorbells->head;
     if (int32_t(s.doorbells->cells[pos % shm::DoorbellRing::kSlots].seq.load() - (pos + 1)) >= 0)
@@ -290,11 +420,12 @@ void Worker::run() {
   uint64_t last_work = monotonic_ns();
   while (running_) {
     now = monotonic_ns();
+    if (park_requested_.load(std::memory_order_acquire)) park_here();
     bool work = run_commands();
     work |= poll_doorbells();
     work |= serve_run_queue();
     flush_tx();
-    while (receive()) {
+    while (receive() | poll_peers()) {
       flush_acks();
       flush_tx();
       work = true;

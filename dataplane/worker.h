@@ -1,7 +1,10 @@
 // A worker: one thread running the NIC's packet pipeline to completion, DPDK style:
 // doorbells -> send work (bounded per QP) -> port receive -> timers -> idle policy.
 // Every QP belongs to one worker and is touched only on its thread, so the fast path takes
-// no locks. Control operations reach the worker's state through execute().
+// no locks. With several workers each has its own ports; a packet received by one for a QP
+// of another crosses over an SPSC ring (and goes back to its pool the same way). Control
+// operations reach the workers' state through execute() (one worker) or with every worker
+// parked (park()/unpark(), several).
 #pragma once
 
 #include <atomic>
@@ -15,6 +18,7 @@
 #include "device.h"
 #include "packet.h"
 #include "port.h"
+#include "spsc_ring.h"
 #include "vrnic/shm_layout.h"
 
 namespace vrnic {
@@ -37,6 +41,19 @@ class Worker {
 
   void start();
   void stop();
+  // Several workers: each gets the others, for handing packets over. Before start() only.
+  void connect(const std::vector<Worker *> &all);
+  // Parking, for control operations with several workers: request_park() stops the worker's
+  // send work and has it drain its ports and inbox; wait_parked() returns once it has and
+  // waits. Another worker may still hand it packets while draining itself: the caller checks
+  // inbox_empty() on every parked worker and, if one is not, has them all drain again
+  // (redrain(), wait_parked()). Then nothing in flight references client memory and the
+  // workers' state may be changed from another thread, until unpark().
+  void request_park();
+  void wait_parked();
+  void redrain();
+  bool inbox_empty() const;
+  void unpark();
   // Runs fn on the worker thread between bursts, with no packet in flight, and waits.
   void execute(const std::function<void()> &fn);
   int wake_fd() const { return wake_fd_; }
@@ -53,15 +70,18 @@ class Worker {
 
   // For the transport engines (worker thread only).
   Device &dev;
-  PacketPool pool{kPoolPackets};
+  PacketPool pool;
+  TransportCounters counters;  // this worker's share of the device's counters
   uint64_t now = 0;  // ns, CLOCK_MONOTONIC, refreshed every loop turn
   Packet *alloc_packet() { return pool.alloc(); }
   void transmit(QueuePair &qp, Packet *pkt);
   // Counts an event for the device and for the QP it happened on.
   void count(QueuePair &qp, TransportCounter c, uint64_t n = 1) {
-    dev.counters[c] += n;
+    counters[c] += n;
     qp.counters[c] += n;
   }
+  // A packet this worker is done with goes back to its pool (another worker's, perhaps).
+  void recycle(Packet *pkt);
   void schedule(QueuePair &qp);
   void watch_timers(QueuePair &qp);
   void ack_later(QueuePair &qp);
@@ -77,6 +97,10 @@ class Worker {
   void drain();
   bool run_commands();
   void idle_wait(uint64_t idle_ns);
+  void deliver(Packet *pkt);
+  bool poll_peers();
+  void wake();
+  void park_here();
 
   uint32_t index_;
   shm::DaemonShared *daemon_shm_;
@@ -104,6 +128,15 @@ class Worker {
   std::vector<std::function<void()>> commands_;
   std::atomic<bool> commands_pending_{false};
   uint64_t commands_done_ = 0, commands_queued_ = 0;
+
+  // Several workers: peers_[i] is worker i; inbox_[i] brings packets from worker i for our
+  // QPs, returns_[i] brings back our packets worker i is done with.
+  std::vector<Worker *> peers_;
+  std::vector<std::unique_ptr<SpscRing<Packet>>> inbox_, returns_;
+  std::atomic<bool> park_requested_{false};
+  uint64_t drain_round_ = 0;   // under cmd_mu_: asked for by the control thread ...
+  uint64_t parked_round_ = 0;  // ... and done, parked after it
+  std::condition_variable park_cv_;
 };
 
 }  // namespace vrnic

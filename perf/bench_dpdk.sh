@@ -92,11 +92,11 @@ vrnic() {
 }
 
 start_pairs() {
-  dpdk_daemon m1 - --dpdk 10.78.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif.sock" &&
-    dpdk_daemon m2 - --dpdk 10.78.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif.sock" &&
+  host_vrnicd m1 - --dpdk 10.78.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif.sock" &&
+    host_vrnicd m2 - --dpdk 10.78.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif.sock" &&
     veth_pair "$NS_A" "$NS_B" "$VETH_A" "$VETH_B" &&
-    dpdk_daemon a "$NS_A" --dpdk 10.77.0.1 --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_A,$AF_PACKET_RING" &&
-    dpdk_daemon b "$NS_B" --dpdk 10.77.0.2 --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_B,$AF_PACKET_RING" &&
+    host_vrnicd a "$NS_A" --dpdk 10.77.0.1 --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_A,$AF_PACKET_RING" &&
+    host_vrnicd b "$NS_B" --dpdk 10.77.0.2 --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_B,$AF_PACKET_RING" &&
     wait_link m1 m2 a b
 }
 

@@ -348,6 +348,8 @@ struct QpEntry {
   uint32_t session;
   uint64_t counters[kTransportCounterCount];
   QpTransportState transport;
+  uint32_t worker;  // the worker thread that runs it
+  uint32_t reserved;
 };
 struct ListQpsResp {
   static constexpr uint32_t kMaxEntries = 40;

@@ -24,58 +24,11 @@ veth_hosts() {
   ((_VETH_FAILED)) && { echo "the veth hosts failed to start earlier"; return 1; }
   _VETH_FAILED=1
   need_dpdk && veth_pair "$NS_A" "$NS_B" "$VETH_A" "$VETH_B" || return 1
-  dpdk_daemon a "$NS_A" --dpdk $IP_A \
+  host_vrnicd a "$NS_A" --dpdk $IP_A \
     --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_A,$AF_PACKET_RING" || return 1
-  dpdk_daemon b "$NS_B" --dpdk $IP_B --eal "$EAL_BASE --vdev net_af_xdp0,iface=$VETH_B" &&
+  host_vrnicd b "$NS_B" --dpdk $IP_B --eal "$EAL_BASE --vdev net_af_xdp0,iface=$VETH_B" &&
     wait_link a b || return 1
   _VETH_FAILED=0
-}
-
-# between SERVER CLIENT PROG ARGS...: PROG's server on daemon SERVER, its client on CLIENT
-# (both programs here, meeting over TCP on 127.0.0.1; their vrnicds carry the RoCE traffic).
-between() {
-  local srv=$1 cli=$2 prog=$3 port
-  shift 3
-  port=$(next_port)
-  VRNIC_SOCKET=${SOCK[$srv]} VRNIC_CLIENT_ENV=VRNIC_SOCKET=${SOCK[$cli]} VRNICD_PID=${PID[$srv]} \
-    VRNICD_LOG=${LOG[$srv]} verbs_pair "dpdk-$prog-$port" "$port" "$prog" "$@" || return 1
-  _vrnic_running "${PID[$cli]}" || { echo "the client's vrnicd died"; vrnic_tail "${LOG[$cli]}"; return 1; }
-  cat "$CLIENT_LOG"
-}
-
-perftest_between() {
-  local srv=$1 cli=$2 rows
-  shift 2
-  between "$srv" "$cli" "$@" -d vrnic0 -x 0 -F || return 1
-  rows=$(perftest_parse "$CLIENT_LOG")
-  [[ -n $rows ]] && awk '$3 + 0 <= 0 { bad = 1 } END { exit bad }' <<<"$rows" || {
-    echo "FAIL: no non-zero result row from the client"
-    return 1
-  }
-  CHECK_NOTE=$(awk 'NR == 1 { if ($1 == "bw") print $3, $4; else print $3, "us" }' <<<"$rows")
-}
-
-pingpong_between() {
-  local srv=$1 cli=$2
-  shift 2
-  between "$srv" "$cli" "$@" -d vrnic0 -g 0 -c -n 1000 || return 1
-  grep -q 'bytes in' "$CLIENT_LOG" && ! grep -qi 'invalid data' "$CLIENT_LOG" "$SERVER_LOG" || {
-    echo "FAIL: no 'bytes in' line, or the receiver found invalid data"
-    return 1
-  }
-  CHECK_NOTE=$(grep -m1 'usec/iter' "$CLIENT_LOG" | sed -E 's/.*= *//')
-}
-
-# Both daemons' frames went over the wire with no ICRC or format errors.
-clean_counters() {
-  local d
-  for d in "$@"; do
-    echo "+ vrnicctl --socket ${SOCK[$d]} stats (wire)"
-    vrnicctl_stats "${SOCK[$d]}" | grep -E '^(udp_|link)' | sed 's/^/    /'
-    (($(stat_of udp_rx_packets "$d") > 0)) || { echo "FAIL: $d received nothing"; return 1; }
-    (($(stat_of udp_rx_icrc_errors "$d") == 0)) || { echo "FAIL: ICRC errors at $d"; return 1; }
-    (($(stat_of udp_rx_malformed "$d") == 0)) || { echo "FAIL: malformed frames at $d"; return 1; }
-  done
 }
 
 # Bad frames at a dpdk port from the other end of its veth (scapy, independent of vrnic):
@@ -238,8 +191,8 @@ memif_hosts() {
   _MEMIF_FAILED=1
   need_dpdk || return 1
   local sock=$DIR/memif.sock
-  dpdk_daemon m1 - --dpdk $IP_M1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$sock" &&
-    dpdk_daemon m2 - --dpdk $IP_M2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$sock" &&
+  host_vrnicd m1 - --dpdk $IP_M1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$sock" &&
+    host_vrnicd m2 - --dpdk $IP_M2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$sock" &&
     wait_link m1 m2 || return 1
   _MEMIF_FAILED=0
 }
@@ -265,7 +218,7 @@ memif_peer_death() {
   done
   [[ $(stat_of link_up m2) == 0 ]] || { echo "FAIL: the client's link is still up"; return 1; }
   echo "link of m2 down"
-  dpdk_daemon m1 - --dpdk $IP_M1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$sock" &&
+  host_vrnicd m1 - --dpdk $IP_M1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$sock" &&
     wait_link m1 m2 && pingpong_between m1 m2 ibv_rc_pingpong
 }
 check "memif: peer vrnicd killed, link down; a new one, link up and traffic again" \
@@ -281,9 +234,9 @@ mixed_hosts() {
   _MIXED_FAILED=1
   need_dpdk && veth_pair "$NS_C" "$NS_D" "$VETH_C" "$VETH_D" || return 1
   ip -n "$NS_D" addr add $IP_D/24 dev "$VETH_D" || return 1
-  dpdk_daemon c "$NS_C" --dpdk $IP_C \
+  host_vrnicd c "$NS_C" --dpdk $IP_C \
     --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_C,$AF_PACKET_RING" || return 1
-  dpdk_daemon d "$NS_D" --udp $IP_D && wait_link c || return 1
+  host_vrnicd d "$NS_D" --udp $IP_D && wait_link c || return 1
   _MIXED_FAILED=0
 }
 across_mixed() { mixed_hosts && "$@"; }
@@ -301,19 +254,7 @@ check "dpdk/udp counters: frames both ways, no ICRC or format errors" \
 check "bad frames at an af_packet port: counted exactly, foreign ones ignored, traffic goes on" \
   across_mixed bad_frames_to c d "$NS_D" "$VETH_D" "$NS_C" "$VETH_C" $IP_D $IP_C --no-fragments
 
-# --- the end: every daemon idle, and exits 0 on SIGTERM -----------------------------------------
-stop_all() {
-  local d ok=0
-  for d in "${!PID[@]}"; do
-    [[ -n ${PID[$d]} ]] || continue
-    VRNICD_PID=${PID[$d]} VRNICD_LOG=${LOG[$d]} VRNIC_SOCKET=${SOCK[$d]}
-    echo "== vrnicd $d"
-    vrnicd_idle_and_stop || ok=1
-    PID[$d]=
-  done
-  VRNICD_PID=
-  return "$ok"
-}
-((${#PID[@]} > 0)) && check "every dpdk vrnicd: no objects left, exits 0 on SIGTERM" stop_all
+# --- the end ------------------------------------------------------------------------------
+((${#PID[@]} > 0)) && check "every dpdk vrnicd: no objects left, exits 0 on SIGTERM" stop_hosts
 
 vrnic_script_finish

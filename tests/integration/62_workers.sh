@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Several workers (vrnicd --workers 2): each QP runs on one worker (the least loaded when it
+# is created); a packet that reaches the other worker is handed over, and CQs and SRQs used
+# from both take a lock. Checked with everything crossing workers:
+#   - one vrnicd, the loop port: both ends of a connection on the same daemon, one QP on each
+#     worker (perftest, pingpong, SRQ pingpong; the QPs seen on both workers in vrnicctl qps);
+#   - the Catch2 data-path and API suites against a two-worker vrnicd;
+#   - two vrnicd over udp on 127.0.0.1 and 127.0.0.2, two workers each (a udp port per worker):
+#     perftest with 16 QPs, pingpong, and the wire integrity test at 1% loss.
+# shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+vrnic_script_init workers
+# shellcheck source=tests/lib_hosts.sh
+source "$VRNIC_ROOT/tests/lib_hosts.sh"
+
+UDP_PORT=$((20000 + ($$ + 7919) % 20000))
+_LOOP_FAILED=0 _UDP_FAILED=0
+
+loop_host() {
+  [[ -n ${PID[w]:-} ]] && _vrnic_running "${PID[w]}" && return 0
+  ((_LOOP_FAILED)) && { echo "the two-worker vrnicd failed to start earlier"; return 1; }
+  _LOOP_FAILED=1
+  host_vrnicd w - --workers 2 || return 1
+  _LOOP_FAILED=0
+}
+on_loop() { loop_host && "$@"; }
+
+udp_hosts() {
+  [[ -n ${PID[u1]:-} ]] && _vrnic_running "${PID[u1]}" && _vrnic_running "${PID[u2]}" && return 0
+  ((_UDP_FAILED)) && { echo "the two-worker udp hosts failed to start earlier"; return 1; }
+  _UDP_FAILED=1
+  host_vrnicd u1 - --workers 2 --udp 127.0.0.1 --udp-port "$UDP_PORT" &&
+    host_vrnicd u2 - --workers 2 --udp 127.0.0.2 --udp-port "$UDP_PORT" || return 1
+  _UDP_FAILED=0
+}
+on_udp() { udp_hosts && "$@"; }
+
+# The QPs of a run are spread over both workers: `vrnicctl qps` during ib_write_bw -q 4.
+spread() {
+  local port out
+  port=$(next_port)
+  VRNIC_SOCKET=${SOCK[w]} start_server spread "$port" ib_write_bw -d vrnic0 -x 0 -F -q 4 -D 4 \
+    -p "$port" || return 1
+  VRNIC_SOCKET=${SOCK[w]} "${VRUN[@]}" timeout -k 5 60 ib_write_bw -d vrnic0 -x 0 -F -q 4 -D 4 \
+    -p "$port" 127.0.0.1 >"$HOSTS_DIR/spread.client.log" 2>&1 </dev/null &
+  local cpid=$!
+  _vrnic_track "$cpid"
+  sleep 2
+  out=$(timeout -k 2 10 "$VRNICCTL" --socket "${SOCK[w]}" qps 2>&1)
+  vrnic_wait_exit "$cpid" 30
+  local crc=$VRNIC_RC
+  finish_server 10
+  grep -o 'qpn=[^ ]* type=[^ ]* state=[^ ]* session=[^ ]* worker=[0-9]*' <<<"$out" | sed 's/^/    /'
+  ((crc == 0)) || { echo "FAIL: the client failed"; tail -n 5 "$HOSTS_DIR/spread.client.log"; return 1; }
+  for w in 0 1; do
+    grep -q "worker=$w" <<<"$out" || { echo "FAIL: no QP on worker $w"; return 1; }
+  done
+  CHECK_NOTE="$(grep -c 'worker=0' <<<"$out") QPs on worker 0, $(grep -c 'worker=1' <<<"$out") on 1"
+}
+check "QPs are spread over both workers (vrnicctl qps during ib_write_bw -q 4)" on_loop spread
+
+for t in "ib_write_bw -s 65536 -n 2000" "ib_write_bw -s 65536 -q 4 -n 1000" \
+  "ib_read_bw -s 65536 -q 4 -n 1000" "ib_send_bw -s 65536 -n 2000" "ib_atomic_bw -n 2000" \
+  "ib_write_lat -n 1000" "ib_send_lat -n 1000"; do
+  read -ra cmd <<<"$t"
+  check "$t: one vrnicd, two workers (loop port)" on_loop perftest_between w w "${cmd[@]}"
+done
+for p in ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong; do
+  check "$p: one vrnicd, two workers (loop port)" on_loop pingpong_between w w "$p"
+done
+
+# The Catch2 suites of the catch2 group, against the two-worker vrnicd.
+catch2_suite() {
+  local name=$1 out rc
+  out=$HOSTS_DIR/$name.out
+  echo "+ VRNIC_SOCKET=${SOCK[w]} $name"
+  VRNIC_SOCKET=${SOCK[w]} VRNICCTL=$VRNICCTL vrnic_fg "${VRUN[@]}" timeout -k 5 300 \
+    "$VRNIC_BUILD_DIR/tests/$name" -r compact >"$out" 2>&1 </dev/null
+  rc=$?
+  tail -n 15 "$out"
+  CHECK_NOTE=$(grep -oE '(Passed all|Failed).*' "$out" | tail -n 1)
+  ((rc == 0)) && _vrnic_running "${PID[w]}"
+}
+for t in verbs_data_test api_test wr_api_test; do
+  check "$t against a two-worker vrnicd" on_loop catch2_suite "$t"
+done
+
+for t in "ib_write_bw -s 65536 -q 16 -n 1000" "ib_read_bw -s 65536 -q 4 -n 1000" \
+  "ib_send_bw -s 4096 -q 4 -n 2000"; do
+  read -ra cmd <<<"$t"
+  check "$t: two vrnicd over udp, two workers each" on_udp perftest_between u1 u2 "${cmd[@]}"
+done
+check "ibv_rc_pingpong: two vrnicd over udp, two workers each" \
+  on_udp pingpong_between u1 u2 ibv_rc_pingpong
+check "udp counters of the two-worker daemons: no ICRC or format errors" \
+  on_udp clean_counters u1 u2
+
+integrity() {
+  VRNIC_WIRE_DAEMONS="${SOCK[u1]}@127.0.0.1,${SOCK[u2]}@127.0.0.2" VRNIC_WIRE_BYTES=256M \
+    VRNIC_WIRE_TIMEOUT=12 VRNIC_CATCH2_TIMEOUT=300 VRNICD_PID=${PID[u1]} VRNICD_LOG=${LOG[u1]} \
+    VRNIC_SOCKET=${SOCK[u1]} _catch2_case "$VRNIC_BUILD_DIR/tests/wire_integrity_test" \
+    "RC across the wire under loss=1: every byte and completion verified"
+}
+check "wire integrity test, 256 MiB at 1% loss: two vrnicd over udp, two workers each" \
+  on_udp integrity
+
+((${#PID[@]} > 0)) && check "every two-worker vrnicd: no objects left, exits 0 on SIGTERM" stop_hosts
+
+vrnic_script_finish

@@ -1,0 +1,118 @@
+# shellcheck shell=bash
+# tests/lib_hosts.sh: several vrnicd as named hosts, and verbs programs between them, for the
+# groups and benchmarks that run more than one daemon (dpdk, wire's workers). Source it after
+# tests/lib.sh (and vrnic_tmp_init). SOCK[name], PID[name] and LOG[name] hold each daemon's
+# socket, pid and log.
+#
+#   host_vrnicd NAME NETNS ARGS       a vrnicd in NETNS ("-": here) with ARGS
+#   stat_of COUNTER NAME              one `vrnicctl stats` counter of a daemon
+#   wait_link NAME...                 each daemon's link up within 10 s
+#   between SRV CLI PROG ARGS         PROG's server on daemon SRV, its client on CLI
+#   perftest_between / pingpong_between SRV CLI PROG ARGS   the same, checking the results
+#   clean_counters NAME...            frames both ways, no ICRC or format errors
+#   stop_hosts                        every daemon idle, exits 0 on SIGTERM
+
+HOSTS_DIR=$VRNIC_TMP/hosts
+mkdir -p "$HOSTS_DIR"
+declare -gA SOCK PID LOG
+
+# host_vrnicd NAME NETNS ARGS...: a vrnicd (in NETNS, or here for "-"), tracked by NAME.
+# Inside a namespace bpffs is mounted first (ip netns exec gives a private mount namespace;
+# af_xdp's loader wants bpffs).
+host_vrnicd() {
+  local name=$1 ns=$2
+  shift 2
+  SOCK[$name]=$HOSTS_DIR/$name.sock
+  LOG[$name]=$HOSTS_DIR/$name.log
+  local cmd=("$VRNICD" --socket "${SOCK[$name]}" "$@")
+  if [[ $ns != - ]]; then
+    cmd=(ip netns exec "$ns" sh -c 'mount -t bpf bpf /sys/fs/bpf 2>/dev/null; exec "$@"' sh
+      "${cmd[@]}")
+  fi
+  local main_pid=$VRNICD_PID main_log=$VRNICD_LOG rc
+  VRNIC_DAEMON_START_TIMEOUT=30 _vrnicd_spawn "${SOCK[$name]}" "${LOG[$name]}" "${cmd[@]}"
+  rc=$?
+  PID[$name]=$VRNICD_PID
+  VRNICD_PID=$main_pid VRNICD_LOG=$main_log
+  return "$rc"
+}
+
+stat_of() { vrnic_stat "$1" "${SOCK[$2]}"; }
+
+# wait_link NAME...: each daemon's link comes up within 10 s (a port starts with its link
+# down: memif until its peer connects, a veth until both ends are up and running).
+wait_link() {
+  local d
+  for d in "$@"; do
+    for _ in $(seq 100); do
+      [[ $(stat_of link_up "$d") == 1 ]] && continue 2
+      sleep 0.1
+    done
+    echo "the link of vrnicd $d is not up after 10 s"
+    return 1
+  done
+  echo "links up: $*"
+}
+
+
+# between SERVER CLIENT PROG ARGS...: PROG's server on daemon SERVER, its client on CLIENT
+# (both programs here, meeting over TCP on 127.0.0.1; their vrnicds carry the RoCE traffic).
+between() {
+  local srv=$1 cli=$2 prog=$3 port
+  shift 3
+  port=$(next_port)
+  VRNIC_SOCKET=${SOCK[$srv]} VRNIC_CLIENT_ENV=VRNIC_SOCKET=${SOCK[$cli]} VRNICD_PID=${PID[$srv]} \
+    VRNICD_LOG=${LOG[$srv]} verbs_pair "dpdk-$prog-$port" "$port" "$prog" "$@" || return 1
+  _vrnic_running "${PID[$cli]}" || { echo "the client's vrnicd died"; vrnic_tail "${LOG[$cli]}"; return 1; }
+  cat "$CLIENT_LOG"
+}
+
+perftest_between() {
+  local srv=$1 cli=$2 rows
+  shift 2
+  between "$srv" "$cli" "$@" -d vrnic0 -x 0 -F || return 1
+  rows=$(perftest_parse "$CLIENT_LOG")
+  [[ -n $rows ]] && awk '$3 + 0 <= 0 { bad = 1 } END { exit bad }' <<<"$rows" || {
+    echo "FAIL: no non-zero result row from the client"
+    return 1
+  }
+  CHECK_NOTE=$(awk 'NR == 1 { if ($1 == "bw") print $3, $4; else print $3, "us" }' <<<"$rows")
+}
+
+pingpong_between() {
+  local srv=$1 cli=$2
+  shift 2
+  between "$srv" "$cli" "$@" -d vrnic0 -g 0 -c -n 1000 || return 1
+  grep -q 'bytes in' "$CLIENT_LOG" && ! grep -qi 'invalid data' "$CLIENT_LOG" "$SERVER_LOG" || {
+    echo "FAIL: no 'bytes in' line, or the receiver found invalid data"
+    return 1
+  }
+  CHECK_NOTE=$(grep -m1 'usec/iter' "$CLIENT_LOG" | sed -E 's/.*= *//')
+}
+
+# Both daemons' frames went over the wire with no ICRC or format errors.
+clean_counters() {
+  local d
+  for d in "$@"; do
+    echo "+ vrnicctl --socket ${SOCK[$d]} stats (wire)"
+    vrnicctl_stats "${SOCK[$d]}" | grep -E '^(udp_|link)' | sed 's/^/    /'
+    (($(stat_of udp_rx_packets "$d") > 0)) || { echo "FAIL: $d received nothing"; return 1; }
+    (($(stat_of udp_rx_icrc_errors "$d") == 0)) || { echo "FAIL: ICRC errors at $d"; return 1; }
+    (($(stat_of udp_rx_malformed "$d") == 0)) || { echo "FAIL: malformed frames at $d"; return 1; }
+  done
+}
+
+
+# stop_hosts: every daemon idle (no objects left) and exits 0 on SIGTERM.
+stop_hosts() {
+  local d ok=0
+  for d in "${!PID[@]}"; do
+    [[ -n ${PID[$d]} ]] || continue
+    VRNICD_PID=${PID[$d]} VRNICD_LOG=${LOG[$d]} VRNIC_SOCKET=${SOCK[$d]}
+    echo "== vrnicd $d"
+    vrnicd_idle_and_stop || ok=1
+    PID[$d]=
+  done
+  VRNICD_PID=
+  return "$ok"
+}
