@@ -180,6 +180,7 @@ void Server::serve(const std::atomic<bool> &stop) {
     }
     int n = ::poll(pfds.data(), pfds.size(), 100);
     watch_link();
+    rebalance();
     if (n <= 0) continue;
     if (pfds[0].revents & POLLIN) accept_client();
     for (size_t i = 1; i < pfds.size(); i++) {
@@ -215,7 +216,8 @@ bool Server::handle(Session &s) {
   if (err) return false;  // closed or malformed: the client is gone or broken
   auto op = ctl::Op(m->header.op);
   // vrnicctl's commands need no session; everything else comes after Hello.
-  bool management = op == ctl::Op::kStats || op == ctl::Op::kSetFaults || op == ctl::Op::kListQps;
+  bool management = op == ctl::Op::kStats || op == ctl::Op::kSetFaults ||
+                    op == ctl::Op::kListQps || op == ctl::Op::kMoveQp;
   if (op != ctl::Op::kHello && !management && !s.shm) {
     m->close_fds();
     ctl::send_message(s.sock, op, EPROTO, nullptr, 0);
@@ -354,6 +356,11 @@ bool Server::handle(Session &s) {
     case ctl::Op::kSetFaults: {
       auto *req = m->as<ctl::SetFaultsReq>();
       reply(req ? set_faults(*req) : EINVAL, nullptr, 0);
+      break;
+    }
+    case ctl::Op::kMoveQp: {
+      auto *req = m->as<ctl::MoveQpReq>();
+      reply(req ? move_qp(*req) : EINVAL, nullptr, 0);
       break;
     }
     case ctl::Op::kListQps: {
@@ -768,6 +775,7 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
   qp->shared->state.store(IBV_QPS_RESET);
   Worker &w = worker_for_new_qp();
   qp->worker = uint8_t(w.index());
+  qp->shared->worker.store(w.index());
   const bool shared = workers_.size() > 1;  // CQs and SRQs may be used by several workers
   uint32_t handle = 0;
   execute_all([&] {
@@ -1053,6 +1061,8 @@ void Server::stats(ctl::StatsResp &resp) {
   resp.channels = channels_.size();
   resp.ahs = ahs_.size();
   resp.wire_link_up = 1;
+  resp.qp_moves = moves_;
+  resp.workers = workers_.size();
   execute_all([&] {
     resp.mrs = dev_.mrs.size();
     resp.cqs = dev_.cqs.size();
@@ -1107,6 +1117,84 @@ void Server::list_qps(uint32_t start, ctl::ListQpsResp &resp) {
       e.worker = qp.worker;
     });
   });
+}
+
+int Server::move_qp(const ctl::MoveQpReq &req) {
+  if (req.worker >= workers_.size()) return EINVAL;
+  int err = 0;
+  execute_all([&] {
+    QueuePair *qp = dev_.qp_by_qpn(req.qpn);
+    if (!qp || qp->qpn != req.qpn) {
+      err = EINVAL;
+      return;
+    }
+    if (qp->worker == req.worker) return;
+    moves_++;
+    qps_per_worker_[qp->worker]--;
+    qps_per_worker_[req.worker]++;
+    workers_[qp->worker]->move_qp(*qp, *workers_[req.worker]);
+  });
+  return err;
+}
+
+namespace {
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+// A QP's packets in and out so far, read while its worker updates them (a torn or stale
+// figure only makes one balancing decision a little off).
+uint64_t qp_packets(const QueuePair &qp) {
+  return __atomic_load_n(&qp.counters.value[kPacketsSent], __ATOMIC_RELAXED) +
+         __atomic_load_n(&qp.counters.value[kPacketsReceived], __ATOMIC_RELAXED);
+}
+
+}  // namespace
+
+void Server::rebalance() {
+  uint64_t now = now_ns();
+  if (workers_.size() < 2 || now < next_rebalance_ns_) return;
+  next_rebalance_ns_ = now + 1'000'000'000;
+  // Load per worker over the last second, and each QP's share.
+  std::vector<uint64_t> load(workers_.size(), 0);
+  struct Candidate {
+    uint32_t qpn;
+    uint64_t load;
+    uint32_t worker;
+  };
+  std::vector<Candidate> qps;
+  dev_.qps.for_each([&](uint32_t handle, QueuePair &qp) {
+    if (handle >= last_qp_packets_.size()) last_qp_packets_.resize(handle + 1024, 0);
+    uint64_t total = qp_packets(qp);
+    uint64_t delta = total >= last_qp_packets_[handle] ? total - last_qp_packets_[handle] : total;
+    last_qp_packets_[handle] = total;
+    load[qp.worker] += delta;
+    qps.push_back({qp.qpn, delta, qp.worker});
+  });
+  size_t busy = size_t(std::max_element(load.begin(), load.end()) - load.begin());
+  size_t idle = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+  uint64_t gap = load[busy] - load[idle];
+  // Worth a move: a real load (1000 packets/s) and the busiest at least twice the idlest.
+  if (gap < 1000 || load[busy] < 2 * load[idle]) return;
+  // The QP whose move best evens the two out: its load nearest half the gap, and below it.
+  const Candidate *best = nullptr;
+  for (const Candidate &c : qps) {
+    if (c.worker != busy || !c.load || c.load >= gap) continue;
+    auto miss = [&](const Candidate &x) {
+      return x.load > gap / 2 ? x.load - gap / 2 : gap / 2 - x.load;
+    };
+    if (!best || miss(c) < miss(*best)) best = &c;
+  }
+  if (!best) return;
+  ctl::MoveQpReq req{best->qpn, uint32_t(idle)};
+  if (move_qp(req) == 0) {
+    std::fprintf(stderr, "vrnicd: QP 0x%x moved from worker %zu to %zu (loads %llu, %llu)\n",
+                 best->qpn, busy, idle, static_cast<unsigned long long>(load[busy]),
+                 static_cast<unsigned long long>(load[idle]));
+  }
 }
 
 int Server::set_faults(const ctl::SetFaultsReq &req) {

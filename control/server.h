@@ -113,6 +113,13 @@ class Server {
   void stats(ctl::StatsResp &resp);
   int set_faults(const ctl::SetFaultsReq &req);
   void list_qps(uint32_t start, ctl::ListQpsResp &resp);
+  int move_qp(const ctl::MoveQpReq &req);
+  // Several workers: every second, moves a QP from the busiest worker to the idlest when
+  // their loads (packets in and out) are far apart.
+  void rebalance();
+  uint64_t next_rebalance_ns_ = 0;
+  uint64_t moves_ = 0;
+  std::vector<uint64_t> last_qp_packets_;  // by QP handle, at the last rebalance
   absl::Status start_workers();
   absl::StatusOr<std::unique_ptr<Port>> open_wire_port(Worker &w);
   // Link up or down on the wire port: port state and an async event to every client.

@@ -43,6 +43,8 @@ int stats(int sock) {
       {"udp_tx_no_route", r->wire_tx_no_route},
       {"link_changes", r->wire_link_changes},
       {"link_up", r->wire_link_up},
+      {"workers", r->workers},
+      {"qp_moves", r->qp_moves},
   };
   for (const auto &c : wire) std::printf("%s=%llu\n", c.name, u(c.value));
   return 0;
@@ -65,6 +67,28 @@ int set_faults(int sock, const std::string &spec) {
     std::fprintf(
         stderr, "vrnicctl: faults '%s': %s\n", spec.c_str(),
         err == ENODEV ? "vrnicd has no wire port (start it with --udp)" : std::strerror(err));
+    return 1;
+  }
+  return 0;
+}
+
+int move_qp(int sock, const std::string &qpn_text, const std::string &worker_text) {
+  char *end1, *end2;
+  unsigned long qpn = std::strtoul(qpn_text.c_str(), &end1, 0);
+  unsigned long worker = std::strtoul(worker_text.c_str(), &end2, 0);
+  if (qpn_text.empty() || *end1 || worker_text.empty() || *end2 || qpn > 0xffffff) {
+    std::fprintf(stderr, "vrnicctl: move QPN WORKER: numbers, e.g. move 0x11 1\n");
+    return 2;
+  }
+  vrnic::ctl::MoveQpReq req{uint32_t(qpn), uint32_t(worker)};
+  int err = vrnic::ctl::send_message(sock, vrnic::ctl::Op::kMoveQp, 0, &req, sizeof(req));
+  vrnic::ctl::Message m;
+  if (!err) err = vrnic::ctl::recv_message(sock, &m);
+  if (!err) err = m.header.status;
+  if (err) {
+    std::fprintf(stderr, "vrnicctl: move QP %s to worker %s: %s\n", qpn_text.c_str(),
+                 worker_text.c_str(),
+                 err == EINVAL ? "no such QP or worker" : std::strerror(err));
     return 1;
   }
   return 0;
@@ -113,7 +137,8 @@ void usage() {
       stderr,
       "usage: vrnicctl [--socket PATH] stats\n"
       "       vrnicctl [--socket PATH] qps    (per-QP state and counters)\n"
-      "       vrnicctl [--socket PATH] faults SPEC   (e.g. loss=1,reorder=5; \"\" clears)\n");
+      "       vrnicctl [--socket PATH] faults SPEC   (e.g. loss=1,reorder=5; \"\" clears)\n"
+      "       vrnicctl [--socket PATH] move QPN WORKER   (run a QP on another worker)\n");
 }
 
 int main(int argc, char **argv) {
@@ -127,7 +152,7 @@ int main(int argc, char **argv) {
     }
   }
   bool ok = (args.size() == 1 && (args[0] == "stats" || args[0] == "qps")) ||
-            (args.size() == 2 && args[0] == "faults");
+            (args.size() == 2 && args[0] == "faults") || (args.size() == 3 && args[0] == "move");
   if (!ok) {
     usage();
     return 2;
@@ -138,9 +163,10 @@ int main(int argc, char **argv) {
                  path.c_str(), std::strerror(-sock));
     return 1;
   }
-  int rc = args[0] == "stats" ? stats(sock)
-           : args[0] == "qps" ? list_qps(sock)
-                              : set_faults(sock, args[1]);
+  int rc = args[0] == "stats"  ? stats(sock)
+           : args[0] == "qps"  ? list_qps(sock)
+           : args[0] == "move" ? move_qp(sock, args[1], args[2])
+                               : set_faults(sock, args[1]);
   ::close(sock);
   return rc;
 }

@@ -111,6 +111,17 @@ void Worker::remove_session(uint32_t id) {
   std::erase_if(sessions_, [id](const SessionRings &s) { return s.id == id; });
 }
 
+void Worker::move_qp(QueuePair &qp, Worker &to) {
+  bool acks = qp.in_ack_list, timers = qp.in_timer_list;
+  forget_qp(qp);
+  qp.in_run_queue = qp.in_ack_list = qp.in_timer_list = false;
+  qp.worker = uint8_t(to.index_);
+  qp.shared->worker.store(to.index_, std::memory_order_release);
+  to.schedule(qp);  // whatever was posted or rung before the move
+  if (acks) to.ack_later(qp);
+  if (timers) to.watch_timers(qp);
+}
+
 void Worker::forget_qp(QueuePair &qp) {
   std::erase(run_queue_, &qp);
   std::erase(run_next_, &qp);
@@ -169,7 +180,16 @@ bool Worker::poll_doorbells() {
     uint32_t handle;
     while (s.doorbells->pop(&handle)) {
       QueuePair *qp = dev.qps.get(handle);
-      if (!qp || qp->session != s.id || qp->worker != index_) continue;  // stale or foreign
+      if (!qp || qp->session != s.id) continue;  // stale or foreign: ignore
+      if (qp->worker != index_) {
+        // Rung here before the QP moved: pass it on (it stays pending until the owner looks).
+        if (qp->worker < peers_.size()) {
+          Worker &owner = *peers_[qp->worker];
+          while (!owner.doorbells_in_[index_]->push(qp)) sched_yield();
+          owner.wake();
+        }
+        continue;
+      }
       qp->shared->doorbell_pending.store(0, std::memory_order_seq_cst);
       schedule(*qp);
       any = true;
@@ -272,6 +292,12 @@ bool Worker::poll_peers() {
   for (size_t i = 0; i < peers_.size(); i++) {
     if (i == index_) continue;
     while (Packet *p = returns_[i]->pop()) pool.free(p);
+    while (QueuePair *qp = doorbells_in_[i]->pop()) {
+      if (qp->worker != index_) continue;  // moved on again: its doorbell went along
+      qp->shared->doorbell_pending.store(0, std::memory_order_seq_cst);
+      schedule(*qp);
+      any = true;
+    }
     for (uint16_t k = 0; k < kBurst; k++) {
       Packet *p = inbox_[i]->pop();
       if (!p) break;
@@ -287,9 +313,11 @@ void Worker::connect(const std::vector<Worker *> &all) {
   peers_ = all;
   inbox_.clear();
   returns_.clear();
+  doorbells_in_.clear();
   for (size_t i = 0; i < all.size(); i++) {
     inbox_.push_back(std::make_unique<SpscRing<Packet>>(kPoolPackets));
     returns_.push_back(std::make_unique<SpscRing<Packet>>(kPoolPackets));
+    doorbells_in_.push_back(std::make_unique<SpscRing<QueuePair>>(shm::DoorbellRing::kSlots));
   }
 }
 
@@ -331,7 +359,7 @@ void Worker::unpark() {
 
 bool Worker::inbox_empty() const {
   for (size_t i = 0; i < inbox_.size(); i++)
-    if (i != index_ && !inbox_[i]->empty()) return false;
+    if (i != index_ && (!inbox_[i]->empty() || !doorbells_in_[i]->empty())) return false;
   return true;
 }
 
@@ -393,8 +421,7 @@ void Worker::idle_wait(uint64_t idle_ns) {
   sleeping.store(1, std::memory_order_seq_cst);
   bool work = commands_pending_.load() || !run_next_.empty() ||
               park_requested_.load(std::memory_order_acquire);
-  for (size_t i = 0; i < inbox_.size(); i++)
-    if (i != index_ && !inbox_[i]->empty()) work = true;
+  if (!inbox_empty()) work = true;
   for (SessionRings &s : sessions_) {
     uint32_t pos = s.doorbells->head;
     if (int32_t(s.doorbells->cells[pos % shm::DoorbellRing::kSlots].seq.load() - (pos + 1)) >= 0)

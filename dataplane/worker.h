@@ -67,6 +67,9 @@ class Worker {
   void add_session(uint32_t id, shm::DoorbellRing *ring);  // worker thread only
   void remove_session(uint32_t id);                        // worker thread only
   void forget_qp(QueuePair &qp);                           // worker thread only
+  // Moves a QP to worker `to` with every worker parked: its place in run queue, ACK and timer
+  // lists goes with it, and `to` looks at its send queue at once.
+  void move_qp(QueuePair &qp, Worker &to);
 
   // For the transport engines (worker thread only).
   Device &dev;
@@ -133,6 +136,8 @@ class Worker {
   // QPs, returns_[i] brings back our packets worker i is done with.
   std::vector<Worker *> peers_;
   std::vector<std::unique_ptr<SpscRing<Packet>>> inbox_, returns_;
+  // Doorbells that reached worker i for a QP of ours (it was moved to us).
+  std::vector<std::unique_ptr<SpscRing<QueuePair>>> doorbells_in_;
   std::atomic<bool> park_requested_{false};
   uint64_t drain_round_ = 0;   // under cmd_mu_: asked for by the control thread ...
   uint64_t parked_round_ = 0;  // ... and done, parked after it

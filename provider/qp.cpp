@@ -118,7 +118,8 @@ int post_send_wrs(Qp *qp, ibv_send_wr *wr, ibv_send_wr **bad_wr, bool allow_type
 
 void ring_sq_doorbell(Qp *qp) {
   if (qp->shared->doorbell_pending.exchange(1, std::memory_order_seq_cst) == 0)
-    Context::of(qp->ibv.context)->ring_doorbell(qp->worker, qp->handle);
+    Context::of(qp->ibv.context)
+        ->ring_doorbell(qp->shared->worker.load(std::memory_order_relaxed), qp->handle);
 }
 
 int post_recv_wrs(shm::RingIndices &ring, shm::RecvWqe *slots, uint32_t nslots, uint32_t max_wr,

@@ -80,9 +80,10 @@ perftest_between() {
 }
 
 pingpong_between() {
-  local srv=$1 cli=$2
-  shift 2
-  between "$srv" "$cli" "$@" -d vrnic0 -g 0 -c -n 1000 || return 1
+  local srv=$1 cli=$2 prog=$3
+  shift 3
+  # The caller's options come last: theirs win (e.g. another -n).
+  between "$srv" "$cli" "$prog" -d vrnic0 -g 0 -c -n 1000 "$@" || return 1
   grep -q 'bytes in' "$CLIENT_LOG" && ! grep -qi 'invalid data' "$CLIENT_LOG" "$SERVER_LOG" || {
     echo "FAIL: no 'bytes in' line, or the receiver found invalid data"
     return 1

@@ -43,6 +43,7 @@ enum class Op : uint16_t {
   kResizeCq,
   kSetFaults,
   kListQps,
+  kMoveQp,
 };
 
 struct MsgHeader {
@@ -285,6 +286,12 @@ struct SetFaultsReq {
   char spec[200];
 };
 
+// vrnicctl move: QP qpn to worker (EINVAL: no such QP or worker).
+struct MoveQpReq {
+  uint32_t qpn;
+  uint32_t worker;
+};
+
 struct StatsResp {
   uint32_t sessions;
   uint32_t pds;
@@ -316,6 +323,8 @@ struct StatsResp {
   uint64_t wire_tx_no_route;           // packets dropped: peer's link address unknown
   uint64_t wire_link_changes;
   uint64_t wire_link_up;  // 1 up, 0 down (1 without a wire port)
+  uint64_t qp_moves;      // QPs moved between workers (rebalancing and vrnicctl move)
+  uint64_t workers;
 };
 
 // Per-QP state and counters, a page at a time (vrnicctl qps).

@@ -111,6 +111,9 @@ struct QpShared {
   alignas(kCacheLine) std::atomic<uint32_t> doorbell_pending;
   // Mirror of the QP state (enum ibv_qp_state) kept by vrnicd for the provider's checks.
   std::atomic<uint32_t> state;
+  // The worker that runs the QP, whose doorbell ring the provider uses: vrnicd may move a QP
+  // (a doorbell that still reaches the old worker is passed on).
+  std::atomic<uint32_t> worker;
 };
 
 inline constexpr size_t kQpHeaderBytes = 4096;

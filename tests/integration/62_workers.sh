@@ -6,7 +6,9 @@
 #     worker (perftest, pingpong, SRQ pingpong; the QPs seen on both workers in vrnicctl qps);
 #   - the Catch2 data-path and API suites against a two-worker vrnicd;
 #   - two vrnicd over udp on 127.0.0.1 and 127.0.0.2, two workers each (a udp port per worker):
-#     perftest with 16 QPs, pingpong, and the wire integrity test at 1% loss.
+#     perftest with 16 QPs, pingpong, and the wire integrity test at 1% loss;
+#   - QPs moved between workers mid-traffic (vrnicctl move, every 100 ms, during pingpong with
+#     data checks and during the integrity test) and by vrnicd's own rebalancing.
 # shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 vrnic_script_init workers
@@ -95,6 +97,48 @@ check "ibv_rc_pingpong: two vrnicd over udp, two workers each" \
 check "udp counters of the two-worker daemons: no ICRC or format errors" \
   on_udp clean_counters u1 u2
 
+# mover NAME...: moves every QP of these daemons to the other worker, every 100 ms, until
+# killed (its pid in MOVER_PID).
+mover() {
+  (
+    while :; do
+      for d in "$@"; do
+        "$VRNICCTL" --socket "${SOCK[$d]}" qps 2>/dev/null |
+          sed -n 's/^qpn=\(0x[0-9a-f]*\) .* worker=\([01]\).*/\1 \2/p' |
+          while read -r qpn w; do "$VRNICCTL" --socket "${SOCK[$d]}" move "$qpn" $((1 - w)); done
+      done
+      sleep 0.1
+    done
+  ) >/dev/null 2>&1 &
+  MOVER_PID=$!
+  _vrnic_track "$MOVER_PID"
+}
+stop_mover() {
+  kill "$MOVER_PID" 2>/dev/null
+  vrnic_wait_exit "$MOVER_PID" 5
+}
+moves_of() { stat_of qp_moves "$1"; }
+
+# moving D1 D2 CMD...: CMD with the mover at work on daemons D1 and D2 (may be the same);
+# at least one QP must have moved meanwhile.
+moving() {
+  local daemons=("$1") before after rc d
+  [[ $2 != "$1" ]] && daemons+=("$2")
+  shift 2
+  before=0
+  for d in "${daemons[@]}"; do before=$((before + $(moves_of "$d"))); done
+  mover "${daemons[@]}"
+  "$@"
+  rc=$?
+  stop_mover
+  after=0
+  for d in "${daemons[@]}"; do after=$((after + $(moves_of "$d"))); done
+  echo "QPs moved meanwhile: $((after - before))"
+  ((after > before)) || { echo "FAIL: no QP was moved"; return 1; }
+  CHECK_NOTE="${CHECK_NOTE:+$CHECK_NOTE, }$((after - before)) moves"
+  return "$rc"
+}
+
 integrity() {
   VRNIC_WIRE_DAEMONS="${SOCK[u1]}@127.0.0.1,${SOCK[u2]}@127.0.0.2" VRNIC_WIRE_BYTES=256M \
     VRNIC_WIRE_TIMEOUT=12 VRNIC_CATCH2_TIMEOUT=300 VRNICD_PID=${PID[u1]} VRNICD_LOG=${LOG[u1]} \
@@ -103,6 +147,54 @@ integrity() {
 }
 check "wire integrity test, 256 MiB at 1% loss: two vrnicd over udp, two workers each" \
   on_udp integrity
+
+# Moving QPs loses and reorders nothing: every byte and completion still checked.
+check "QPs moved every 100 ms during ibv_rc_pingpong -n 20000 (data checked), loop port" \
+  on_loop moving w w pingpong_between w w ibv_rc_pingpong -n 20000
+check "QPs moved every 100 ms during the wire integrity test at 1% loss, udp" \
+  on_udp moving u1 u2 integrity
+
+refuse_moves() {
+  local ok=0 out
+  for args in "0xffffff 0" "0x10 9" "x 1"; do
+    read -ra a <<<"$args"
+    out=$(timeout -k 2 10 "$VRNICCTL" --socket "${SOCK[w]}" move "${a[@]}" 2>&1)
+    local rc=$?
+    echo "+ vrnicctl move $args: exit $rc: $out"
+    ((rc != 0)) || ok=1
+  done
+  return "$ok"
+}
+check "vrnicctl move refuses a QP or worker that does not exist" on_loop refuse_moves
+
+# vrnicd's own balancing: every QP of a run moved onto worker 0, vrnicd moves some back.
+rebalancing() {
+  local port out qpns moved0
+  port=$(next_port)
+  VRNIC_SOCKET=${SOCK[w]} start_server rebalance "$port" ib_write_bw -d vrnic0 -x 0 -F -q 2 -D 8 \
+    -p "$port" || return 1
+  VRNIC_SOCKET=${SOCK[w]} "${VRUN[@]}" timeout -k 5 60 ib_write_bw -d vrnic0 -x 0 -F -q 2 -D 8 \
+    -p "$port" 127.0.0.1 >"$HOSTS_DIR/rebalance.client.log" 2>&1 </dev/null &
+  local cpid=$!
+  _vrnic_track "$cpid"
+  sleep 1.5
+  qpns=$("$VRNICCTL" --socket "${SOCK[w]}" qps | sed -n 's/^qpn=\(0x[0-9a-f]*\) .*/\1/p')
+  for q in $qpns; do "$VRNICCTL" --socket "${SOCK[w]}" move "$q" 0; done
+  moved0=$(moves_of w)
+  echo "moved every QP ($(wc -w <<<"$qpns")) to worker 0; moves so far: $moved0"
+  sleep 3
+  out=$("$VRNICCTL" --socket "${SOCK[w]}" qps)
+  grep -o 'qpn=[^ ]* .* worker=[01]' <<<"$out" | sed -E 's/ sq_psn.*//; s/^/    /'
+  echo "moves now: $(moves_of w)"
+  vrnic_wait_exit "$cpid" 30
+  local crc=$VRNIC_RC
+  finish_server 10
+  ((crc == 0)) || { echo "FAIL: the client failed"; tail -n 5 "$HOSTS_DIR/rebalance.client.log"; return 1; }
+  grep -q 'worker=1' <<<"$out" || { echo "FAIL: vrnicd moved no QP back to worker 1"; return 1; }
+  (($(moves_of w) > moved0)) || { echo "FAIL: no move counted"; return 1; }
+  grep -q "moved from worker 0 to 1" "${LOG[w]}" && grep "moved from worker 0 to 1" "${LOG[w]}" | tail -n 2
+}
+check "unbalanced workers: vrnicd moves a busy QP to the idle worker" on_loop rebalancing
 
 ((${#PID[@]} > 0)) && check "every two-worker vrnicd: no objects left, exits 0 on SIGTERM" stop_hosts
 
