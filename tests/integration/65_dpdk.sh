@@ -224,6 +224,39 @@ memif_peer_death() {
 check "memif: peer vrnicd killed, link down; a new one, link up and traffic again" \
   across_memif memif_peer_death
 
+# DPDK on hugepages: 2 MiB pages reserved here for two memif vrnicd (64 each), released after.
+on_hugepages() {
+  local before want ok=0 d
+  need_dpdk || return 1
+  before=$(cat /proc/sys/vm/nr_hugepages)
+  want=$((before + 128))
+  vrnic_on_cleanup "echo $before >/proc/sys/vm/nr_hugepages"
+  echo "+ echo $want >/proc/sys/vm/nr_hugepages   # was $before"
+  echo "$want" >/proc/sys/vm/nr_hugepages
+  (($(awk '/^HugePages_Free/ { print $2 }' /proc/meminfo) >= 128)) ||
+    { echo "FAIL: the kernel gave fewer than 128 free hugepages"; ok=1; }
+  local sock=$DIR/memif-huge.sock
+  if ((ok == 0)); then
+    host_vrnicd h1 - --dpdk 10.80.0.1 --eal "-m 128 --no-pci --vdev net_memif0,role=server,socket=$sock" &&
+      host_vrnicd h2 - --dpdk 10.80.0.2 --eal "-m 128 --no-pci --vdev net_memif0,role=client,socket=$sock" &&
+      wait_link h1 h2 || ok=1
+    echo "hugepages free while both run: $(awk '/^HugePages_Free/ { print $2 }' /proc/meminfo) of $want"
+    ((ok == 0)) && { perftest_between h1 h2 ib_write_bw -s 65536 -n 2000 >/dev/null || ok=1; }
+    ((ok == 0)) && { pingpong_between h1 h2 ibv_rc_pingpong >/dev/null || ok=1; }
+    local note=$CHECK_NOTE
+    for d in h1 h2; do
+      [[ -n ${PID[$d]:-} ]] || continue
+      VRNICD_PID=${PID[$d]} VRNICD_LOG=${LOG[$d]} stop_vrnicd TERM "${SOCK[$d]}" || ok=1
+      PID[$d]=
+    done
+    CHECK_NOTE=$note
+  fi
+  echo "+ echo $before >/proc/sys/vm/nr_hugepages"
+  echo "$before" >/proc/sys/vm/nr_hugepages
+  return "$ok"
+}
+check "hugepages: two vrnicd over memif on 2 MiB pages reserved and released here" on_hugepages
+
 # --- a dpdk vrnicd against a udp-port vrnicd -------------------------------------------------
 # C: dpdk on af_packet; D: the kernel owns its end of the veth (address 10.79.0.2) and vrnicd
 # uses it through UDP sockets. ARP: vrnicd C asks, D's kernel answers, and answers C's
