@@ -118,9 +118,10 @@ absl::Status Server::start() {
 // SO_REUSEPORT; packets for another worker's QP are handed over).
 absl::StatusOr<std::unique_ptr<Port>> Server::open_wire_port(Worker &w) {
   if (cfg_.dpdk) {
-    if (nworkers_ > 1)
-      return absl::UnimplementedError("the dpdk port runs with one worker so far (--workers 1)");
-    return open_dpdk_port(cfg_.dpdk_port, w.pool);
+    DpdkPortConfig dpdk_cfg = cfg_.dpdk_port;
+    dpdk_cfg.queue = uint16_t(w.index());
+    dpdk_cfg.queues = uint16_t(nworkers_);
+    return open_dpdk_port(dpdk_cfg, w.pool);
   }
   UdpPortConfig udp_cfg = cfg_.udp_port;
   udp_cfg.reuse_port = nworkers_ > 1;

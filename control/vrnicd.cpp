@@ -30,6 +30,7 @@ void usage(FILE *out) {
       "                   $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>.sock)\n"
       "  --workers N      dataplane worker threads, 1 to 8 (default 1); each QP runs on one\n"
       "                   (the least loaded when it is created), each has its own udp port\n"
+      "                   or dpdk queue pair\n"
       "  --udp ADDR       RoCEv2 over UDP on this IPv4 or IPv6 address (GID 0); without\n"
       "                   it vrnic0 has only the loop port (peers are local processes)\n"
       "  --dpdk ADDR      RoCEv2 on an Ethernet device driven by DPDK, with this IPv4\n"

@@ -24,6 +24,10 @@ struct DpdkPortConfig {
   std::string address;                // IPv4 literal: the port's address, GID 0
   std::vector<std::string> eal_args;  // for rte_eal_init (--vdev, -a PCI, --no-huge, ...)
   uint16_t udp_port = 4791;
+  // Several workers: one port each on the same device. Worker 0's (queue 0) sets the device
+  // up with `queues` RX and TX queue pairs; each port receives and sends on its own.
+  uint16_t queue = 0;
+  uint16_t queues = 1;
 };
 
 // Loads the module ($VRNIC_DPDK_MODULE, else vrnic_port_dpdk.so next to the running vrnicd)

@@ -14,8 +14,7 @@
 # vrnicd pairs are then started for vrnic's figures. Medians over ROUNDS (default 3); logs
 # and summary.md go to perf/out/bench-dpdk-<date>/.
 #
-# Worker scaling (`ib_write_bw -q 16` with 1 and 2 workers) is perf/bench_workers.sh, over
-# udp: the dpdk port runs one worker so far.
+# Worker scaling (`ib_write_bw -q 16` with 1 and 2 workers) is perf/bench_workers.sh.
 #
 # Usage: perf/bench_dpdk.sh [ROUNDS]            (root: namespaces, DPDK devices)
 # Environment: VRNIC_SKIP_SETUP=1 skips the package and build steps; BENCH_SECONDS (default 5).
@@ -149,7 +148,7 @@ med() { bench_median_fmt "${2:-%.3f}" ${results[$1]:-}; }
   echo
   echo "Per round (Mpps): $(for k in "${!results[@]}"; do printf '%s=[%s] ' "$k" "${results[$k]% }"; done)"
   echo
-  echo "Worker scaling: perf/bench_workers.sh (the dpdk port runs one worker so far)."
+  echo "Worker scaling: perf/bench_workers.sh."
 } | tee "$out/summary.md"
 vrnic_cleanup
 echo "failures: $BENCH_FAILURES; summary: $out/summary.md"

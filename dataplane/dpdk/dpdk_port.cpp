@@ -15,7 +15,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <cstring>
 #include <vector>
 
@@ -141,6 +143,37 @@ bool init_eal(const std::vector<std::string> &user_args, std::string *error) {
   return true;
 }
 
+// What the workers' ports share: one ethdev (an RX and a TX queue per worker), its mempools
+// and link, and the neighbour table (an ARP reply arrives on whichever queue the device
+// picks; every worker looks addresses up).
+struct SharedDevice {
+  bool configured = false;
+  uint16_t port_id = 0;
+  uint16_t queues = 1;  // TX queues, one per worker
+  bool started = false;
+  std::atomic<bool> running{false};
+  rte_mempool *mbufs = nullptr;
+  rte_mempool *ext_mbufs = nullptr;
+  bool zero_copy = false;
+  bool memif = false;
+  bool announced = false;
+  uint64_t next_restart = 0;
+  MacAddress mac{};
+  uint8_t ip[4] = {};
+  uint8_t gid[16] = {};
+  uint16_t udp_port = 4791;
+  uint32_t mtu = 1024;
+  std::string iface;
+  std::atomic<bool> link_up{true};
+  std::mutex neighbors_mu;
+  NeighborTable neighbors;  // under neighbors_mu
+};
+
+SharedDevice &shared_device() {
+  static SharedDevice dev;
+  return dev;
+}
+
 class DpdkPort final : public Port {
  public:
   explicit DpdkPort(PacketPool &pool) : pool_(pool) {}
@@ -173,29 +206,32 @@ class DpdkPort final : public Port {
   }
   static void payload_done(void *, void *opaque);
   void housekeeping(uint64_t now);
+  void watch_device(uint64_t now);
   void drop_pending(uint32_t ip);
 
   PacketPool &pool_;
-  uint16_t port_id_ = 0;
-  bool started_ = false;  // configured and started once: stopped and closed at the end
-  bool running_ = false;  // started now: its queues may be used
-  rte_mempool *mbufs_ = nullptr;      // frames built or received here
-  rte_mempool *ext_mbufs_ = nullptr;  // no data room: payloads attached from registered memory
-  bool zero_copy_ = false;            // the device takes chained mbufs
+  SharedDevice &dev_ = shared_device();
+  uint16_t queue_ = 0;  // this worker's RX and TX queue (queue 0's port watches the link)
+  // The shared device's fields, by their old names.
+  uint16_t &port_id_ = dev_.port_id;
+  bool &started_ = dev_.started;            // configured and started: stopped and closed at the end
+  std::atomic<bool> &running_ = dev_.running;  // started now: its queues may be used
+  rte_mempool *&mbufs_ = dev_.mbufs;          // frames built or received here
+  rte_mempool *&ext_mbufs_ = dev_.ext_mbufs;  // no data room: payloads from registered memory
+  bool &zero_copy_ = dev_.zero_copy;          // the device takes chained mbufs
+  bool &memif_ = dev_.memif;                  // see housekeeping()
+  bool &announced_ = dev_.announced;          // gratuitous ARP sent since the link came up
+  uint64_t &next_restart_ = dev_.next_restart;
+  MacAddress &mac_ = dev_.mac;
+  uint8_t (&ip_)[4] = dev_.ip;
+  uint8_t (&gid_)[16] = dev_.gid;
+  uint16_t &udp_port_ = dev_.udp_port;
+  uint32_t &mtu_ = dev_.mtu;
+  std::string &iface_ = dev_.iface;
+  std::atomic<bool> &link_up_ = dev_.link_up;
   bool registered_thread_ = false;
-  bool memif_ = false;              // see housekeeping()
-  bool announced_ = false;          // gratuitous ARP sent since the link came up
-  uint64_t next_restart_ = 0;
-  MacAddress mac_{};
-  uint8_t ip_[4] = {};
-  uint8_t gid_[16] = {};
-  uint16_t udp_port_ = 4791;
-  uint32_t mtu_ = 1024;
-  std::string iface_;
-  std::atomic<bool> link_up_{true};
   uint64_t next_housekeeping_ = 0;
   uint32_t tx_in_flight_ = 0;  // zero-copy payloads the device still holds
-  NeighborTable neighbors_;
   // Packets waiting for a peer's ARP answer, by peer; they may reference registered memory.
   absl::flat_hash_map<uint32_t, std::vector<Packet *>> pending_;
   uint32_t pending_packets_ = 0;
@@ -206,6 +242,18 @@ class DpdkPort final : public Port {
 };
 
 bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
+  queue_ = cfg.queue;
+  if (dev_.configured) {  // another worker's port set the device up
+    if (queue_ >= dev_.queues) {
+      *error = "the device was set up with " + std::to_string(dev_.queues) + " TX queues";
+      return false;
+    }
+    return true;
+  }
+  if (queue_ != 0) {
+    *error = "the first dpdk port opened must be queue 0";
+    return false;
+  }
   in_addr v4;
   if (inet_pton(AF_INET, cfg.address.c_str(), &v4) != 1) {
     *error = "'" + cfg.address + "' is not an IPv4 address (IPv6 needs neighbour discovery, " +
@@ -251,14 +299,26 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
     *error = std::string(what) + ": " + rte_strerror(rc < 0 ? -rc : rc);
     return false;
   };
-  if (int rc = rte_eth_dev_configure(port_id_, 1, 1, &conf); rc != 0)
+  // An RX and a TX queue per worker. The device spreads received frames over the RX queues
+  // (RSS, or af_packet's fanout); a worker hands what is not its QPs' to their workers.
+  dev_.queues = std::max<uint16_t>(cfg.queues, 1);
+  if (dev_.queues > info.max_tx_queues || dev_.queues > info.max_rx_queues) {
+    *error = "the device has " + std::to_string(std::min(info.max_rx_queues, info.max_tx_queues)) +
+             " queue pairs for " + std::to_string(dev_.queues) +
+             " workers (af_packet: add qpairs=N to the --vdev)";
+    return false;
+  }
+  if (dev_.queues > 1) conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+  if (int rc = rte_eth_dev_configure(port_id_, dev_.queues, dev_.queues, &conf); rc != 0)
     return fail("rte_eth_dev_configure", rc);
   uint16_t rxd = kQueueDescriptors, txd = kQueueDescriptors;
   rte_eth_dev_adjust_nb_rx_tx_desc(port_id_, &rxd, &txd);
-  if (int rc = rte_eth_rx_queue_setup(port_id_, 0, rxd, unsigned(socket), nullptr, mbufs_); rc)
-    return fail("rte_eth_rx_queue_setup", rc);
-  if (int rc = rte_eth_tx_queue_setup(port_id_, 0, txd, unsigned(socket), nullptr); rc)
-    return fail("rte_eth_tx_queue_setup", rc);
+  for (uint16_t q = 0; q < dev_.queues; q++) {
+    if (int rc = rte_eth_rx_queue_setup(port_id_, q, rxd, unsigned(socket), nullptr, mbufs_); rc)
+      return fail("rte_eth_rx_queue_setup", rc);
+    if (int rc = rte_eth_tx_queue_setup(port_id_, q, txd, unsigned(socket), nullptr); rc)
+      return fail("rte_eth_tx_queue_setup", rc);
+  }
   // A memif client whose server is not there yet fails to start: its link stays down and
   // housekeeping() tries again.
   int rc_start = rte_eth_dev_start(port_id_);
@@ -280,6 +340,7 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
     return false;
   }
   next_restart_ = now_ns() + kMemifRetryNs;
+  dev_.configured = true;
   housekeeping(now_ns());
   return true;
 }
@@ -288,9 +349,12 @@ DpdkPort::~DpdkPort() {
   for (; ready_head_ < ready_.size(); ready_head_++) pool_.free(ready_[ready_head_]);
   for (auto &[ip, pkts] : pending_)
     for (Packet *p : pkts) pool_.free(p);
-  if (started_) {
+  // Queue 0's port goes first (worker 0's); every worker has stopped by then and the other
+  // ports are still there for payload_done.
+  if (started_ && queue_ == 0) {
     rte_eth_dev_stop(port_id_);
     rte_eth_dev_close(port_id_);  // frees what the device held, calling payload_done
+    started_ = false;
   }
 }
 
@@ -380,7 +444,7 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
 void DpdkPort::send_frames(rte_mbuf **frames, uint16_t n) {
   uint16_t sent = 0;
   for (int tries = 0; sent < n && tries < kTxRetries; tries++)
-    sent = uint16_t(sent + rte_eth_tx_burst(port_id_, 0, frames + sent, uint16_t(n - sent)));
+    sent = uint16_t(sent + rte_eth_tx_burst(port_id_, queue_, frames + sent, uint16_t(n - sent)));
   for (uint16_t i = 0; i < sent; i++) counters_.tx_bytes += frames[i]->pkt_len;
   counters_.tx_packets += sent;
   for (uint16_t i = sent; i < n; i++) rte_pktmbuf_free(frames[i]);  // a full queue: lost
@@ -391,7 +455,8 @@ void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
   rte_mbuf *frames[kBurst];
   uint16_t nframes = 0;
   uint32_t cached_ip = 0;
-  const MacAddress *cached_mac = nullptr;
+  bool cached = false;
+  MacAddress cached_mac;
   for (uint16_t i = 0; i < n; i++) {
     Packet *pkt = pkts[i];
     const uint32_t ip = ip_key(pkt->dst_gid + 12);
@@ -400,8 +465,13 @@ void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
       pool_.free(pkt);
       continue;
     }
-    if (!cached_mac || ip != cached_ip) {
-      NeighborTable::Answer a = neighbors_.lookup(ip, now);
+    if (!cached || ip != cached_ip) {
+      NeighborTable::Answer a;
+      {
+        std::lock_guard lock(dev_.neighbors_mu);
+        a = dev_.neighbors.lookup(ip, now);
+        if (a.mac) cached_mac = *a.mac;  // the entry may move once the lock is gone
+      }
       if (a.send_request) send_arp(ArpMessage::kRequest, pkt->dst_gid + 12, MacAddress{});
       if (!a.mac) {
         std::vector<Packet *> &waiting = pending_[ip];
@@ -412,13 +482,13 @@ void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
           waiting.push_back(pkt);
           pending_packets_++;
         }
-        cached_mac = nullptr;
+        cached = false;
         continue;
       }
       cached_ip = ip;
-      cached_mac = a.mac;
+      cached = true;
     }
-    rte_mbuf *m = build_frame(pkt, *cached_mac);
+    rte_mbuf *m = build_frame(pkt, cached_mac);
     if (!m) {
       counters_.tx_errors++;  // no mbuf: the frame is lost, as on a full NIC
       continue;
@@ -447,7 +517,7 @@ void DpdkPort::send_arp(ArpMessage::Op op, const uint8_t *target_ip, const MacAd
   std::memcpy(msg.sender_ip, ip_, 4);
   std::memcpy(msg.target_ip, target_ip, 4);
   build_arp_frame(frame, msg);
-  if (!running_ || rte_eth_tx_burst(port_id_, 0, &m, 1) != 1) rte_pktmbuf_free(m);
+  if (!running_ || rte_eth_tx_burst(port_id_, queue_, &m, 1) != 1) rte_pktmbuf_free(m);
 }
 
 // RFC 826: learn the sender when it asks us or is already known; answer requests for our
@@ -460,11 +530,14 @@ void DpdkPort::on_arp(const uint8_t *frame, uint32_t len, uint64_t now) {
   const bool for_us = std::memcmp(m.target_ip, ip_, 4) == 0;
   const uint32_t sender = ip_key(m.sender_ip);
   auto waiting = pending_.find(sender);
-  if (!for_us && waiting == pending_.end()) {
-    neighbors_.refresh(sender, m.sender_mac, now);
-    return;
+  {
+    std::lock_guard lock(dev_.neighbors_mu);
+    if (!for_us && waiting == pending_.end()) {
+      dev_.neighbors.refresh(sender, m.sender_mac, now);
+      return;
+    }
+    dev_.neighbors.learn(sender, m.sender_mac, now);
   }
-  neighbors_.learn(sender, m.sender_mac, now);
   if (for_us && m.op == ArpMessage::kRequest)
     send_arp(ArpMessage::kReply, m.sender_ip, m.sender_mac);
   if (waiting == pending_.end()) return;
@@ -487,6 +560,35 @@ void DpdkPort::drop_pending(uint32_t ip) {
 void DpdkPort::housekeeping(uint64_t now) {
   if (now < next_housekeeping_) return;
   next_housekeeping_ = now + kHousekeepingNs;
+  if (queue_ == 0) watch_device(now);
+  // Peers that never answered: their packets go; those answered (perhaps on another
+  // worker's queue) go out; the others are asked again.
+  std::vector<uint32_t> failed, resolved;
+  for (auto &[ip, pkts] : pending_) {
+    NeighborTable::Answer a;
+    {
+      std::lock_guard lock(dev_.neighbors_mu);
+      a = dev_.neighbors.lookup(ip, now);
+    }
+    uint8_t target[4];
+    std::memcpy(target, &ip, 4);
+    if (a.send_request) send_arp(ArpMessage::kRequest, target, MacAddress{});
+    if (a.state == NeighborTable::State::kFailed) failed.push_back(ip);
+    if (a.mac) resolved.push_back(ip);
+  }
+  for (uint32_t ip : failed) drop_pending(ip);
+  for (uint32_t ip : resolved) {
+    std::vector<Packet *> pkts = std::move(pending_[ip]);
+    pending_.erase(ip);
+    pending_packets_ -= uint32_t(pkts.size());
+    for (size_t i = 0; i < pkts.size(); i += kBurst)
+      transmit_resolved(pkts.data() + i, uint16_t(std::min<size_t>(kBurst, pkts.size() - i)), now);
+  }
+  if (tx_in_flight_ && running_) rte_eth_tx_done_cleanup(port_id_, queue_, 0);
+}
+
+// The device's link (worker 0's port looks after it).
+void DpdkPort::watch_device(uint64_t now) {
   rte_eth_link link{};
   bool up = rte_eth_link_get_nowait(port_id_, &link) != 0 || link.link_status;
   if (!iface_.empty()) up = up && kernel_link_running(iface_);
@@ -500,22 +602,12 @@ void DpdkPort::housekeeping(uint64_t now) {
   }
   // A memif client connects when the device starts and, in DPDK 22.11, never again: one that
   // started before its server (or outlived it) is restarted now and then until it connects.
-  if (!up && memif_ && now >= next_restart_) {
+  // Not with several workers: their TX queues are in use meanwhile.
+  if (!up && memif_ && dev_.queues == 1 && now >= next_restart_) {
     next_restart_ = now + kMemifRetryNs;
     if (running_) rte_eth_dev_stop(port_id_);
     running_ = rte_eth_dev_start(port_id_) == 0;
   }
-  // Peers that never answered: their packets go; the others are asked again.
-  std::vector<uint32_t> failed;
-  for (auto &[ip, pkts] : pending_) {
-    NeighborTable::Answer a = neighbors_.lookup(ip, now);
-    uint8_t target[4];
-    std::memcpy(target, &ip, 4);
-    if (a.send_request) send_arp(ArpMessage::kRequest, target, MacAddress{});
-    if (a.state == NeighborTable::State::kFailed) failed.push_back(ip);
-  }
-  for (uint32_t ip : failed) drop_pending(ip);
-  if (tx_in_flight_ && running_) rte_eth_tx_done_cleanup(port_id_, 0, 0);
 }
 
 // A frame off the wire: ARP, or an IPv4 UDP datagram to our RoCE port (anything else on the
@@ -622,7 +714,7 @@ uint16_t DpdkPort::rx_burst(Packet **pkts, uint16_t n) {
     const uint64_t now = now_ns();
     housekeeping(now);
     rte_mbuf *frames[kBurst];
-    uint16_t got = running_ ? rte_eth_rx_burst(port_id_, 0, frames, kBurst) : 0;
+    uint16_t got = running_ ? rte_eth_rx_burst(port_id_, queue_, frames, kBurst) : 0;
     for (uint16_t i = 0; i < got; i++) rte_prefetch0(rte_pktmbuf_mtod(frames[i], void *));
     for (uint16_t i = 0; i < got; i++) receive_frame(frames[i], now);
     faults_.release_due();

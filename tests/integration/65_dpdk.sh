@@ -224,6 +224,42 @@ memif_peer_death() {
 check "memif: peer vrnicd killed, link down; a new one, link up and traffic again" \
   across_memif memif_peer_death
 
+# --- two workers on the dpdk port: af_packet with two queue pairs at both ends ---------------
+# Each worker receives and sends on its own queue pair (af_packet spreads frames over them
+# with a fanout group) and hands packets for the other worker's QPs over.
+NS_E=vrdp-e-$$ NS_F=vrdp-f-$$ VETH_E=vde$$ VETH_F=vdf$$
+_TWO_FAILED=0
+two_worker_hosts() {
+  [[ -n ${PID[e]:-} ]] && _vrnic_running "${PID[e]}" && _vrnic_running "${PID[f]}" && return 0
+  ((_TWO_FAILED)) && { echo "the two-worker dpdk hosts failed to start earlier"; return 1; }
+  _TWO_FAILED=1
+  need_dpdk && veth_pair "$NS_E" "$NS_F" "$VETH_E" "$VETH_F" || return 1
+  host_vrnicd e "$NS_E" --workers 2 --dpdk 10.81.0.1 \
+    --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_E,qpairs=2,$AF_PACKET_RING" &&
+    host_vrnicd f "$NS_F" --workers 2 --dpdk 10.81.0.2 \
+      --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_F,qpairs=2,$AF_PACKET_RING" &&
+    wait_link e f || return 1
+  _TWO_FAILED=0
+}
+across_two() { two_worker_hosts && "$@"; }
+check "ib_write_bw -s 65536 -q 4 -n 2000: dpdk, two workers each" \
+  across_two perftest_between e f ib_write_bw -s 65536 -q 4 -n 2000
+check "ib_read_bw -s 65536 -q 4 -n 1000: dpdk, two workers each" \
+  across_two perftest_between e f ib_read_bw -s 65536 -q 4 -n 1000
+check "ibv_rc_pingpong: dpdk, two workers each" across_two pingpong_between e f ibv_rc_pingpong
+two_integrity() {
+  VRNIC_WIRE_DAEMONS="${SOCK[e]}@10.81.0.1,${SOCK[f]}@10.81.0.2" VRNIC_WIRE_BYTES=256M \
+    VRNIC_WIRE_TIMEOUT=12 VRNIC_CATCH2_TIMEOUT=300 VRNICD_PID=${PID[e]} VRNICD_LOG=${LOG[e]} \
+    VRNIC_SOCKET=${SOCK[e]} _catch2_case "$VRNIC_BUILD_DIR/tests/wire_integrity_test" \
+    "RC across the wire under loss=1: every byte and completion verified"
+}
+check "wire integrity test, 256 MiB at 1% loss: dpdk, two workers each" across_two two_integrity
+check "dpdk two-worker counters: frames both ways, no ICRC or format errors" \
+  across_two clean_counters e f
+check "vrnicd --workers 2 refuses a dpdk device with one queue pair" \
+  expect_refusal 1 "queue pairs for 2 workers" --workers 2 --dpdk 10.76.0.1 \
+  --eal "$EAL_BASE --vdev net_af_packet0,iface=lo"
+
 # DPDK on hugepages: 2 MiB pages reserved here for two memif vrnicd (64 each), released after.
 on_hugepages() {
   local before want ok=0 d
