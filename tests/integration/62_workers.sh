@@ -83,6 +83,32 @@ catch2_suite() {
   CHECK_NOTE=$(grep -oE '(Passed all|Failed).*' "$out" | tail -n 1)
   ((rc == 0)) && _vrnic_running "${PID[w]}"
 }
+# A client killed mid-transfer (QPs on both workers): everything it made goes, the daemon
+# carries on.
+dead_client() {
+  local port cpid spid
+  port=$(next_port)
+  echo "+ ib_write_bw -q 4 -D 20 (server and client on the two-worker vrnicd); kill -KILL both"
+  VRNIC_SOCKET=${SOCK[w]} "${VRUN[@]}" ib_write_bw -d vrnic0 -x 0 -F -q 4 -D 20 -p "$port" \
+    >"$HOSTS_DIR/dead.server.log" 2>&1 </dev/null &
+  spid=$!
+  _vrnic_track "$spid"
+  wait_listen "$port" "$spid" 10 || { echo "FAIL: the server did not listen"; return 1; }
+  VRNIC_SOCKET=${SOCK[w]} "${VRUN[@]}" ib_write_bw -d vrnic0 -x 0 -F -q 4 -D 20 -p "$port" \
+    127.0.0.1 >"$HOSTS_DIR/dead.client.log" 2>&1 </dev/null &
+  cpid=$!
+  _vrnic_track "$cpid"
+  sleep 2
+  kill -KILL "$cpid" "$spid" 2>/dev/null
+  vrnic_wait_exit "$cpid" 5
+  vrnic_wait_exit "$spid" 5
+  VRNIC_SOCKET=${SOCK[w]} wait_objects_zero 10 || return 1
+  _vrnic_running "${PID[w]}" || { echo "FAIL: vrnicd died"; return 1; }
+  pingpong_between w w ibv_rc_pingpong >/dev/null || { echo "FAIL: no traffic afterwards"; return 1; }
+}
+check "clients killed mid-transfer: their objects go, the two-worker vrnicd carries on" \
+  on_loop dead_client
+
 for t in verbs_data_test api_test wr_api_test; do
   check "$t against a two-worker vrnicd" on_loop catch2_suite "$t"
 done
@@ -149,8 +175,8 @@ check "wire integrity test, 256 MiB at 1% loss: two vrnicd over udp, two workers
   on_udp integrity
 
 # Moving QPs loses and reorders nothing: every byte and completion still checked.
-check "QPs moved every 100 ms during ibv_rc_pingpong -n 20000 (data checked), loop port" \
-  on_loop moving w w pingpong_between w w ibv_rc_pingpong -n 20000
+check "QPs moved every 100 ms during ibv_rc_pingpong -n 10000 (data checked), loop port" \
+  on_loop moving w w pingpong_between w w ibv_rc_pingpong -n 10000
 check "QPs moved every 100 ms during the wire integrity test at 1% loss, udp" \
   on_udp moving u1 u2 integrity
 
