@@ -293,7 +293,7 @@ bool Worker::poll_peers() {
     if (i == index_) continue;
     while (Packet *p = returns_[i]->pop()) pool.free(p);
     while (QueuePair *qp = doorbells_in_[i]->pop()) {
-      if (qp->worker != index_) continue;  // moved on again: its doorbell went along
+      // (A QP moves only with every worker parked, after this ring was emptied: it is ours.)
       qp->shared->doorbell_pending.store(0, std::memory_order_seq_cst);
       schedule(*qp);
       any = true;
