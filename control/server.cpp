@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "dataplane/events.h"
+#include "load_balance.h"
 #include "dataplane/transport.h"
 #include "qp_state_machine.h"
 
@@ -1159,42 +1160,20 @@ void Server::rebalance() {
   uint64_t now = now_ns();
   if (workers_.size() < 2 || now < next_rebalance_ns_) return;
   next_rebalance_ns_ = now + 1'000'000'000;
-  // Load per worker over the last second, and each QP's share.
-  std::vector<uint64_t> load(workers_.size(), 0);
-  struct Candidate {
-    uint32_t qpn;
-    uint64_t load;
-    uint32_t worker;
-  };
-  std::vector<Candidate> qps;
+  std::vector<QpLoad> qps;
   dev_.qps.for_each([&](uint32_t handle, QueuePair &qp) {
     if (handle >= last_qp_packets_.size()) last_qp_packets_.resize(handle + 1024, 0);
     uint64_t total = qp_packets(qp);
     uint64_t delta = total >= last_qp_packets_[handle] ? total - last_qp_packets_[handle] : total;
     last_qp_packets_[handle] = total;
-    load[qp.worker] += delta;
-    qps.push_back({qp.qpn, delta, qp.worker});
+    qps.push_back({qp.qpn, qp.worker, delta});
   });
-  size_t busy = size_t(std::max_element(load.begin(), load.end()) - load.begin());
-  size_t idle = size_t(std::min_element(load.begin(), load.end()) - load.begin());
-  uint64_t gap = load[busy] - load[idle];
-  // Worth a move: a real load (1000 packets/s) and the busiest at least twice the idlest.
-  if (gap < 1000 || load[busy] < 2 * load[idle]) return;
-  // The QP whose move best evens the two out: its load nearest half the gap, and below it.
-  const Candidate *best = nullptr;
-  for (const Candidate &c : qps) {
-    if (c.worker != busy || !c.load || c.load >= gap) continue;
-    auto miss = [&](const Candidate &x) {
-      return x.load > gap / 2 ? x.load - gap / 2 : gap / 2 - x.load;
-    };
-    if (!best || miss(c) < miss(*best)) best = &c;
-  }
-  if (!best) return;
-  ctl::MoveQpReq req{best->qpn, uint32_t(idle)};
-  if (move_qp(req) == 0) {
-    std::fprintf(stderr, "vrnicd: QP 0x%x moved from worker %zu to %zu (loads %llu, %llu)\n",
-                 best->qpn, busy, idle, static_cast<unsigned long long>(load[busy]),
-                 static_cast<unsigned long long>(load[idle]));
+  std::optional<QpMove> move = choose_move(qps, uint32_t(workers_.size()));
+  if (!move) return;
+  if (move_qp(ctl::MoveQpReq{move->qpn, move->to}) == 0) {
+    std::fprintf(stderr, "vrnicd: QP 0x%x moved from worker %u to %u (loads %llu, %llu)\n",
+                 move->qpn, move->from, move->to, static_cast<unsigned long long>(move->from_load),
+                 static_cast<unsigned long long>(move->to_load));
   }
 }
 
