@@ -218,8 +218,8 @@ bool Server::handle(Session &s) {
   if (err) return false;  // closed or malformed: the client is gone or broken
   auto op = ctl::Op(m->header.op);
   // vrnicctl's commands need no session; everything else comes after Hello.
-  bool management = op == ctl::Op::kStats || op == ctl::Op::kSetFaults ||
-                    op == ctl::Op::kListQps || op == ctl::Op::kMoveQp;
+  bool management = op == ctl::Op::kStats || op == ctl::Op::kSetFaults || op == ctl::Op::kListQps ||
+                    op == ctl::Op::kMoveQp;
   if (op != ctl::Op::kHello && !management && !s.shm) {
     m->close_fds();
     ctl::send_message(s.sock, op, EPROTO, nullptr, 0);
@@ -1073,7 +1073,8 @@ void Server::stats(ctl::StatsResp &resp) {
     resp.mws = dev_.mws.size();
     // Every worker's share, summed: its counters and its ports'.
     for (auto &w : workers_) {
-      for (size_t i = 0; i < std::size(resp.transport); i++) resp.transport[i] += w->counters.value[i];
+      for (size_t i = 0; i < std::size(resp.transport); i++)
+        resp.transport[i] += w->counters.value[i];
       Port *wire = w->wire_port();
       if (!wire) continue;
       const PortCounters &c = wire->counters();

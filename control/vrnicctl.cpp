@@ -31,12 +31,18 @@ int stats(int sock) {
     const char *name;
     uint64_t value;
   } wire[] = {
-      {"udp_tx_packets", r->wire_tx_packets},     {"udp_tx_bytes", r->wire_tx_bytes},
-      {"udp_tx_errors", r->wire_tx_errors},       {"udp_rx_packets", r->wire_rx_packets},
-      {"udp_rx_bytes", r->wire_rx_bytes},         {"udp_rx_icrc_errors", r->wire_rx_icrc_errors},
-      {"udp_rx_malformed", r->wire_rx_malformed}, {"udp_rx_no_buffer", r->wire_rx_no_buffer},
-      {"faults_dropped", r->faults_dropped},      {"faults_duplicated", r->faults_duplicated},
-      {"faults_reordered", r->faults_reordered},  {"faults_corrupted", r->faults_corrupted},
+      {"udp_tx_packets", r->wire_tx_packets},
+      {"udp_tx_bytes", r->wire_tx_bytes},
+      {"udp_tx_errors", r->wire_tx_errors},
+      {"udp_rx_packets", r->wire_rx_packets},
+      {"udp_rx_bytes", r->wire_rx_bytes},
+      {"udp_rx_icrc_errors", r->wire_rx_icrc_errors},
+      {"udp_rx_malformed", r->wire_rx_malformed},
+      {"udp_rx_no_buffer", r->wire_rx_no_buffer},
+      {"faults_dropped", r->faults_dropped},
+      {"faults_duplicated", r->faults_duplicated},
+      {"faults_reordered", r->faults_reordered},
+      {"faults_corrupted", r->faults_corrupted},
       {"faults_delayed", r->faults_delayed},
       {"udp_tx_payload_copied", r->wire_tx_payload_copied},
       {"udp_tx_payload_zero_copy", r->wire_tx_payload_zero_copy},
@@ -87,8 +93,7 @@ int move_qp(int sock, const std::string &qpn_text, const std::string &worker_tex
   if (!err) err = m.header.status;
   if (err) {
     std::fprintf(stderr, "vrnicctl: move QP %s to worker %s: %s\n", qpn_text.c_str(),
-                 worker_text.c_str(),
-                 err == EINVAL ? "no such QP or worker" : std::strerror(err));
+                 worker_text.c_str(), err == EINVAL ? "no such QP or worker" : std::strerror(err));
     return 1;
   }
   return 0;

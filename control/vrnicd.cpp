@@ -135,10 +135,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   std::string port =
-      cfg.udp    ? "udp port " + cfg.udp_port.address + ":" + std::to_string(cfg.udp_port.udp_port)
-      : cfg.dpdk ? "dpdk port " + cfg.dpdk_port.address + ":" +
-                       std::to_string(cfg.dpdk_port.udp_port)
-                 : "loop port";
+      cfg.udp ? "udp port " + cfg.udp_port.address + ":" + std::to_string(cfg.udp_port.udp_port)
+      : cfg.dpdk
+          ? "dpdk port " + cfg.dpdk_port.address + ":" + std::to_string(cfg.dpdk_port.udp_port)
+          : "loop port";
   std::fprintf(stderr, "vrnicd: vrnic0 ready on %s (%s, %u worker%s)\n", cfg.socket_path.c_str(),
                port.c_str(), cfg.workers, cfg.workers == 1 ? "" : "s");
   server.serve(g_stop);

@@ -22,7 +22,7 @@ class CompletionQueue {
   uint32_t mask = 0;  // slots - 1
   uint32_t producer = 0;
   bool overrun_reported = false;
-  uint32_t refs = 0;  // QPs using it
+  uint32_t refs = 0;          // QPs using it
   bool multi_worker = false;  // producers on several workers: push() takes the lock
   SpinLock lock;
 

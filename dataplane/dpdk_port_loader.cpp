@@ -26,8 +26,7 @@ std::string module_path() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Port>> open_dpdk_port(const DpdkPortConfig &cfg,
-                                                     PacketPool &pool) {
+absl::StatusOr<std::unique_ptr<Port>> open_dpdk_port(const DpdkPortConfig &cfg, PacketPool &pool) {
   std::string path = module_path();
   // Kept loaded for the life of the process: DPDK cannot be torn down and set up again.
   void *module = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);

@@ -114,7 +114,7 @@ class QueuePair {
   uint32_t qpn = 0;
   uint32_t session = 0;
   uint32_t pd = 0;
-  uint8_t type = 0;  // enum ibv_qp_type
+  uint8_t type = 0;    // enum ibv_qp_type
   uint8_t worker = 0;  // the worker that owns it (changes only with every worker parked)
   bool sq_sig_all = false;
   uint64_t cookie = 0;

@@ -205,7 +205,8 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
     setsockopt(*fd, ipv4_ ? IPPROTO_IP : IPPROTO_IPV6, ipv4_ ? IP_MTU_DISCOVER : IPV6_MTU_DISCOVER,
                &pmtu, sizeof(pmtu));
     set_buffers(*fd);
-    if (reuse_port_ && port == udp_port_) setsockopt(*fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    if (reuse_port_ && port == udp_port_)
+      setsockopt(*fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
     sockaddr_in6 sa;
     socklen_t len;
     to_sockaddr(gid_, port, &sa, &len);

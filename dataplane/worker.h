@@ -75,7 +75,7 @@ class Worker {
   Device &dev;
   PacketPool pool;
   TransportCounters counters;  // this worker's share of the device's counters
-  uint64_t now = 0;  // ns, CLOCK_MONOTONIC, refreshed every loop turn
+  uint64_t now = 0;            // ns, CLOCK_MONOTONIC, refreshed every loop turn
   Packet *alloc_packet() { return pool.alloc(); }
   void transmit(QueuePair &qp, Packet *pkt);
   // Counts an event for the device and for the QP it happened on.

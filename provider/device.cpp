@@ -333,8 +333,8 @@ int query_port(ibv_context *ctx, uint8_t port, ibv_port_attr *attr, size_t len) 
   const Context *c = Context::of(ctx);
   const ctl::DeviceInfo &d = c->info;
   // The link's state now (vrnicd keeps it in shared memory), not when the device was opened.
-  uint32_t state = c->daemon_shm ? c->daemon_shm->port_state.load(std::memory_order_relaxed)
-                                 : d.port_state;
+  uint32_t state =
+      c->daemon_shm ? c->daemon_shm->port_state.load(std::memory_order_relaxed) : d.port_state;
   ibv_port_attr a{};
   a.state = ibv_port_state(state);
   a.max_mtu = ibv_mtu(d.port_max_mtu);

@@ -33,7 +33,7 @@ namespace vrnic {
 namespace {
 
 constexpr uint16_t kQueueDescriptors = 1024;
-constexpr unsigned kMbufs = 16383;       // a power of two minus one suits rte_mempool
+constexpr unsigned kMbufs = 16383;  // a power of two minus one suits rte_mempool
 constexpr unsigned kMbufCache = 256;
 constexpr uint16_t kBurst = 32;
 constexpr uint32_t kZeroCopyMin = 256;  // smaller payloads cost less to copy than to attach
@@ -79,7 +79,8 @@ T &scratch(Packet *pkt) {
 // is the port's; "" for other devices.
 std::string kernel_interface(const std::vector<std::string> &eal_args) {
   for (const std::string &arg : eal_args) {
-    if (arg.find("net_af_packet") == std::string::npos && arg.find("net_af_xdp") == std::string::npos)
+    if (arg.find("net_af_packet") == std::string::npos &&
+        arg.find("net_af_xdp") == std::string::npos)
       continue;
     size_t at = arg.find("iface=");
     if (at == std::string::npos) continue;
@@ -214,13 +215,13 @@ class DpdkPort final : public Port {
   uint16_t queue_ = 0;  // this worker's RX and TX queue (queue 0's port watches the link)
   // The shared device's fields, by their old names.
   uint16_t &port_id_ = dev_.port_id;
-  bool &started_ = dev_.started;            // configured and started: stopped and closed at the end
+  bool &started_ = dev_.started;  // configured and started: stopped and closed at the end
   std::atomic<bool> &running_ = dev_.running;  // started now: its queues may be used
-  rte_mempool *&mbufs_ = dev_.mbufs;          // frames built or received here
-  rte_mempool *&ext_mbufs_ = dev_.ext_mbufs;  // no data room: payloads from registered memory
-  bool &zero_copy_ = dev_.zero_copy;          // the device takes chained mbufs
-  bool &memif_ = dev_.memif;                  // see housekeeping()
-  bool &announced_ = dev_.announced;          // gratuitous ARP sent since the link came up
+  rte_mempool *&mbufs_ = dev_.mbufs;           // frames built or received here
+  rte_mempool *&ext_mbufs_ = dev_.ext_mbufs;   // no data room: payloads from registered memory
+  bool &zero_copy_ = dev_.zero_copy;           // the device takes chained mbufs
+  bool &memif_ = dev_.memif;                   // see housekeeping()
+  bool &announced_ = dev_.announced;           // gratuitous ARP sent since the link came up
   uint64_t &next_restart_ = dev_.next_restart;
   MacAddress &mac_ = dev_.mac;
   uint8_t (&ip_)[4] = dev_.ip;
@@ -279,8 +280,8 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
   }
   int socket = rte_eth_dev_socket_id(port_id_);
   if (socket < 0) socket = int(rte_socket_id());
-  mbufs_ = rte_pktmbuf_pool_create("vrnic_frames", kMbufs, kMbufCache, 0,
-                                   RTE_MBUF_DEFAULT_BUF_SIZE, socket);
+  mbufs_ = rte_pktmbuf_pool_create("vrnic_frames", kMbufs, kMbufCache, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+                                   socket);
   ext_mbufs_ = rte_pktmbuf_pool_create("vrnic_payloads", kMbufs, kMbufCache, 0, 0, socket);
   if (!mbufs_ || !ext_mbufs_) {
     *error = std::string("rte_pktmbuf_pool_create: ") + rte_strerror(rte_errno);
@@ -378,7 +379,8 @@ void DpdkPort::payload_done(void *, void *opaque) {
 rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
   const uint32_t pad = pkt->set_pad();
   const uint32_t roce_len = pkt->header_len + pkt->payload_len + pad + uint32_t(wire::kIcrcBytes);
-  const bool bounced = pkt->payload >= pkt->bounce && pkt->payload < pkt->bounce + kPacketBufferBytes;
+  const bool bounced =
+      pkt->payload >= pkt->bounce && pkt->payload < pkt->bounce + kPacketBufferBytes;
   const bool attach = zero_copy_ && !bounced && pkt->payload_len >= kZeroCopyMin;
   rte_mbuf *head = rte_pktmbuf_alloc(mbufs_);
   if (!head) return nullptr;
@@ -425,8 +427,8 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
   tx.shinfo.fcb_opaque = pkt;
   rte_mbuf_ext_refcnt_set(&tx.shinfo, 1);
   void *va = const_cast<uint8_t *>(pkt->payload);
-  rte_iova_t iova = rte_eal_iova_mode() == RTE_IOVA_VA ? rte_iova_t(uintptr_t(va))
-                                                       : rte_mem_virt2iova(va);
+  rte_iova_t iova =
+      rte_eal_iova_mode() == RTE_IOVA_VA ? rte_iova_t(uintptr_t(va)) : rte_mem_virt2iova(va);
   rte_pktmbuf_attach_extbuf(payload, va, iova, uint16_t(pkt->payload_len), &tx.shinfo);
   rte_pktmbuf_append(payload, uint16_t(pkt->payload_len));
   tx_in_flight_++;  // from here the packet is freed by payload_done

@@ -121,8 +121,7 @@ TEST_CASE("NeighborTable: a stale peer that stops answering is forgotten", "[arp
   CHECK(t.lookup(ip(10, 0, 0, 3), now + 1).mac == nullptr);
 }
 
-TEST_CASE("NeighborTable: refresh updates a known peer's address, ignores unknown ones",
-          "[arp]") {
+TEST_CASE("NeighborTable: refresh updates a known peer's address, ignores unknown ones", "[arp]") {
   NeighborTable t;
   CHECK_FALSE(t.refresh(ip(10, 0, 0, 4), kMacA, 1));
   CHECK(t.size() == 0);  // a stranger's broadcast does not fill the table

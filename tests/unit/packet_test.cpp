@@ -15,9 +15,9 @@ using vrnic::RxFrame;
 
 namespace {
 
-constexpr uint8_t kRcSendOnly = 0x04;       // BTH only
-constexpr uint8_t kRcWriteOnly = 0x0a;      // BTH + RETH (16)
-constexpr uint8_t kRcAcknowledge = 0x11;    // BTH + AETH (4)
+constexpr uint8_t kRcSendOnly = 0x04;     // BTH only
+constexpr uint8_t kRcWriteOnly = 0x0a;    // BTH + RETH (16)
+constexpr uint8_t kRcAcknowledge = 0x11;  // BTH + AETH (4)
 
 // BTH (opcode, pad) + extension bytes + payload + pad + a 4-byte ICRC field.
 std::vector<uint8_t> frame(uint8_t opcode, size_t ext, size_t payload, uint8_t pad) {
@@ -47,7 +47,7 @@ TEST_CASE("Packet::parse refuses what is not shaped like a RoCE packet", "[packe
   Packet *p = pool.alloc();
   std::vector<uint8_t> ok = frame(kRcAcknowledge, 4, 0, 0);
   REQUIRE(p->parse(ok.data(), uint32_t(ok.size())));
-  CHECK_FALSE(p->parse(ok.data(), 15));  // shorter than BTH + ICRC
+  CHECK_FALSE(p->parse(ok.data(), 15));                       // shorter than BTH + ICRC
   CHECK_FALSE(p->parse(ok.data(), uint32_t(ok.size() - 1)));  // AETH cut short
   std::vector<uint8_t> f = ok;
   f[0] = 0x1f;  // a reserved RC opcode

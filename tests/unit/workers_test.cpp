@@ -25,8 +25,7 @@ TEST_CASE("SpscRing: FIFO, refuses when full, empty after draining", "[workers]"
   CHECK(ring.pop() == &v[4]);
 }
 
-TEST_CASE("SpscRing: a million items across two threads arrive once each, in order",
-          "[workers]") {
+TEST_CASE("SpscRing: a million items across two threads arrive once each, in order", "[workers]") {
   constexpr uintptr_t kItems = 1'000'000;
   SpscRing<void> ring(1024);
   std::thread producer([&] {
@@ -49,8 +48,8 @@ TEST_CASE("SpscRing: a million items across two threads arrive once each, in ord
 TEST_CASE("choose_move: balanced or idle workers stay as they are", "[workers]") {
   CHECK_FALSE(choose_move({}, 2));
   CHECK_FALSE(choose_move({{0x10, 0, 5000}, {0x11, 1, 4000}}, 2));  // within 2x
-  CHECK_FALSE(choose_move({{0x10, 0, 900}}, 2));                   // too little to matter
-  CHECK_FALSE(choose_move({{0x10, 0, 90000}}, 1));                 // one worker
+  CHECK_FALSE(choose_move({{0x10, 0, 900}}, 2));                    // too little to matter
+  CHECK_FALSE(choose_move({{0x10, 0, 90000}}, 1));                  // one worker
   CHECK_FALSE(choose_move({{0x10, 0, 90000}}, 2));  // one busy QP: moving it only swaps roles
 }
 
@@ -60,8 +59,8 @@ TEST_CASE("choose_move: the QP nearest half the gap goes from the busiest to the
                              {0x13, 1, 2000},  {0x14, 2, 30000}, {0x15, 0, 0}};
   auto m = choose_move(qps, 3);
   REQUIRE(m);
-  CHECK(m->from == 0);  // 70000 packets
-  CHECK(m->to == 1);    // 2000
+  CHECK(m->from == 0);    // 70000 packets
+  CHECK(m->to == 1);      // 2000
   CHECK(m->qpn == 0x10);  // 40000 is nearest half the gap (68000 / 2) among those below it
   CHECK(m->from_load == 70000);
   CHECK(m->to_load == 2000);
