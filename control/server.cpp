@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "dataplane/clock.h"
 #include "dataplane/events.h"
 #include "load_balance.h"
 #include "dataplane/transport.h"
@@ -1142,12 +1143,6 @@ int Server::move_qp(const ctl::MoveQpReq &req) {
 
 namespace {
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
 // A QP's packets in and out so far, read while its worker updates them (a torn or stale
 // figure only makes one balancing decision a little off).
 uint64_t qp_packets(const QueuePair &qp) {
@@ -1158,7 +1153,7 @@ uint64_t qp_packets(const QueuePair &qp) {
 }  // namespace
 
 void Server::rebalance() {
-  uint64_t now = now_ns();
+  uint64_t now = monotonic_ns();
   if (workers_.size() < 2 || now < next_rebalance_ns_) return;
   next_rebalance_ns_ = now + 1'000'000'000;
   std::vector<QpLoad> qps;

@@ -1,19 +1,10 @@
 #include "rx_fault_stage.h"
 
-#include <time.h>
-
 #include <cstring>
 
+#include "clock.h"
+
 namespace vrnic {
-namespace {
-
-uint64_t monotonic_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-}  // namespace
 
 RxFaultStage::~RxFaultStage() {
   for (; delayed_head_ < delayed_.size(); delayed_head_++)

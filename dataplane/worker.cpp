@@ -11,17 +11,12 @@
 #include <cstdio>
 #include <future>
 
+#include "clock.h"
 #include "loop_port.h"
 #include "transport.h"
 
 namespace vrnic {
 namespace {
-
-uint64_t monotonic_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 // Idle policy for a 2-core machine shared with busy-polling clients: spin while there is
 // work and briefly after, then yield the CPU each turn, and block on the wake eventfd only

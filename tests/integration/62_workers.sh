@@ -37,27 +37,39 @@ udp_hosts() {
 }
 on_udp() { udp_hosts && "$@"; }
 
-# The QPs of a run are spread over both workers: `vrnicctl qps` during ib_write_bw -q 4.
-spread() {
-  local port out
-  port=$(next_port)
-  VRNIC_SOCKET=${SOCK[w]} start_server spread "$port" ib_write_bw -d vrnic0 -x 0 -F -q 4 -D 4 \
-    -p "$port" || return 1
-  VRNIC_SOCKET=${SOCK[w]} "${VRUN[@]}" timeout -k 5 60 ib_write_bw -d vrnic0 -x 0 -F -q 4 -D 4 \
-    -p "$port" 127.0.0.1 >"$HOSTS_DIR/spread.client.log" 2>&1 </dev/null &
-  local cpid=$!
-  _vrnic_track "$cpid"
-  sleep 2
-  out=$(timeout -k 2 10 "$VRNICCTL" --socket "${SOCK[w]}" qps 2>&1)
-  vrnic_wait_exit "$cpid" 30
+# bw_run_start TAG ARGS...: ib_write_bw ARGS, server and client on the two-worker vrnicd,
+# running in the background; bw_run_finish TAG waits for both and fails if the client did.
+bw_run_start() {
+  local tag=$1
+  shift
+  BW_PORT=$(next_port)
+  VRNIC_SOCKET=${SOCK[w]} start_server "$tag" "$BW_PORT" ib_write_bw -d vrnic0 -x 0 -F "$@" \
+    -p "$BW_PORT" || return 1
+  VRNIC_SOCKET=${SOCK[w]} "${VRUN[@]}" timeout -k 5 60 ib_write_bw -d vrnic0 -x 0 -F "$@" \
+    -p "$BW_PORT" 127.0.0.1 >"$HOSTS_DIR/$tag.client.log" 2>&1 </dev/null &
+  BW_CPID=$!
+  _vrnic_track "$BW_CPID"
+}
+bw_run_finish() {
+  vrnic_wait_exit "$BW_CPID" 30
   local crc=$VRNIC_RC
   finish_server 10
+  ((crc == 0)) || { echo "FAIL: the client failed"; tail -n 5 "$HOSTS_DIR/$1.client.log"; return 1; }
+}
+
+# The QPs of a run are spread over both workers: `vrnicctl qps` during ib_write_bw -q 4.
+spread() {
+  local out ok=0
+  bw_run_start spread -q 4 -D 4 || return 1
+  sleep 2
+  out=$(timeout -k 2 10 "$VRNICCTL" --socket "${SOCK[w]}" qps 2>&1)
+  bw_run_finish spread || ok=1
   grep -o 'qpn=[^ ]* type=[^ ]* state=[^ ]* session=[^ ]* worker=[0-9]*' <<<"$out" | sed 's/^/    /'
-  ((crc == 0)) || { echo "FAIL: the client failed"; tail -n 5 "$HOSTS_DIR/spread.client.log"; return 1; }
   for w in 0 1; do
-    grep -q "worker=$w" <<<"$out" || { echo "FAIL: no QP on worker $w"; return 1; }
+    grep -q "worker=$w" <<<"$out" || { echo "FAIL: no QP on worker $w"; ok=1; }
   done
   CHECK_NOTE="$(grep -c 'worker=0' <<<"$out") QPs on worker 0, $(grep -c 'worker=1' <<<"$out") on 1"
+  return "$ok"
 }
 check "QPs are spread over both workers (vrnicctl qps during ib_write_bw -q 4)" on_loop spread
 
@@ -195,14 +207,8 @@ check "vrnicctl move refuses a QP or worker that does not exist" on_loop refuse_
 
 # vrnicd's own balancing: every QP of a run moved onto worker 0, vrnicd moves some back.
 rebalancing() {
-  local port out qpns moved0
-  port=$(next_port)
-  VRNIC_SOCKET=${SOCK[w]} start_server rebalance "$port" ib_write_bw -d vrnic0 -x 0 -F -q 2 -D 8 \
-    -p "$port" || return 1
-  VRNIC_SOCKET=${SOCK[w]} "${VRUN[@]}" timeout -k 5 60 ib_write_bw -d vrnic0 -x 0 -F -q 2 -D 8 \
-    -p "$port" 127.0.0.1 >"$HOSTS_DIR/rebalance.client.log" 2>&1 </dev/null &
-  local cpid=$!
-  _vrnic_track "$cpid"
+  local out qpns moved0 ok=0
+  bw_run_start rebalance -q 2 -D 8 || return 1
   sleep 1.5
   qpns=$("$VRNICCTL" --socket "${SOCK[w]}" qps | sed -n 's/^qpn=\(0x[0-9a-f]*\) .*/\1/p')
   for q in $qpns; do "$VRNICCTL" --socket "${SOCK[w]}" move "$q" 0; done
@@ -212,13 +218,12 @@ rebalancing() {
   out=$("$VRNICCTL" --socket "${SOCK[w]}" qps)
   grep -o 'qpn=[^ ]* .* worker=[01]' <<<"$out" | sed -E 's/ sq_psn.*//; s/^/    /'
   echo "moves now: $(moves_of w)"
-  vrnic_wait_exit "$cpid" 30
-  local crc=$VRNIC_RC
-  finish_server 10
-  ((crc == 0)) || { echo "FAIL: the client failed"; tail -n 5 "$HOSTS_DIR/rebalance.client.log"; return 1; }
-  grep -q 'worker=1' <<<"$out" || { echo "FAIL: vrnicd moved no QP back to worker 1"; return 1; }
-  (($(moves_of w) > moved0)) || { echo "FAIL: no move counted"; return 1; }
-  grep -q "moved from worker 0 to 1" "${LOG[w]}" && grep "moved from worker 0 to 1" "${LOG[w]}" | tail -n 2
+  bw_run_finish rebalance || ok=1
+  grep -q 'worker=1' <<<"$out" || { echo "FAIL: vrnicd moved no QP back to worker 1"; ok=1; }
+  (($(moves_of w) > moved0)) || { echo "FAIL: no move counted"; ok=1; }
+  grep "moved from worker 0 to 1" "${LOG[w]}" | tail -n 2
+  grep -q "moved from worker 0 to 1" "${LOG[w]}" || { echo "FAIL: vrnicd logged no move"; ok=1; }
+  return "$ok"
 }
 check "unbalanced workers: vrnicd moves a busy QP to the idle worker" on_loop rebalancing
 
