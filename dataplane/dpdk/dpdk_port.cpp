@@ -3,6 +3,7 @@
 // before the worker starts) and link_up() (any thread: an atomic).
 #include <arpa/inet.h>
 #include <net/if.h>
+#include <rte_alarm.h>
 #include <rte_eal.h>
 #include <rte_cycles.h>
 #include <rte_errno.h>
@@ -17,8 +18,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -48,6 +50,26 @@ constexpr int kTxRetries = 64;
 uint64_t now_ns() {
   static const double ns_per_cycle = 1e9 / double(rte_get_tsc_hz());
   return uint64_t(double(rte_get_tsc_cycles()) * ns_per_cycle);
+}
+
+// Runs fn on EAL's interrupt thread and waits for it. memif's control channel lives on that
+// thread and tears a connection down there (freeing it); stopping or starting the device from
+// another thread at the same moment raced it (a use-after-free when the peer went away just as
+// a restart began). Every stop, start and close goes through here, so they take turns with
+// the PMD's own handlers. Falls back to the calling thread if no alarm can be set.
+template <class Fn>
+void on_interrupt_thread(Fn fn) {
+  struct Call {
+    Fn *fn;
+    std::atomic<bool> done{false};
+  } call{&fn};
+  auto run = [](void *arg) {
+    auto *c = static_cast<Call *>(arg);
+    (*c->fn)();
+    c->done.store(true, std::memory_order_release);
+  };
+  if (rte_eal_alarm_set(1, run, &call) != 0) return fn();
+  while (!call.done.load(std::memory_order_acquire)) std::this_thread::yield();
 }
 
 uint32_t ip_key(const uint8_t *ip4) {
@@ -322,7 +344,8 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
   }
   // A memif client whose server is not there yet fails to start: its link stays down and
   // housekeeping() tries again.
-  int rc_start = rte_eth_dev_start(port_id_);
+  int rc_start;
+  on_interrupt_thread([&] { rc_start = rte_eth_dev_start(port_id_); });
   if (rc_start != 0 && !memif_) return fail("rte_eth_dev_start", rc_start);
   started_ = true;
   running_ = rc_start == 0;
@@ -353,8 +376,10 @@ DpdkPort::~DpdkPort() {
   // Queue 0's port goes first (worker 0's); every worker has stopped by then and the other
   // ports are still there for payload_done.
   if (started_ && queue_ == 0) {
-    rte_eth_dev_stop(port_id_);
-    rte_eth_dev_close(port_id_);  // frees what the device held, calling payload_done
+    on_interrupt_thread([this] {
+      rte_eth_dev_stop(port_id_);
+      rte_eth_dev_close(port_id_);  // frees what the device held, calling payload_done
+    });
     started_ = false;
   }
 }
@@ -594,8 +619,12 @@ void DpdkPort::watch_device(uint64_t now) {
   rte_eth_link link{};
   bool up = rte_eth_link_get_nowait(port_id_, &link) != 0 || link.link_status;
   if (!iface_.empty()) up = up && kernel_link_running(iface_);
-  if (up != link_up_.load(std::memory_order_relaxed) || !announced_) {
-    if (up != link_up_.load(std::memory_order_relaxed)) counters_.link_changes++;
+  const bool was_up = link_up_.load(std::memory_order_relaxed);
+  if (up != was_up || !announced_) {
+    if (up != was_up) counters_.link_changes++;
+    // A memif peer that just went away may be shutting down: reconnecting at once would land
+    // between its device's stop and close, which DPDK 22.11's memif server does not survive.
+    if (was_up && !up) next_restart_ = now + kMemifRetryNs;
     link_up_.store(up, std::memory_order_relaxed);
     // Gratuitous ARP when the link comes up: peers that knew another MAC for our address (a
     // restarted vrnicd, a new NIC) update it.
@@ -607,8 +636,10 @@ void DpdkPort::watch_device(uint64_t now) {
   // Not with several workers: their TX queues are in use meanwhile.
   if (!up && memif_ && dev_.queues == 1 && now >= next_restart_) {
     next_restart_ = now + kMemifRetryNs;
-    if (running_) rte_eth_dev_stop(port_id_);
-    running_ = rte_eth_dev_start(port_id_) == 0;
+    on_interrupt_thread([this] {
+      if (running_) rte_eth_dev_stop(port_id_);
+      running_ = rte_eth_dev_start(port_id_) == 0;
+    });
   }
 }
 
