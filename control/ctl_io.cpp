@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -84,6 +85,26 @@ int connect_daemon(const char *path) {
     return -err;
   }
   return s;
+}
+
+int list_devices(const char *path, DeviceListResp *out) {
+  int sock = connect_daemon(path);
+  if (sock < 0) return -sock;
+  auto m = std::make_unique<Message>();
+  int err = send_message(sock, Op::kListDevices, 0, nullptr, 0);
+  if (!err) err = recv_message(sock, m.get());
+  ::close(sock);
+  if (!err) err = m->header.status;
+  m->close_fds();
+  if (err) return err;
+  const auto *r = m->as<DeviceListResp>();
+  if (!r || r->count == 0 || r->count > kMaxDevices) return EPROTO;
+  *out = *r;
+  for (uint32_t i = 0; i < out->count; i++) {
+    out->devices[i].name[sizeof(out->devices[i].name) - 1] = 0;
+    out->devices[i].socket[sizeof(out->devices[i].socket) - 1] = 0;
+  }
+  return 0;
 }
 
 }  // namespace vrnic::ctl

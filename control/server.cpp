@@ -74,7 +74,10 @@ Session::~Session() {
 }
 
 Server::Server(ServerConfig cfg)
-    : cfg_(std::move(cfg)), path_(cfg_.socket_path), nworkers_(cfg_.workers) {}
+    : cfg_(std::move(cfg)),
+      path_(cfg_.socket_path),
+      nworkers_(cfg_.workers),
+      dev_(cfg_.device_index) {}
 
 Server::~Server() {
   while (!sessions_.empty()) close_session(sessions_.begin()->first);
@@ -220,7 +223,7 @@ bool Server::handle(Session &s) {
   auto op = ctl::Op(m->header.op);
   // vrnicctl's commands need no session; everything else comes after Hello.
   bool management = op == ctl::Op::kStats || op == ctl::Op::kSetFaults || op == ctl::Op::kListQps ||
-                    op == ctl::Op::kMoveQp;
+                    op == ctl::Op::kMoveQp || op == ctl::Op::kListDevices;
   if (op != ctl::Op::kHello && !management && !s.shm) {
     m->close_fds();
     ctl::send_message(s.sock, op, EPROTO, nullptr, 0);
@@ -377,6 +380,12 @@ bool Server::handle(Session &s) {
       ctl::StatsResp resp{};
       stats(resp);
       reply(0, &resp, sizeof(resp));
+      break;
+    }
+    case ctl::Op::kListDevices: {
+      auto resp = std::make_unique<ctl::DeviceListResp>();
+      list_devices(*resp);
+      reply(0, resp.get(), sizeof(*resp));
       break;
     }
     default:
@@ -1054,6 +1063,24 @@ int Server::destroy_ah(Session &s, uint32_t handle) {
   ahs_.remove(handle);
   erase_handle(s.ahs, handle);
   return 0;
+}
+
+ctl::DeviceListEntry Server::entry() const {
+  ctl::DeviceListEntry e{};
+  std::snprintf(e.name, sizeof(e.name), "%s", dev_.info.name);
+  std::snprintf(e.socket, sizeof(e.socket), "%s", path_.c_str());
+  e.node_guid = dev_.info.node_guid;
+  return e;
+}
+
+void Server::list_devices(ctl::DeviceListResp &resp) const {
+  if (device_list_.empty()) {
+    resp.count = 1;
+    resp.devices[0] = entry();
+    return;
+  }
+  resp.count = uint32_t(std::min<size_t>(device_list_.size(), ctl::kMaxDevices));
+  std::copy_n(device_list_.begin(), resp.count, resp.devices);
 }
 
 void Server::stats(ctl::StatsResp &resp) {

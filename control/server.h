@@ -56,8 +56,11 @@ struct Session {
   ~Session();
 };
 
+// One device (virtual NIC) of vrnicd: a Server each, with a socket, workers, a port and
+// tables of its own.
 struct ServerConfig {
   std::string socket_path;
+  uint32_t device_index = 0;
   uint32_t workers = 1;
   // The wire: none (loop only: every peer is a local process), a udp port or a dpdk port.
   bool udp = false;
@@ -72,6 +75,10 @@ class Server {
   explicit Server(ServerConfig cfg);
   ~Server();
   absl::Status start();
+  // This device as kListDevices reports it, and the whole vrnicd's list to answer with
+  // (before serve(); without one a Server reports itself alone).
+  ctl::DeviceListEntry entry() const;
+  void set_device_list(std::vector<ctl::DeviceListEntry> all) { device_list_ = std::move(all); }
   // Serves until *stop becomes true (checked at least every 100 ms).
   void serve(const std::atomic<bool> &stop);
 
@@ -111,6 +118,7 @@ class Server {
   int create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &resp);
   int destroy_ah(Session &s, uint32_t handle);
   void stats(ctl::StatsResp &resp);
+  void list_devices(ctl::DeviceListResp &resp) const;
   int set_faults(const ctl::SetFaultsReq &req);
   void list_qps(uint32_t start, ctl::ListQpsResp &resp);
   int move_qp(const ctl::MoveQpReq &req);
@@ -132,6 +140,7 @@ class Server {
   std::vector<uint32_t> qps_per_worker_;
 
   ServerConfig cfg_;
+  std::vector<ctl::DeviceListEntry> device_list_;
   std::string path_;
   int listen_fd_ = -1;
   bool bound_ = false;

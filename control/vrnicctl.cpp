@@ -137,30 +137,69 @@ int list_qps(int sock) {
   return 0;
 }
 
+// One line per device of the vrnicd: name, socket, node GUID.
+int list_devices(const std::string &path) {
+  vrnic::ctl::DeviceListResp r;
+  if (int err = vrnic::ctl::list_devices(path.c_str(), &r)) {
+    std::fprintf(stderr, "vrnicctl: cannot list the devices of vrnicd at %s: %s\n", path.c_str(),
+                 std::strerror(err));
+    return 1;
+  }
+  for (uint32_t i = 0; i < r.count; i++)
+    std::printf("%s socket=%s node_guid=%016llx\n", r.devices[i].name, r.devices[i].socket,
+                static_cast<unsigned long long>(r.devices[i].node_guid));
+  return 0;
+}
+
 void usage() {
   std::fprintf(
       stderr,
-      "usage: vrnicctl [--socket PATH] stats\n"
-      "       vrnicctl [--socket PATH] qps    (per-QP state and counters)\n"
-      "       vrnicctl [--socket PATH] faults SPEC   (e.g. loss=1,reorder=5; \"\" clears)\n"
-      "       vrnicctl [--socket PATH] move QPN WORKER   (run a QP on another worker)\n");
+      "usage: vrnicctl [--socket PATH] [--device NAME] stats\n"
+      "       vrnicctl [--socket PATH] [--device NAME] qps    (per-QP state and counters)\n"
+      "       vrnicctl [--socket PATH] [--device NAME] faults SPEC   (e.g. loss=1,reorder=5;\n"
+      "                                                               \"\" clears)\n"
+      "       vrnicctl [--socket PATH] [--device NAME] move QPN WORKER   (run a QP on another\n"
+      "                                                                   worker)\n"
+      "       vrnicctl [--socket PATH] devices   (the vrnicd's devices)\n"
+      "  --device NAME    one of the vrnicd's devices (default: the one on PATH, vrnic0)\n");
 }
 
 int main(int argc, char **argv) {
   std::string path = vrnic::default_socket_path();
+  std::string device;
   std::vector<std::string> args;
   for (int i = 1; i < argc; i++) {
     if (!std::strcmp(argv[i], "--socket") && i + 1 < argc) {
       path = argv[++i];
+    } else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) {
+      device = argv[++i];
     } else {
       args.push_back(argv[i]);
     }
   }
+  if (args.size() == 1 && args[0] == "devices" && device.empty()) return list_devices(path);
   bool ok = (args.size() == 1 && (args[0] == "stats" || args[0] == "qps")) ||
             (args.size() == 2 && args[0] == "faults") || (args.size() == 3 && args[0] == "move");
   if (!ok) {
     usage();
     return 2;
+  }
+  if (!device.empty()) {
+    vrnic::ctl::DeviceListResp r;
+    if (int err = vrnic::ctl::list_devices(path.c_str(), &r)) {
+      std::fprintf(stderr, "vrnicctl: cannot reach vrnicd at %s: %s (start it with: vrnicd)\n",
+                   path.c_str(), std::strerror(err));
+      return 1;
+    }
+    uint32_t i = 0;
+    while (i < r.count && device != r.devices[i].name) i++;
+    if (i == r.count) {
+      std::fprintf(stderr,
+                   "vrnicctl: vrnicd at %s has no device %s (vrnicctl devices lists them)\n",
+                   path.c_str(), device.c_str());
+      return 1;
+    }
+    path = r.devices[i].socket;
   }
   int sock = vrnic::ctl::connect_daemon(path.c_str());
   if (sock < 0) {

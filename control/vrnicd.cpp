@@ -1,13 +1,17 @@
 // vrnicd: the NIC. Runs in the foreground until SIGINT or SIGTERM, then exits 0 after
 // removing its socket and releasing its shared memory.
+#include <arpa/inet.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_split.h"
 #include "server.h"
@@ -24,10 +28,16 @@ void on_signal(int) {
 void usage(FILE *out) {
   std::fprintf(
       out,
-      "usage: vrnicd [--socket PATH] [--workers N] [--udp ADDR [--udp-port PORT] [--no-gso]]\n"
-      "              [--dpdk ADDR --eal 'EAL ARGS' [--udp-port PORT]] [--faults SPEC]\n"
+      "usage: vrnicd [--socket PATH] DEVICE [--device DEVICE]...\n"
+      "  DEVICE: [--workers N] [--udp ADDR [--udp-port PORT] [--no-gso]]\n"
+      "          [--dpdk ADDR --eal 'EAL ARGS' [--udp-port PORT]] [--faults SPEC]\n"
       "  --socket PATH    control socket (default: $VRNIC_SOCKET, else\n"
-      "                   $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>.sock)\n"
+      "                   $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>.sock);\n"
+      "                   vrnic0's, and clients ask it for the others\n"
+      "  --device         starts the next device (vrnic1, vrnic2, ... up to 8): a virtual NIC\n"
+      "                   with its own port, addresses, GID table, workers and socket\n"
+      "                   (PATH.vrnicN); the options after it are its own. Each needs a wire\n"
+      "                   port, a distinct address, and at most one uses dpdk\n"
       "  --workers N      dataplane worker threads, 1 to 8 (default 1); each QP runs on one\n"
       "                   (the least loaded when it is created), each has its own udp port\n"
       "                   or dpdk queue pair\n"
@@ -53,12 +63,32 @@ bool parse_number(const char *text, unsigned long lo, unsigned long hi, unsigned
   return *text && !*end && !errno && *out >= lo && *out <= hi;
 }
 
+// A device's wire address and UDP port, comparable whatever way the address was written.
+std::string wire_key(const vrnic::ServerConfig &d) {
+  const std::string &text = d.udp ? d.udp_port.address : d.dpdk_port.address;
+  uint16_t port = d.udp ? d.udp_port.udp_port : d.dpdk_port.udp_port;
+  unsigned char bytes[16] = {};
+  if (inet_pton(AF_INET, text.c_str(), bytes) != 1) inet_pton(AF_INET6, text.c_str(), bytes);
+  return std::string(reinterpret_cast<char *>(bytes), sizeof(bytes)) + std::to_string(port);
+}
+
+// Checks one device's options; returns an error message or "".
+std::string check_device(const vrnic::ServerConfig &d, uint32_t index) {
+  if (d.udp && d.dpdk) return "one wire port per device: --udp or --dpdk, not both";
+  if (!d.dpdk && !d.dpdk_port.eal_args.empty()) return "--eal is for the dpdk port (--dpdk ADDR)";
+  if (d.faults.any() && !d.udp && !d.dpdk) return "--faults needs a wire port (--udp or --dpdk)";
+  if (index > 0 && !d.udp && !d.dpdk)
+    return "vrnic" + std::to_string(index) + " needs a wire port (--udp or --dpdk)";
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
-  vrnic::ServerConfig cfg;
-  cfg.socket_path = vrnic::default_socket_path();
+  std::string socket_path = vrnic::default_socket_path();
+  std::vector<vrnic::ServerConfig> devices(1);
   for (int i = 1; i < argc; i++) {
+    vrnic::ServerConfig &cfg = devices.back();
     std::string arg = argv[i];
     bool takes_value = arg == "--socket" || arg == "--workers" || arg == "--udp" ||
                        arg == "--udp-port" || arg == "--faults" || arg == "--dpdk" ||
@@ -69,7 +99,13 @@ int main(int argc, char **argv) {
     }
     unsigned long n;
     if (arg == "--socket") {
-      cfg.socket_path = argv[++i];
+      socket_path = argv[++i];
+    } else if (arg == "--device") {
+      if (devices.size() == vrnic::ctl::kMaxDevices) {
+        std::fprintf(stderr, "vrnicd: at most %u devices\n", vrnic::ctl::kMaxDevices);
+        return 2;
+      }
+      devices.emplace_back();
     } else if (arg == "--workers") {
       if (!parse_number(argv[++i], 1, vrnic::shm::kMaxWorkers, &n)) {
         std::fprintf(stderr, "vrnicd: --workers: a number from 1 to %u\n", vrnic::shm::kMaxWorkers);
@@ -111,16 +147,29 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (cfg.udp && cfg.dpdk) {
-    std::fprintf(stderr, "vrnicd: one wire port: --udp or --dpdk, not both\n");
-    return 2;
+  uint32_t dpdk_devices = 0;
+  std::vector<std::string> wires;
+  for (uint32_t d = 0; d < devices.size(); d++) {
+    vrnic::ServerConfig &cfg = devices[d];
+    if (std::string err = check_device(cfg, d); !err.empty()) {
+      std::fprintf(stderr, "vrnicd: %s\n", err.c_str());
+      return 2;
+    }
+    dpdk_devices += cfg.dpdk;
+    if (cfg.udp || cfg.dpdk) {
+      std::string key = wire_key(cfg);
+      if (std::find(wires.begin(), wires.end(), key) != wires.end()) {
+        std::fprintf(stderr, "vrnicd: vrnic%u: another device already has this address and port\n",
+                     d);
+        return 2;
+      }
+      wires.push_back(key);
+    }
+    cfg.device_index = d;
+    cfg.socket_path = vrnic::device_socket_path(socket_path, d);
   }
-  if (!cfg.dpdk && !cfg.dpdk_port.eal_args.empty()) {
-    std::fprintf(stderr, "vrnicd: --eal is for the dpdk port (--dpdk ADDR)\n");
-    return 2;
-  }
-  if (cfg.faults.any() && !cfg.udp && !cfg.dpdk) {
-    std::fprintf(stderr, "vrnicd: --faults needs a wire port (--udp or --dpdk)\n");
+  if (dpdk_devices > 1) {
+    std::fprintf(stderr, "vrnicd: one dpdk device per vrnicd (DPDK's EAL is one per process)\n");
     return 2;
   }
   struct sigaction sa {};
@@ -129,19 +178,37 @@ int main(int argc, char **argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  vrnic::Server server(cfg);
-  if (absl::Status st = server.start(); !st.ok()) {
-    std::fprintf(stderr, "vrnicd: %s\n", std::string(st.message()).c_str());
-    return 1;
+  std::vector<std::unique_ptr<vrnic::Server>> servers;
+  std::vector<vrnic::ctl::DeviceListEntry> list;
+  for (const vrnic::ServerConfig &cfg : devices) {
+    servers.push_back(std::make_unique<vrnic::Server>(cfg));
+    if (absl::Status st = servers.back()->start(); !st.ok()) {
+      std::fprintf(
+          stderr, "vrnicd: %s%s\n",
+          devices.size() > 1 ? ("vrnic" + std::to_string(cfg.device_index) + ": ").c_str() : "",
+          std::string(st.message()).c_str());
+      return 1;
+    }
+    list.push_back(servers.back()->entry());
   }
-  std::string port =
-      cfg.udp ? "udp port " + cfg.udp_port.address + ":" + std::to_string(cfg.udp_port.udp_port)
-      : cfg.dpdk
-          ? "dpdk port " + cfg.dpdk_port.address + ":" + std::to_string(cfg.dpdk_port.udp_port)
-          : "loop port";
-  std::fprintf(stderr, "vrnicd: vrnic0 ready on %s (%s, %u worker%s)\n", cfg.socket_path.c_str(),
-               port.c_str(), cfg.workers, cfg.workers == 1 ? "" : "s");
-  server.serve(g_stop);
+  for (uint32_t d = 0; d < devices.size(); d++) {
+    const vrnic::ServerConfig &cfg = devices[d];
+    servers[d]->set_device_list(list);
+    std::string port =
+        cfg.udp ? "udp port " + cfg.udp_port.address + ":" + std::to_string(cfg.udp_port.udp_port)
+        : cfg.dpdk
+            ? "dpdk port " + cfg.dpdk_port.address + ":" + std::to_string(cfg.dpdk_port.udp_port)
+            : "loop port";
+    std::fprintf(stderr, "vrnicd: vrnic%u ready on %s (%s, %u worker%s)\n", d,
+                 cfg.socket_path.c_str(), port.c_str(), cfg.workers, cfg.workers == 1 ? "" : "s");
+  }
+  // Device 0 is served on this thread, every other on one of its own.
+  std::vector<std::thread> control;
+  for (uint32_t d = 1; d < servers.size(); d++)
+    control.emplace_back([&, d] { servers[d]->serve(g_stop); });
+  servers[0]->serve(g_stop);
+  for (std::thread &t : control) t.join();
   std::fprintf(stderr, "vrnicd: shutting down\n");
+  servers.clear();
   return 0;
 }

@@ -6,9 +6,9 @@
 
 namespace vrnic {
 
-Device::Device() {
-  std::snprintf(info.name, sizeof(info.name), "vrnic0");
-  info.node_guid = 0x0276726e69630001ull;  // locally administered: "vrnic" 0001
+Device::Device(uint32_t index) {
+  std::snprintf(info.name, sizeof(info.name), "vrnic%u", index);
+  info.node_guid = 0x0276726e69630001ull + index;  // locally administered: "vrnic" 0001 + index
   info.sys_image_guid = info.node_guid;
   info.vendor_id = 0x5652;  // not a registered OUI: vrnic is a software device
   info.vendor_part_id = 1;

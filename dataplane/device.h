@@ -19,7 +19,8 @@ inline constexpr uint32_t kQpnBase = 0x10;  // QPN 0 and 1 are special in IB; ke
 
 class Device {
  public:
-  Device();
+  // Device `index` of its vrnicd: vrnic<index>, with a node GUID of its own.
+  explicit Device(uint32_t index = 0);
 
   ctl::DeviceInfo info{};
   SlotTable<MemoryRegion> mrs{1u << 20};

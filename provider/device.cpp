@@ -6,7 +6,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -21,18 +24,36 @@ using namespace vrnic::provider;
 
 namespace {
 
-ibv_device g_device;
-std::once_flag g_device_once;
+// The devices vrnicd reported at the last ibv_get_device_list: the ibv_device given to the
+// application, and where that device's vrnicd socket is. Entries live as long as the process
+// (contexts keep pointing at their device); a later listing rewrites them in place.
+struct ProviderDevice {
+  ibv_device dev;
+  char socket[ctl::kSocketPathBytes];
+  uint64_t guid;
+};
+ProviderDevice g_devices[ctl::kMaxDevices];
+std::mutex g_devices_mu;
 
-void init_device() {
-  std::memset(&g_device, 0, sizeof(g_device));
-  g_device.node_type = IBV_NODE_CA;
-  g_device.transport_type = IBV_TRANSPORT_IB;
-  std::snprintf(g_device.name, sizeof(g_device.name), "vrnic0");
-  std::snprintf(g_device.dev_name, sizeof(g_device.dev_name), "uverbs0");
-  std::snprintf(g_device.dev_path, sizeof(g_device.dev_path),
-                "/sys/class/infiniband_verbs/uverbs0");
-  std::snprintf(g_device.ibdev_path, sizeof(g_device.ibdev_path), "/sys/class/infiniband/vrnic0");
+void set_device(uint32_t index, const ctl::DeviceListEntry &e) {
+  ProviderDevice &d = g_devices[index];
+  std::memset(&d.dev, 0, sizeof(d.dev));
+  d.dev.node_type = IBV_NODE_CA;
+  d.dev.transport_type = IBV_TRANSPORT_IB;
+  std::snprintf(d.dev.name, sizeof(d.dev.name), "%s", e.name);
+  std::snprintf(d.dev.dev_name, sizeof(d.dev.dev_name), "uverbs%u", index);
+  std::snprintf(d.dev.dev_path, sizeof(d.dev.dev_path), "/sys/class/infiniband_verbs/uverbs%u",
+                index);
+  std::snprintf(d.dev.ibdev_path, sizeof(d.dev.ibdev_path), "/sys/class/infiniband/%s", e.name);
+  std::snprintf(d.socket, sizeof(d.socket), "%s", e.socket);
+  d.guid = e.node_guid;
+}
+
+// The index of one of our devices, or -1.
+int device_index(const ibv_device *device) {
+  for (uint32_t i = 0; i < ctl::kMaxDevices; i++)
+    if (device == &g_devices[i].dev) return int(i);
+  return -1;
 }
 
 void fill_device_attr(const ctl::DeviceInfo &d, ibv_device_attr *a) {
@@ -119,18 +140,21 @@ const ctl::GidEntry *gid_entry(ibv_context *ctx, uint32_t port, uint32_t index) 
 extern "C" {
 
 VRNIC_EXPORT ibv_device **ibv_get_device_list(int *num_devices) {
-  std::call_once(g_device_once, init_device);
-  auto **list = static_cast<ibv_device **>(std::calloc(2, sizeof(ibv_device *)));
+  auto **list = static_cast<ibv_device **>(std::calloc(ctl::kMaxDevices + 1, sizeof(ibv_device *)));
   if (!list) return fail_null<ibv_device *>(ENOMEM);
   std::string path = default_socket_path();
-  int s = ctl::connect_daemon(path.c_str());
+  auto found = std::make_unique<ctl::DeviceListResp>();
+  int err = ctl::list_devices(path.c_str(), found.get());
   int n = 0;
-  if (s >= 0) {
-    ::close(s);
-    list[n++] = &g_device;
-  } else {
+  if (err) {
     std::fprintf(stderr, "vrnic: no vrnicd at %s (%s); start it with: vrnicd --socket %s\n",
-                 path.c_str(), std::strerror(-s), path.c_str());
+                 path.c_str(), std::strerror(err), path.c_str());
+  } else {
+    std::lock_guard<std::mutex> lock(g_devices_mu);
+    for (uint32_t i = 0; i < found->count; i++) {
+      set_device(i, found->devices[i]);
+      list[n++] = &g_devices[i].dev;
+    }
   }
   if (num_devices) *num_devices = n;
   return list;
@@ -144,16 +168,28 @@ VRNIC_EXPORT const char *ibv_get_device_name(ibv_device *device) {
   return device ? device->name : fail_null<const char>(EINVAL);
 }
 
-VRNIC_EXPORT __be64 ibv_get_device_guid(ibv_device *) {
-  return htobe64(0x0276726e69630001ull);
+VRNIC_EXPORT __be64 ibv_get_device_guid(ibv_device *device) {
+  int i = device_index(device);
+  if (i < 0) {
+    errno = EINVAL;
+    return 0;
+  }
+  std::lock_guard<std::mutex> lock(g_devices_mu);
+  return htobe64(g_devices[i].guid);
 }
 
 VRNIC_EXPORT int ibv_get_device_index(ibv_device *device) {
-  return device ? 0 : -1;
+  return device_index(device);
 }
 
 VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
-  if (device != &g_device) return fail_null<ibv_context>(EINVAL);
+  int index = device_index(device);
+  if (index < 0) return fail_null<ibv_context>(EINVAL);
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(g_devices_mu);
+    path = g_devices[index].socket;
+  }
   auto *c = new (std::nothrow) Context();
   if (!c) return fail_null<ibv_context>(ENOMEM);
   ibv_context &ctx = c->vctx.context;
@@ -162,7 +198,6 @@ VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
   ctx.num_comp_vectors = 1;
   pthread_mutex_init(&ctx.mutex, nullptr);
   int pipefd[2];
-  std::string path = default_socket_path();
   int err = c->conn.open(path.c_str());
   if (err) {
     std::fprintf(stderr, "vrnic: cannot reach vrnicd at %s: %s\n", path.c_str(),

@@ -31,4 +31,8 @@ int recv_message(int sock, Message *msg);
 // Connects to vrnicd's socket; returns the socket or -errno.
 int connect_daemon(const char *path);
 
+// Asks the vrnicd listening on `path` for its devices; returns 0 or an errno (ENOENT,
+// ECONNREFUSED: no vrnicd there).
+int list_devices(const char *path, DeviceListResp *out);
+
 }  // namespace vrnic::ctl

@@ -44,6 +44,7 @@ enum class Op : uint16_t {
   kSetFaults,
   kListQps,
   kMoveQp,
+  kListDevices,
 };
 
 struct MsgHeader {
@@ -290,6 +291,23 @@ struct SetFaultsReq {
 struct MoveQpReq {
   uint32_t qpn;
   uint32_t worker;
+};
+
+// The devices (virtual NICs) of a vrnicd, as any of its sockets answers kListDevices (no
+// Hello needed): each has its own socket, port, addresses and GID table. Device 0 listens on
+// the socket clients find by default.
+inline constexpr uint32_t kMaxDevices = 8;
+inline constexpr size_t kSocketPathBytes = 108;  // sockaddr_un's sun_path
+struct DeviceListEntry {
+  char name[64];
+  char socket[kSocketPathBytes];
+  uint32_t reserved;
+  uint64_t node_guid;
+};
+struct DeviceListResp {
+  uint32_t count;
+  uint32_t reserved;
+  DeviceListEntry devices[kMaxDevices];
 };
 
 struct StatsResp {

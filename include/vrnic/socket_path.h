@@ -15,4 +15,10 @@ inline std::string default_socket_path() {
   return "/tmp/vrnicd-" + std::to_string(getuid()) + ".sock";
 }
 
+// Device `index` of a vrnicd listening on `base`: device 0 on base itself (where clients look
+// first), device N on base.vrnicN.
+inline std::string device_socket_path(const std::string &base, uint32_t index) {
+  return index == 0 ? base : base + ".vrnic" + std::to_string(index);
+}
+
 }  // namespace vrnic
