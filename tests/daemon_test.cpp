@@ -2,6 +2,7 @@
 // under a client, hostile or broken control messages. Each test starts its own vrnicd
 // (path in $VRNICD) on a private socket.
 #include <catch2/catch.hpp>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "vrnic/ctl_io.h"
 
@@ -24,7 +26,7 @@ using namespace std::chrono_literals;
 
 class Daemon {
  public:
-  Daemon() {
+  explicit Daemon(std::vector<std::string> args = {}) {
     const char *bin = std::getenv("VRNICD");
     REQUIRE(bin);
     char tmpl[] = "/tmp/vrnic-daemon-test-XXXXXX";
@@ -35,7 +37,10 @@ class Daemon {
     pid_ = fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
-      execl(bin, bin, "--socket", path_.c_str(), static_cast<char *>(nullptr));
+      std::vector<const char *> argv{bin, "--socket", path_.c_str()};
+      for (const std::string &a : args) argv.push_back(a.c_str());
+      argv.push_back(nullptr);
+      execv(bin, const_cast<char *const *>(argv.data()));
       _exit(127);
     }
     auto deadline = std::chrono::steady_clock::now() + 5s;
@@ -233,4 +238,54 @@ TEST_CASE("verbs with bad handles or arguments fail with EINVAL", "[daemon]") {
   CHECK(ibv_destroy_cq(cq) == 0);
   CHECK(ibv_dealloc_pd(pd) == 0);
   CHECK(ibv_close_device(ctx) == 0);
+}
+
+TEST_CASE("several devices in one vrnicd: each listed, opened and addressed on its own",
+          "[daemon]") {
+  const std::string port = std::to_string(20000 + getpid() % 12000);
+  Daemon d({"--udp", "127.0.0.31", "--udp-port", port, "--device", "--udp", "127.0.0.32",
+            "--udp-port", port});
+  int n = -1;
+  ibv_device **list = ibv_get_device_list(&n);
+  REQUIRE(list);
+  REQUIRE(n == 2);
+  CHECK(list[2] == nullptr);
+  const char *kGids[] = {"::ffff:127.0.0.31", "::ffff:127.0.0.32"};
+  for (int i = 0; i < 2; i++) {
+    INFO("device " << i);
+    CHECK(std::string(ibv_get_device_name(list[i])) == "vrnic" + std::to_string(i));
+    CHECK(ibv_get_device_index(list[i]) == i);
+    CHECK(be64toh(ibv_get_device_guid(list[i])) == 0x0276726e69630001ull + uint64_t(i));
+    ibv_context *ctx = ibv_open_device(list[i]);
+    REQUIRE(ctx);
+    ibv_device_attr attr;
+    REQUIRE(ibv_query_device(ctx, &attr) == 0);
+    CHECK(be64toh(attr.node_guid) == 0x0276726e69630001ull + uint64_t(i));
+    ibv_gid gid;
+    REQUIRE(ibv_query_gid(ctx, 1, 0, &gid) == 0);
+    char text[64];
+    REQUIRE(inet_ntop(AF_INET6, gid.raw, text, sizeof text));
+    CHECK(std::string(text) == kGids[i]);
+    // Objects belong to the device they were made on: the other device counts none.
+    ibv_pd *pd = ibv_alloc_pd(ctx);
+    REQUIRE(pd);
+    vrnic::ctl::Message m;
+    RawClient other(i == 0 ? d.path() + ".vrnic1" : d.path());
+    REQUIRE(other.call(vrnic::ctl::Op::kStats, nullptr, 0, &m) == 0);
+    CHECK(m.as<vrnic::ctl::StatsResp>()->pds == 0);
+    RawClient same(i == 0 ? d.path() : d.path() + ".vrnic1");
+    REQUIRE(same.call(vrnic::ctl::Op::kStats, nullptr, 0, &m) == 0);
+    CHECK(m.as<vrnic::ctl::StatsResp>()->pds == 1);
+    CHECK(ibv_dealloc_pd(pd) == 0);
+    CHECK(ibv_close_device(ctx) == 0);
+  }
+  CHECK(ibv_get_device_index(nullptr) == -1);
+  // The daemon gone, a listed device fails to open with ENODEV, not a crash or a hang.
+  CHECK(d.stop(SIGTERM) == 0);
+  struct stat st;
+  CHECK(stat((d.path() + ".vrnic1").c_str(), &st) == -1);
+  errno = 0;
+  CHECK(ibv_open_device(list[1]) == nullptr);
+  CHECK(errno == ENODEV);
+  ibv_free_device_list(list);
 }

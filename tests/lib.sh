@@ -581,7 +581,8 @@ start_peer_vrnicd() {
 }
 
 # verbs_pair TAG PORT CMD...: server `CMD -p PORT`, then client `CMD -p PORT 127.0.0.1`.
-# The client runs with VRNIC_CLIENT_ENV (e.g. VRNIC_SOCKET=... to use another vrnicd); with
+# The client runs with VRNIC_CLIENT_ENV (e.g. VRNIC_SOCKET=... to use another vrnicd) and, with
+# VRNIC_CLIENT_DEVICE set, `-d VRNIC_CLIENT_DEVICE` after CMD's own options; with
 # VRNIC_SERVER_NS / VRNIC_CLIENT_NS set, each side runs in that network namespace and the
 # client connects to VRNIC_SERVER_ADDR.
 # Both must exit 0. Leaves SERVER_LOG, CLIENT_LOG for further checks. Prints the tails of both
@@ -598,7 +599,8 @@ verbs_pair() {
     return 1
   fi
   run_client "$tag" ${VRNIC_CLIENT_NS:+ip netns exec "$VRNIC_CLIENT_NS"} \
-    env ${VRNIC_CLIENT_ENV:+"$VRNIC_CLIENT_ENV"} "$@" -p "$port" "${VRNIC_SERVER_ADDR:-127.0.0.1}"
+    env ${VRNIC_CLIENT_ENV:+"$VRNIC_CLIENT_ENV"} "$@" \
+    ${VRNIC_CLIENT_DEVICE:+-d "$VRNIC_CLIENT_DEVICE"} -p "$port" "${VRNIC_SERVER_ADDR:-127.0.0.1}"
   finish_server
   srv_rc=$VRNIC_RC
   echo "server: $(_vrnic_status_word "$srv_rc"); client: $(_vrnic_status_word "$CLIENT_RC")"

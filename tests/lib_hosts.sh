@@ -5,16 +5,20 @@
 # socket, pid and log.
 #
 #   host_vrnicd NAME NETNS ARGS       a vrnicd in NETNS ("-": here) with ARGS
+#   host_device NAME HOST INDEX       device vrnicINDEX of daemon HOST, as a host of its own
 #   stat_of COUNTER NAME              one `vrnicctl stats` counter of a daemon
 #   wait_link NAME...                 each daemon's link up within 10 s
 #   between SRV CLI PROG ARGS         PROG's server on daemon SRV, its client on CLI
 #   perftest_between / pingpong_between SRV CLI PROG ARGS   the same, checking the results
+#   integrity_between A ADDR_A B ADDR_B BYTES   the wire integrity test (RC at 1% loss) between
+#                                     two daemons' devices, BYTES per setting
 #   clean_counters NAME...            frames both ways, no ICRC or format errors
+#   expect_refusal STATUS TEXT ARGS   `vrnicd ARGS` exits STATUS saying TEXT, leaving no socket
 #   stop_hosts                        every daemon idle, exits 0 on SIGTERM
 
 HOSTS_DIR=$VRNIC_TMP/hosts
 mkdir -p "$HOSTS_DIR"
-declare -gA SOCK PID LOG
+declare -gA SOCK PID LOG DEVNAME HOST_OF
 
 # host_vrnicd NAME NETNS ARGS...: a vrnicd (in NETNS, or here for "-"), tracked by NAME.
 # Inside a namespace bpffs is mounted first (ip netns exec gives a private mount namespace;
@@ -36,6 +40,17 @@ host_vrnicd() {
   VRNICD_PID=$main_pid VRNICD_LOG=$main_log
   return "$rc"
 }
+
+# host_device NAME HOST INDEX: device vrnicINDEX of the daemon HOST (started with --device),
+# reachable as NAME in the functions here; its daemon is HOST's.
+host_device() {
+  SOCK[$1]=${SOCK[$2]}.vrnic$3
+  LOG[$1]=${LOG[$2]}
+  DEVNAME[$1]=vrnic$3
+  HOST_OF[$1]=$2
+}
+pid_of() { echo "${PID[${HOST_OF[$1]:-$1}]}"; }
+dev_of() { echo "${DEVNAME[$1]:-vrnic0}"; }
 
 stat_of() { vrnic_stat "$1" "${SOCK[$2]}"; }
 
@@ -61,16 +76,17 @@ between() {
   local srv=$1 cli=$2 prog=$3 port
   shift 3
   port=$(next_port)
-  VRNIC_SOCKET=${SOCK[$srv]} VRNIC_CLIENT_ENV=VRNIC_SOCKET=${SOCK[$cli]} VRNICD_PID=${PID[$srv]} \
-    VRNICD_LOG=${LOG[$srv]} verbs_pair "dpdk-$prog-$port" "$port" "$prog" "$@" || return 1
-  _vrnic_running "${PID[$cli]}" || { echo "the client's vrnicd died"; vrnic_tail "${LOG[$cli]}"; return 1; }
+  VRNIC_SOCKET=${SOCK[$srv]} VRNIC_CLIENT_ENV=VRNIC_SOCKET=${SOCK[$cli]} \
+    VRNIC_CLIENT_DEVICE=$(dev_of "$cli") VRNICD_PID=$(pid_of "$srv") VRNICD_LOG=${LOG[$srv]} \
+    verbs_pair "dpdk-$prog-$port" "$port" "$prog" "$@" || return 1
+  _vrnic_running "$(pid_of "$cli")" || { echo "the client's vrnicd died"; vrnic_tail "${LOG[$cli]}"; return 1; }
   cat "$CLIENT_LOG"
 }
 
 perftest_between() {
   local srv=$1 cli=$2 rows
   shift 2
-  between "$srv" "$cli" "$@" -d vrnic0 -x 0 -F || return 1
+  between "$srv" "$cli" "$@" -d "$(dev_of "$srv")" -x 0 -F || return 1
   rows=$(perftest_parse "$CLIENT_LOG")
   [[ -n $rows ]] && awk '$3 + 0 <= 0 { bad = 1 } END { exit bad }' <<<"$rows" || {
     echo "FAIL: no non-zero result row from the client"
@@ -83,12 +99,23 @@ pingpong_between() {
   local srv=$1 cli=$2 prog=$3
   shift 3
   # The caller's options come last: theirs win (e.g. another -n).
-  between "$srv" "$cli" "$prog" -d vrnic0 -g 0 -c -n 1000 "$@" || return 1
+  between "$srv" "$cli" "$prog" -d "$(dev_of "$srv")" -g 0 -c -n 1000 "$@" || return 1
   grep -q 'bytes in' "$CLIENT_LOG" && ! grep -qi 'invalid data' "$CLIENT_LOG" "$SERVER_LOG" || {
     echo "FAIL: no 'bytes in' line, or the receiver found invalid data"
     return 1
   }
   CHECK_NOTE=$(grep -m1 'usec/iter' "$CLIENT_LOG" | sed -E 's/.*= *//')
+}
+
+# integrity_between A ADDR_A B ADDR_B BYTES: the wire integrity test of issue 4 (every byte
+# and completion checked; READ, WRITE, SEND, atomics, 64 WRs in flight) between the devices
+# A and B (addresses ADDR_A, ADDR_B), BYTES per setting, at 1% loss both ways.
+integrity_between() {
+  VRNIC_WIRE_DAEMONS="${SOCK[$1]}@$2@$(dev_of "$1"),${SOCK[$3]}@$4@$(dev_of "$3")" \
+    VRNIC_WIRE_BYTES=$5 VRNIC_WIRE_TIMEOUT=12 VRNIC_CATCH2_TIMEOUT=300 \
+    VRNICD_PID=$(pid_of "$1") VRNICD_LOG=${LOG[$1]} VRNIC_SOCKET=${SOCK[$1]} \
+    _catch2_case "$VRNIC_BUILD_DIR/tests/wire_integrity_test" \
+    "RC across the wire under loss=1: every byte and completion verified"
 }
 
 # Both daemons' frames went over the wire with no ICRC or format errors.
@@ -103,6 +130,20 @@ clean_counters() {
   done
 }
 
+
+# expect_refusal STATUS TEXT ARGS...: `vrnicd ARGS` exits with STATUS, says TEXT and leaves no
+# socket (of any of its devices) behind.
+expect_refusal() {
+  local want=$1 text=$2 out rc sock=$HOSTS_DIR/refused.sock
+  shift 2
+  echo "+ vrnicd $*"
+  out=$(timeout -k 2 30 "$VRNICD" --socket "$sock" "$@" 2>&1 </dev/null)
+  rc=$?
+  grep -v '^ \|^EAL\|^$\|^Usage' <<<"$out" | tail -n 3 | sed 's/^/    /'
+  ((rc == want)) || { echo "FAIL: exit status $rc, want $want"; return 1; }
+  grep -qF -- "$text" <<<"$out" || { echo "FAIL: no '$text' in its output"; return 1; }
+  ! compgen -G "$sock*" >/dev/null || { echo "FAIL: it left a socket behind: $(echo "$sock"*)"; return 1; }
+}
 
 # stop_hosts: every daemon idle (no objects left) and exits 0 on SIGTERM.
 stop_hosts() {

@@ -325,6 +325,10 @@ MmapBuf::~MmapBuf() {
 
 // ---------------------------------------------------------------------------------------------
 std::string try_open_device(Device &d) {
+  return try_open_device(d, test_env().device);
+}
+
+std::string try_open_device(Device &d, const std::string &device) {
   const TestEnv &env = test_env();
   int num = 0;
   errno = 0;
@@ -338,11 +342,11 @@ std::string try_open_device(Device &d) {
   for (int i = 0; i < num && list[i] != nullptr; ++i) {
     const char *name = ibv_get_device_name(list[i]);
     names += std::string(names.empty() ? "" : ", ") + (name ? name : "?");
-    if (name != nullptr && env.device == name) found = list[i];
+    if (name != nullptr && device == name) found = list[i];
   }
   if (found == nullptr) {
     ibv_free_device_list(list);
-    return "RDMA device '" + env.device +
+    return "RDMA device '" + device +
            "' not found (devices: " + (names.empty() ? std::string("none") : names) +
            "); start vrnicd and point VRNIC_SOCKET at it, or set VRNIC_TEST_DEVICE";
   }
@@ -350,7 +354,7 @@ std::string try_open_device(Device &d) {
   d.ctx.reset(ibv_open_device(found));
   const int open_errno = errno;
   ibv_free_device_list(list);
-  if (!d.ctx) return "ibv_open_device(" + env.device + ") failed: " + errno_text(open_errno);
+  if (!d.ctx) return "ibv_open_device(" + device + ") failed: " + errno_text(open_errno);
 
   d.port_num = env.port;
   d.gid_index = env.gid_index;

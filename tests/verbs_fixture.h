@@ -134,6 +134,7 @@ struct Device {
   int gid_index = 0;
 };
 std::string try_open_device(Device &d);
+std::string try_open_device(Device &d, const std::string &device);  // another device
 std::unique_ptr<Device> open_device();  // FAILs (cleanly) when the device is missing
 
 // Sentinel for QpConfig SGE counts: min(16, device max_sge).

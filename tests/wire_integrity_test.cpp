@@ -390,17 +390,23 @@ class WireDaemon {
     return out.empty() ? "(no output)" : out;
   }
 
-  // A vrnicd someone else started (VRNIC_WIRE_DAEMONS): used, never stopped here.
-  void attach(const std::string &socket, const std::string &addr) {
-    socket_ = socket;
-    addr_ = addr;
+  // A vrnicd device someone else started (VRNIC_WIRE_DAEMONS: SOCKET@ADDR[@DEVICE]): used,
+  // never stopped here. False when `spec` is not of that form.
+  bool attach(const std::string &spec) {
+    const size_t at = spec.find('@'), at2 = spec.find('@', at + 1);
+    if (at == std::string::npos || at == 0 || at + 1 >= spec.size() || at2 == at + 1) return false;
+    socket_ = spec.substr(0, at);
+    addr_ = spec.substr(at + 1, at2 == std::string::npos ? std::string::npos : at2 - at - 1);
+    if (at2 != std::string::npos) device_ = spec.substr(at2 + 1);
+    return !device_.empty();
   }
 
   const std::string &socket() const { return socket_; }
   const std::string &address() const { return addr_; }
+  const std::string &device() const { return device_; }
 
  private:
-  std::string socket_, log_, addr_;
+  std::string socket_, log_, addr_, device_ = test_env().device;
   pid_t pid_ = -1;
 };
 
@@ -417,15 +423,16 @@ struct Wire {
     // The RoCE port is shared by both daemons (one address each). Start from a random port
     // below the ephemeral range and the daemons' source ports (0xC000 up); a port another
     // run holds makes vrnicd exit at once, and the next one is tried.
-    // VRNIC_WIRE_DAEMONS=SOCKET1@ADDR1,SOCKET2@ADDR2: two running vrnicd (any wire port, e.g.
-    // dpdk in two network namespaces) instead of two udp ones started here.
+    // VRNIC_WIRE_DAEMONS=SOCKET1@ADDR1[@DEVICE1],SOCKET2@ADDR2[@DEVICE2]: two running vrnicd
+    // devices (any wire port, e.g. dpdk in two network namespaces, or two devices of one
+    // vrnicd) instead of two udp vrnicd started here. DEVICE defaults to $VRNIC_TEST_DEVICE.
     if (const char *given = std::getenv("VRNIC_WIRE_DAEMONS"); given != nullptr && *given) {
       const std::string list = given;
-      const size_t comma = list.find(','), at1 = list.find('@'), at2 = list.rfind('@');
-      if (comma == std::string::npos || at1 > comma || at2 < comma)
-        FAIL("VRNIC_WIRE_DAEMONS: want SOCKET1@ADDR1,SOCKET2@ADDR2, got '" << list << "'");
-      d1.attach(list.substr(0, at1), list.substr(at1 + 1, comma - at1 - 1));
-      d2.attach(list.substr(comma + 1, at2 - comma - 1), list.substr(at2 + 1));
+      const size_t comma = list.find(',');
+      if (comma == std::string::npos || !d1.attach(list.substr(0, comma)) ||
+          !d2.attach(list.substr(comma + 1)))
+        FAIL("VRNIC_WIRE_DAEMONS: want SOCKET1@ADDR1[@DEVICE1],SOCKET2@ADDR2[@DEVICE2], got '"
+             << list << "'");
       attached = true;
       dev1 = open_on(d1, true);
       dev2 = open_on(d2, true);
@@ -459,8 +466,9 @@ struct Wire {
     // The provider reads $VRNIC_SOCKET at each ibv_open_device.
     setenv("VRNIC_SOCKET", d.socket().c_str(), 1);
     auto dev = std::make_unique<Device>();
-    const std::string err = try_open_device(*dev);
-    if (!err.empty()) FAIL("opening vrnic0 on the daemon at " << d.address() << ": " << err);
+    const std::string err = try_open_device(*dev, d.device());
+    if (!err.empty())
+      FAIL("opening " << d.device() << " on the daemon at " << d.address() << ": " << err);
     char want[INET6_ADDRSTRLEN], got[INET6_ADDRSTRLEN];
     in6_addr mapped{};
     inet_pton(AF_INET6, ("::ffff:" + d.address()).c_str(), &mapped);

@@ -177,12 +177,7 @@ moving() {
   return "$rc"
 }
 
-integrity() {
-  VRNIC_WIRE_DAEMONS="${SOCK[u1]}@127.0.0.1,${SOCK[u2]}@127.0.0.2" VRNIC_WIRE_BYTES=256M \
-    VRNIC_WIRE_TIMEOUT=12 VRNIC_CATCH2_TIMEOUT=300 VRNICD_PID=${PID[u1]} VRNICD_LOG=${LOG[u1]} \
-    VRNIC_SOCKET=${SOCK[u1]} _catch2_case "$VRNIC_BUILD_DIR/tests/wire_integrity_test" \
-    "RC across the wire under loss=1: every byte and completion verified"
-}
+integrity() { integrity_between u1 127.0.0.1 u2 127.0.0.2 256M; }
 check "wire integrity test, 256 MiB at 1% loss: two vrnicd over udp, two workers each" \
   on_udp integrity
 

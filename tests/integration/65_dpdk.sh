@@ -58,18 +58,6 @@ bad_frames_to() {
   CHECK_NOTE="$m malformed, $i ICRC errors"
 }
 # --- failure paths: clear errors, never a half-started daemon ----------------------------------
-# expect_refusal STATUS TEXT VRNICD-ARGS...: vrnicd exits with STATUS and says TEXT.
-expect_refusal() {
-  local want=$1 text=$2 out rc
-  shift 2
-  echo "+ vrnicd $*"
-  out=$(timeout -k 2 30 "$VRNICD" --socket "$DIR/refused.sock" "$@" 2>&1 </dev/null)
-  rc=$?
-  grep -v '^ \|^EAL\|^$\|^Usage' <<<"$out" | tail -n 3 | sed 's/^/    /'
-  ((rc == want)) || { echo "FAIL: exit status $rc, want $want"; return 1; }
-  grep -qF -- "$text" <<<"$out" || { echo "FAIL: no '$text' in its output"; return 1; }
-  [[ ! -e $DIR/refused.sock ]] || { echo "FAIL: it left its socket behind"; return 1; }
-}
 refusals() {
   need_dpdk || return 1
   local ok=0
@@ -151,12 +139,7 @@ check "wire format on the veth: tshark decodes every frame; independent ICRC che
 
 # The wire integrity test of issue 4 (every byte and completion checked; READ, WRITE, SEND,
 # atomics, 64 WRs in flight) between the two dpdk daemons, 1 GiB at 1% loss on both.
-integrity() {
-  VRNIC_WIRE_DAEMONS="${SOCK[a]}@$IP_A,${SOCK[b]}@$IP_B" VRNIC_WIRE_BYTES=1G \
-    VRNIC_WIRE_TIMEOUT=12 VRNIC_CATCH2_TIMEOUT=300 VRNICD_PID=${PID[a]} VRNICD_LOG=${LOG[a]} \
-    VRNIC_SOCKET=${SOCK[a]} _catch2_case "$VRNIC_BUILD_DIR/tests/wire_integrity_test" \
-    "RC across the wire under loss=1: every byte and completion verified"
-}
+integrity() { integrity_between a "$IP_A" b "$IP_B" 1G; }
 check "wire integrity test, 1 GiB at 1% loss: af_packet <-> af_xdp" across_veth integrity
 
 # Link down on the veth: a client of the daemon at that end gets IBV_EVENT_PORT_ERR and sees
@@ -247,12 +230,7 @@ check "ib_write_bw -s 65536 -q 4 -n 2000: dpdk, two workers each" \
 check "ib_read_bw -s 65536 -q 4 -n 1000: dpdk, two workers each" \
   across_two perftest_between e f ib_read_bw -s 65536 -q 4 -n 1000
 check "ibv_rc_pingpong: dpdk, two workers each" across_two pingpong_between e f ibv_rc_pingpong
-two_integrity() {
-  VRNIC_WIRE_DAEMONS="${SOCK[e]}@10.81.0.1,${SOCK[f]}@10.81.0.2" VRNIC_WIRE_BYTES=256M \
-    VRNIC_WIRE_TIMEOUT=12 VRNIC_CATCH2_TIMEOUT=300 VRNICD_PID=${PID[e]} VRNICD_LOG=${LOG[e]} \
-    VRNIC_SOCKET=${SOCK[e]} _catch2_case "$VRNIC_BUILD_DIR/tests/wire_integrity_test" \
-    "RC across the wire under loss=1: every byte and completion verified"
-}
+two_integrity() { integrity_between e 10.81.0.1 f 10.81.0.2 256M; }
 check "wire integrity test, 256 MiB at 1% loss: dpdk, two workers each" across_two two_integrity
 check "dpdk two-worker counters: frames both ways, no ICRC or format errors" \
   across_two clean_counters e f
