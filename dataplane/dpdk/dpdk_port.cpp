@@ -704,7 +704,10 @@ void DpdkPort::receive_frame(rte_mbuf *m, uint64_t now) {
     pkt->release_arg = m;
   }
   RxScratch &rx = scratch<RxScratch>(pkt);
-  std::memcpy(rx.ip, ip, ip_len);
+  // The fixed part at a fixed size (a variable-size memcpy is a slow rep movs), options after.
+  std::memcpy(rx.ip, ip, kIpv4HeaderBytes);
+  if (ip_len > kIpv4HeaderBytes)
+    std::memcpy(rx.ip + kIpv4HeaderBytes, ip + kIpv4HeaderBytes, ip_len - kIpv4HeaderBytes);
   std::memcpy(rx.udp, udp, kUdpHeaderBytes);
   rx.ip_len = uint8_t(ip_len);
   std::memset(pkt->src_gid, 0, 10);
