@@ -43,7 +43,7 @@ void usage(FILE *out) {
       "                   or dpdk queue pair\n"
       "  --udp ADDR       RoCEv2 over UDP on this IPv4 or IPv6 address (GID 0); without\n"
       "                   it vrnic0 has only the loop port (peers are local processes)\n"
-      "  --dpdk ADDR      RoCEv2 on an Ethernet device driven by DPDK, with this IPv4\n"
+      "  --dpdk ADDR      RoCEv2 on an Ethernet device driven by DPDK, with this IPv4 or IPv6\n"
       "                   address (GID 0); the device and EAL options come from --eal, e.g.\n"
       "                   --eal '--no-huge -m 512 --no-pci --vdev net_af_xdp0,iface=eth1'\n"
       "                   (added unless given: --in-memory --iova-mode=va --no-telemetry\n"

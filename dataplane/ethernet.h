@@ -1,6 +1,6 @@
 // Ethernet II and ARP as raw-packet ports (dpdk) put them on the wire: the link-layer part of
-// RoCEv2 that a kernel socket otherwise hides. IPv4 only; IPv6 neighbour discovery is not
-// done yet.
+// RoCEv2 that a kernel socket otherwise hides. IPv6's neighbour discovery is in
+// neighbor_discovery.h.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
 #include "ip_header.h"
 
+#include <bit>
 #include <cstring>
 
 #include "packet.h"
@@ -28,6 +29,56 @@ uint16_t ipv4_header_checksum(const uint8_t *header, size_t header_len) {
   return uint16_t(~sum);
 }
 
+namespace {
+
+// Ones'-complement sum of n bytes taken as native-order 64-bit words, folded to 16 bits. On a
+// little-endian machine that is the byte-swapped big-endian sum (RFC 1071 2(B)).
+uint32_t native_sum16(const uint8_t *p, size_t n) {
+  unsigned __int128 acc = 0;
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    acc += v;
+  }
+  uint64_t tail = 0;  // the last bytes, as if zeros followed them
+  std::memcpy(&tail, p, n);
+  acc += tail;
+  uint64_t sum = uint64_t(acc) + uint64_t(acc >> 64);
+  sum += sum < uint64_t(acc >> 64);  // end-around carry
+  sum = (sum & 0xffffffff) + (sum >> 32);
+  sum = (sum & 0xffff) + (sum >> 16);
+  sum = (sum & 0xffff) + (sum >> 16);
+  return uint32_t((sum & 0xffff) + (sum >> 16));
+}
+
+uint16_t swap16(uint32_t v) {
+  return uint16_t((v & 0xff) << 8 | (v >> 8 & 0xff));
+}
+
+}  // namespace
+
+uint16_t ipv6_upper_checksum(const uint8_t src[16], const uint8_t dst[16], uint8_t next_header,
+                             const iovec *parts, size_t n) {
+  static_assert(std::endian::native == std::endian::little);
+  uint32_t length = 0;
+  for (size_t i = 0; i < n; i++) length += uint32_t(parts[i].iov_len);
+  uint8_t pseudo[40] = {};
+  std::memcpy(pseudo, src, 16);
+  std::memcpy(pseudo + 16, dst, 16);
+  store_be32(pseudo + 32, length);
+  pseudo[39] = next_header;
+  uint64_t sum = native_sum16(pseudo, sizeof(pseudo));
+  size_t offset = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t part = native_sum16(static_cast<const uint8_t *>(parts[i].iov_base), parts[i].iov_len);
+    sum +=
+        offset & 1 ? swap16(part) : part;  // a part at an odd offset has its bytes' roles swapped
+    offset += parts[i].iov_len;
+  }
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return uint16_t(~swap16(uint32_t(sum)));
+}
+
 size_t build_ipv4(uint8_t *out, const uint8_t src_gid[16], const uint8_t dst_gid[16],
                   uint16_t l4_len, uint8_t tos, uint8_t ttl, uint16_t id, bool dont_fragment) {
   out[0] = 0x45;  // version 4, header length 5 words
@@ -46,11 +97,11 @@ size_t build_ipv4(uint8_t *out, const uint8_t src_gid[16], const uint8_t dst_gid
 
 size_t build_ipv6(uint8_t *out, const uint8_t src_gid[16], const uint8_t dst_gid[16],
                   uint16_t payload_len, uint8_t traffic_class, uint32_t flow_label,
-                  uint8_t hop_limit) {
+                  uint8_t hop_limit, uint8_t next_header) {
   // version 4 bits · traffic class 8 · flow label 20
   store_be32(out, 6u << 28 | uint32_t(traffic_class) << 20 | (flow_label & 0xfffff));
   store_be16(out + 4, payload_len);
-  out[6] = kIpProtocolUdp;
+  out[6] = next_header;
   out[7] = hop_limit;
   std::memcpy(out + 8, src_gid, 16);
   std::memcpy(out + 24, dst_gid, 16);

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <sys/uio.h>
 
 namespace vrnic {
 
@@ -13,6 +14,7 @@ inline constexpr size_t kIpv4HeaderBytes = 20;  // without options; vrnic never 
 inline constexpr size_t kIpv6HeaderBytes = 40;
 inline constexpr size_t kUdpHeaderBytes = 8;
 inline constexpr uint8_t kIpProtocolUdp = 17;
+inline constexpr uint8_t kIpProtocolIcmpv6 = 58;
 
 // True for an IPv4-mapped GID (::ffff:a.b.c.d), which RoCEv2 sends over IPv4.
 bool gid_is_ipv4(const uint8_t gid[16]);
@@ -27,7 +29,13 @@ size_t build_ipv4(uint8_t *out, const uint8_t src_gid[16], const uint8_t dst_gid
 // payload). flow_label keeps its low 20 bits. Returns 40.
 size_t build_ipv6(uint8_t *out, const uint8_t src_gid[16], const uint8_t dst_gid[16],
                   uint16_t payload_len, uint8_t traffic_class, uint32_t flow_label,
-                  uint8_t hop_limit);
+                  uint8_t hop_limit, uint8_t next_header = kIpProtocolUdp);
+
+// The Internet checksum of an IPv6 upper-layer message (UDP, ICMPv6) given in parts, with its
+// pseudo-header (RFC 8200 8.1): over a message whose checksum field is zero, the value to
+// store (UDP sends a computed 0 as 0xffff); over one as received, 0 when it is intact.
+uint16_t ipv6_upper_checksum(const uint8_t src[16], const uint8_t dst[16], uint8_t next_header,
+                             const struct iovec *parts, size_t n);
 
 // Writes an 8-byte UDP header; len counts the header too. RoCEv2 senders may leave checksum 0
 // over IPv4 (the ICRC protects the transport); it is passed through as given.

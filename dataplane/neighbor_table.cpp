@@ -2,8 +2,8 @@
 
 namespace vrnic {
 
-NeighborTable::Answer NeighborTable::lookup(uint32_t ipv4, uint64_t now) {
-  Entry &e = entries_[ipv4];
+NeighborTable::Answer NeighborTable::lookup(IpKey ip, uint64_t now) {
+  Entry &e = entries_[ip];
   bool fresh = e.known && now - e.confirmed_ns < timing_.reachable_ns;
   if (fresh) return {State::kReachable, &e.mac, false};
   bool send = !e.requested || now - e.requested_ns >= timing_.retry_ns;
@@ -21,18 +21,18 @@ NeighborTable::Answer NeighborTable::lookup(uint32_t ipv4, uint64_t now) {
   return {State::kResolving, nullptr, send};
 }
 
-void NeighborTable::learn(uint32_t ipv4, const MacAddress &mac, uint64_t now) {
-  Entry &e = entries_[ipv4];
+void NeighborTable::learn(IpKey ip, const MacAddress &mac, uint64_t now) {
+  Entry &e = entries_[ip];
   e.mac = mac;
   e.known = true;
   e.confirmed_ns = now;
   e.waiting = false;
 }
 
-bool NeighborTable::refresh(uint32_t ipv4, const MacAddress &mac, uint64_t now) {
-  auto it = entries_.find(ipv4);
+bool NeighborTable::refresh(IpKey ip, const MacAddress &mac, uint64_t now) {
+  auto it = entries_.find(ip);
   if (it == entries_.end() || !it->second.known) return false;
-  learn(ipv4, mac, now);
+  learn(ip, mac, now);
   return true;
 }
 

@@ -1,16 +1,27 @@
-// Peers' Ethernet addresses, learnt by ARP, for ports that build their own frames (dpdk).
-// An entry is reachable for a while after an answer; a stale one is still used while a
-// fresh request goes out (Linux's neighbour states, simplified: reachable, stale, probing,
-// failed). Unanswered requests are repeated every retry interval and the peer is reported
-// unreachable after the fail time, until it answers.
+// Peers' Ethernet addresses, learnt by ARP (IPv4) or neighbour discovery (IPv6), for ports that
+// build their own frames (dpdk). An entry is reachable for a while after an answer; a stale one is
+// still used while a fresh request goes out (Linux's neighbour states, simplified: reachable,
+// stale, probing, failed). Unanswered requests are repeated every retry interval and the peer is
+// reported unreachable after the fail time, until it answers.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/numeric/int128.h"
 #include "ethernet.h"
 
 namespace vrnic {
+
+// A peer's IP address as a GID (IPv4 mapped into IPv6): one key for both families.
+using IpKey = absl::uint128;
+inline IpKey ip_key(const uint8_t gid[16]) {
+  uint64_t hi, lo;
+  std::memcpy(&hi, gid, 8);
+  std::memcpy(&lo, gid + 8, 8);
+  return absl::MakeUint128(hi, lo);
+}
 
 class NeighborTable {
  public:
@@ -29,14 +40,15 @@ class NeighborTable {
   NeighborTable() = default;
   explicit NeighborTable(const Timing &t) : timing_(t) {}
 
-  // What is known of ipv4 (network byte order as an integer) at time now (ns).
-  Answer lookup(uint32_t ipv4, uint64_t now);
-  // An ARP message from ipv4 told us its address (a reply, or a request it sent us).
-  void learn(uint32_t ipv4, const MacAddress &mac, uint64_t now);
-  // Any other ARP message from ipv4 (a gratuitous one, a request to someone else): the
-  // address is taken only if ipv4 is in the table already (RFC 826's merge), so a peer that
-  // changed its MAC is reached at the new one. Returns whether it was.
-  bool refresh(uint32_t ipv4, const MacAddress &mac, uint64_t now);
+  // What is known of ip at time now (ns).
+  Answer lookup(IpKey ip, uint64_t now);
+  // A message from ip told us its address (an ARP reply or request to us; a neighbour
+  // advertisement, or a solicitation to us).
+  void learn(IpKey ip, const MacAddress &mac, uint64_t now);
+  // Any other message from ip (a gratuitous one, a question to someone else): the address is
+  // taken only if ip is in the table already (RFC 826's merge), so a peer that changed its
+  // MAC is reached at the new one. Returns whether it was.
+  bool refresh(IpKey ip, const MacAddress &mac, uint64_t now);
   size_t size() const { return entries_.size(); }
 
  private:
@@ -50,7 +62,7 @@ class NeighborTable {
     uint64_t confirmed_ns = 0;      // last answer
   };
   Timing timing_;
-  absl::flat_hash_map<uint32_t, Entry> entries_;
+  absl::flat_hash_map<IpKey, Entry> entries_;
 };
 
 }  // namespace vrnic

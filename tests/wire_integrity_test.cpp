@@ -470,8 +470,9 @@ struct Wire {
     if (!err.empty())
       FAIL("opening " << d.device() << " on the daemon at " << d.address() << ": " << err);
     char want[INET6_ADDRSTRLEN], got[INET6_ADDRSTRLEN];
-    in6_addr mapped{};
-    inet_pton(AF_INET6, ("::ffff:" + d.address()).c_str(), &mapped);
+    in6_addr mapped{};  // an IPv6 address as is, an IPv4 one mapped
+    const bool v6 = d.address().find(':') != std::string::npos;
+    inet_pton(AF_INET6, ((v6 ? "" : "::ffff:") + d.address()).c_str(), &mapped);
     inet_ntop(AF_INET6, &mapped, want, sizeof want);
     inet_ntop(AF_INET6, dev->gid.raw, got, sizeof got);
     INFO("GID index " << dev->gid_index << " of the daemon on " << d.address());

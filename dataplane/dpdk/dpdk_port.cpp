@@ -28,6 +28,7 @@
 #include "dataplane/ethernet.h"
 #include "dataplane/icrc.h"
 #include "dataplane/ip_header.h"
+#include "dataplane/neighbor_discovery.h"
 #include "dataplane/neighbor_table.h"
 #include "dataplane/rx_fault_stage.h"
 
@@ -72,10 +73,10 @@ void on_interrupt_thread(Fn fn) {
   while (!call.done.load(std::memory_order_acquire)) std::this_thread::yield();
 }
 
-uint32_t ip_key(const uint8_t *ip4) {
-  uint32_t k;
-  std::memcpy(&k, ip4, 4);
-  return k;
+void key_to_gid(IpKey key, uint8_t gid[16]) {
+  const uint64_t hi = absl::Uint128High64(key), lo = absl::Uint128Low64(key);
+  std::memcpy(gid, &hi, 8);
+  std::memcpy(gid + 8, &lo, 8);
 }
 
 // Per-packet state while DPDK owns a packet's payload (zero-copy transmit), or while a
@@ -85,7 +86,7 @@ struct TxScratch {
   class DpdkPort *port;
 };
 struct RxScratch {
-  uint8_t ip[60];  // the IP header as received (the ICRC covers it)
+  uint8_t ip[60];  // the IPv4 or IPv6 header as received (the ICRC covers it)
   uint8_t udp[8];
   uint8_t ip_len;
 };
@@ -182,8 +183,10 @@ struct SharedDevice {
   bool announced = false;
   uint64_t next_restart = 0;
   MacAddress mac{};
+  bool ipv6 = false;  // the port's one address is IPv6 (neighbour discovery), else IPv4 (ARP)
   uint8_t ip[4] = {};
-  uint8_t gid[16] = {};
+  uint8_t gid[16] = {};        // the address as a GID (IPv4 mapped)
+  MacAddress solicited_mac{};  // IPv6: the group solicitations for our address are sent to
   uint16_t udp_port = 4791;
   uint32_t mtu = 1024;
   std::string iface;
@@ -219,8 +222,16 @@ class DpdkPort final : public Port {
   rte_mbuf *build_frame(Packet *pkt, const MacAddress &dst);
   void send_frames(rte_mbuf **frames, uint16_t n);
   void transmit_resolved(Packet **pkts, uint16_t n, uint64_t now);
-  void send_arp(ArpMessage::Op op, const uint8_t *target_ip, const MacAddress &target_mac);
+  // Neighbour resolution, ARP or IPv6 neighbour discovery by the port's address family.
+  enum class Neighbor { kAsk, kAnswer, kAnnounce };
+  void send_neighbor(Neighbor what, const uint8_t *peer_gid, const MacAddress &peer_mac);
+  void send_control_frame(const uint8_t *frame, size_t len);
   void on_arp(const uint8_t *frame, uint32_t len, uint64_t now);
+  void on_nd(const uint8_t *frame, uint32_t len, uint64_t now);
+  void heard_from(const uint8_t *peer_gid, const MacAddress &mac, bool for_us, uint64_t now);
+  enum class Check { kOk, kIgnore, kMalformed, kNeighborDiscovery };
+  Check check_ipv4(const uint8_t *ip, uint32_t room, uint32_t *ip_len);
+  Check check_ipv6(const uint8_t *ip, uint32_t room);
   void receive_frame(rte_mbuf *m, uint64_t now);
   void on_received(RxFrame f);
   static void deliver(void *port, RxFrame f) { static_cast<DpdkPort *>(port)->on_received(f); }
@@ -230,7 +241,7 @@ class DpdkPort final : public Port {
   static void payload_done(void *, void *opaque);
   void housekeeping(uint64_t now);
   void watch_device(uint64_t now);
-  void drop_pending(uint32_t ip);
+  void drop_pending(IpKey ip);
 
   PacketPool &pool_;
   SharedDevice &dev_ = shared_device();
@@ -246,6 +257,8 @@ class DpdkPort final : public Port {
   bool &announced_ = dev_.announced;           // gratuitous ARP sent since the link came up
   uint64_t &next_restart_ = dev_.next_restart;
   MacAddress &mac_ = dev_.mac;
+  bool &ipv6_ = dev_.ipv6;
+  uint32_t ip_header_len_ = kIpv4HeaderBytes;
   uint8_t (&ip_)[4] = dev_.ip;
   uint8_t (&gid_)[16] = dev_.gid;
   uint16_t &udp_port_ = dev_.udp_port;
@@ -256,7 +269,7 @@ class DpdkPort final : public Port {
   uint64_t next_housekeeping_ = 0;
   uint32_t tx_in_flight_ = 0;  // zero-copy payloads the device still holds
   // Packets waiting for a peer's ARP answer, by peer; they may reference registered memory.
-  absl::flat_hash_map<uint32_t, std::vector<Packet *>> pending_;
+  absl::flat_hash_map<IpKey, std::vector<Packet *>> pending_;
   uint32_t pending_packets_ = 0;
   RxFaultStage faults_{pool_, &DpdkPort::deliver, this};
   std::vector<Packet *> ready_;
@@ -266,6 +279,7 @@ class DpdkPort final : public Port {
 
 bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
   queue_ = cfg.queue;
+  ip_header_len_ = ipv6_ ? kIpv6HeaderBytes : kIpv4HeaderBytes;
   if (dev_.configured) {  // another worker's port set the device up
     if (queue_ >= dev_.queues) {
       *error = "the device was set up with " + std::to_string(dev_.queues) + " TX queues";
@@ -278,14 +292,23 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
     return false;
   }
   in_addr v4;
-  if (inet_pton(AF_INET, cfg.address.c_str(), &v4) != 1) {
-    *error = "'" + cfg.address + "' is not an IPv4 address (IPv6 needs neighbour discovery, " +
-             "which the dpdk port does not do yet)";
+  in6_addr v6;
+  if (inet_pton(AF_INET, cfg.address.c_str(), &v4) == 1) {
+    std::memcpy(ip_, &v4, 4);
+    gid_[10] = gid_[11] = 0xff;
+    std::memcpy(gid_ + 12, ip_, 4);
+  } else if (inet_pton(AF_INET6, cfg.address.c_str(), &v6) == 1 && !IN6_IS_ADDR_MULTICAST(&v6) &&
+             !IN6_IS_ADDR_UNSPECIFIED(&v6) && !IN6_IS_ADDR_V4MAPPED(&v6)) {
+    ipv6_ = true;
+    ip_header_len_ = kIpv6HeaderBytes;
+    std::memcpy(gid_, &v6, 16);
+    uint8_t group[16];
+    solicited_node(gid_, group);
+    dev_.solicited_mac = ipv6_multicast_mac(group);
+  } else {
+    *error = "'" + cfg.address + "' is not a unicast IPv4 or IPv6 address";
     return false;
   }
-  std::memcpy(ip_, &v4, 4);
-  gid_[10] = gid_[11] = 0xff;
-  std::memcpy(gid_ + 12, ip_, 4);
   udp_port_ = cfg.udp_port;
   iface_ = kernel_interface(cfg.eal_args);
   if (!init_eal(cfg.eal_args, error)) return false;
@@ -358,7 +381,7 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
   // A frame must fit one mbuf when the device cannot take chains.
   uint32_t room = RTE_MBUF_DEFAULT_DATAROOM - kEthHeaderBytes;
   if (!zero_copy_ && ip_mtu > room) ip_mtu = uint16_t(room);
-  mtu_ = roce_mtu_for(ip_mtu, kIpv4HeaderBytes);
+  mtu_ = roce_mtu_for(ip_mtu, ip_header_len_);
   if (!mtu_) {
     *error = "the device's MTU (" + std::to_string(ip_mtu) + ") is too small for RoCE";
     return false;
@@ -409,17 +432,18 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
   const bool attach = zero_copy_ && !bounced && pkt->payload_len >= kZeroCopyMin;
   rte_mbuf *head = rte_pktmbuf_alloc(mbufs_);
   if (!head) return nullptr;
-  const uint32_t head_len = uint32_t(kEthHeaderBytes + kIpv4HeaderBytes + kUdpHeaderBytes) +
+  const uint32_t head_len = uint32_t(kEthHeaderBytes + ip_header_len_ + kUdpHeaderBytes) +
                             pkt->header_len + (attach ? 0 : roce_len - pkt->header_len);
   auto *h = reinterpret_cast<uint8_t *>(rte_pktmbuf_append(head, uint16_t(head_len)));
   if (!h) {
     rte_pktmbuf_free(head);
     return nullptr;
   }
-  uint8_t *ip = h + build_eth(h, dst, mac_, kEtherTypeIpv4);
-  uint8_t *udp = ip + build_ipv4(ip, gid_, pkt->dst_gid, uint16_t(kUdpHeaderBytes + roce_len), 0,
-                                 kTtl, 0, true);
-  build_udp(udp, pkt->udp_sport, udp_port_, uint16_t(kUdpHeaderBytes + roce_len), 0);
+  const uint16_t udp_len = uint16_t(kUdpHeaderBytes + roce_len);
+  uint8_t *ip = h + build_eth(h, dst, mac_, ipv6_ ? kEtherTypeIpv6 : kEtherTypeIpv4);
+  uint8_t *udp = ip + (ipv6_ ? build_ipv6(ip, gid_, pkt->dst_gid, udp_len, 0, 0, kTtl)
+                             : build_ipv4(ip, gid_, pkt->dst_gid, udp_len, 0, kTtl, 0, true));
+  build_udp(udp, pkt->udp_sport, udp_port_, udp_len, 0);
   uint8_t *transport = udp + kUdpHeaderBytes;
   // All of the header array (fixed size: vector moves); what lies past header_len is
   // overwritten by the payload or is past the mbuf's data.
@@ -428,12 +452,26 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
   iovec body[3] = {{pkt->header, pkt->header_len},
                    {const_cast<uint8_t *>(pkt->payload), pkt->payload_len},
                    {const_cast<uint8_t *>(kZeros), pad}};
-  const uint32_t icrc = roce_icrc(ip, kIpv4HeaderBytes, udp, body, 3);
+  const uint32_t icrc = roce_icrc(ip, ip_header_len_, udp, body, 3);
+  uint8_t icrc_bytes[4];
+  store_icrc(icrc_bytes, icrc);
+  // Over IPv6 the UDP checksum is not optional (RFC 8200 8.1): a kernel peer drops a datagram
+  // without one. It covers the ICRC, so it comes last.
+  auto udp_checksum = [&] {
+    iovec parts[5] = {{udp, kUdpHeaderBytes},
+                      {pkt->header, pkt->header_len},
+                      {const_cast<uint8_t *>(pkt->payload), pkt->payload_len},
+                      {const_cast<uint8_t *>(kZeros), pad},
+                      {icrc_bytes, wire::kIcrcBytes}};
+    uint16_t sum = ipv6_upper_checksum(gid_, pkt->dst_gid, kIpProtocolUdp, parts, 5);
+    wire::store_be16(udp + 6, sum ? sum : 0xffff);
+  };
+  if (ipv6_) udp_checksum();
   if (!attach) {
     uint8_t *p = transport + pkt->header_len;
     std::memcpy(p, pkt->payload, pkt->payload_len);
     std::memset(p + pkt->payload_len, 0, pad);
-    store_icrc(p + pkt->payload_len + pad, icrc);
+    std::memcpy(p + pkt->payload_len + pad, icrc_bytes, wire::kIcrcBytes);
     counters_.tx_payload_copied += pkt->payload_len;
     pool_.free(pkt);
     return head;
@@ -459,7 +497,7 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
   tx_in_flight_++;  // from here the packet is freed by payload_done
   auto *t = reinterpret_cast<uint8_t *>(rte_pktmbuf_append(tail, uint16_t(pad + wire::kIcrcBytes)));
   std::memset(t, 0, pad);
-  store_icrc(t + pad, icrc);
+  std::memcpy(t + pad, icrc_bytes, wire::kIcrcBytes);
   counters_.tx_payload_zero_copy += pkt->payload_len;
   if (rte_pktmbuf_chain(head, payload) || rte_pktmbuf_chain(head, tail)) {
     rte_pktmbuf_free(head);  // frees what was chained; payload_done returns the packet
@@ -481,13 +519,13 @@ void DpdkPort::send_frames(rte_mbuf **frames, uint16_t n) {
 void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
   rte_mbuf *frames[kBurst];
   uint16_t nframes = 0;
-  uint32_t cached_ip = 0;
+  IpKey cached_ip = 0;
   bool cached = false;
   MacAddress cached_mac;
   for (uint16_t i = 0; i < n; i++) {
     Packet *pkt = pkts[i];
-    const uint32_t ip = ip_key(pkt->dst_gid + 12);
-    if (!running_ || !link_up() || !gid_is_ipv4(pkt->dst_gid)) {
+    const IpKey ip = ip_key(pkt->dst_gid);
+    if (!running_ || !link_up() || gid_is_ipv4(pkt->dst_gid) == ipv6_) {  // not our family
       counters_.tx_errors++;
       pool_.free(pkt);
       continue;
@@ -499,7 +537,7 @@ void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
         a = dev_.neighbors.lookup(ip, now);
         if (a.mac) cached_mac = *a.mac;  // the entry may move once the lock is gone
       }
-      if (a.send_request) send_arp(ArpMessage::kRequest, pkt->dst_gid + 12, MacAddress{});
+      if (a.send_request) send_neighbor(Neighbor::kAsk, pkt->dst_gid, MacAddress{});
       if (!a.mac) {
         std::vector<Packet *> &waiting = pending_[ip];
         if (a.state == NeighborTable::State::kFailed || waiting.size() >= kMaxPendingPerPeer) {
@@ -536,37 +574,69 @@ uint16_t DpdkPort::tx_burst(Packet **pkts, uint16_t n) {
   return n;
 }
 
-void DpdkPort::send_arp(ArpMessage::Op op, const uint8_t *target_ip, const MacAddress &target_mac) {
+void DpdkPort::send_control_frame(const uint8_t *frame, size_t len) {
   rte_mbuf *m = rte_pktmbuf_alloc(mbufs_);
   if (!m) return;
-  auto *frame = reinterpret_cast<uint8_t *>(rte_pktmbuf_append(m, kEthMinFrame));
-  ArpMessage msg{op, mac_, {}, target_mac, {}};
-  std::memcpy(msg.sender_ip, ip_, 4);
-  std::memcpy(msg.target_ip, target_ip, 4);
-  build_arp_frame(frame, msg);
+  auto *out = reinterpret_cast<uint8_t *>(rte_pktmbuf_append(m, uint16_t(len)));
+  std::memcpy(out, frame, len);
   if (!running_ || rte_eth_tx_burst(port_id_, queue_, &m, 1) != 1) rte_pktmbuf_free(m);
 }
 
-// RFC 826: learn the sender when it asks us or is already known; answer requests for our
-// address; then send what waited for the sender's address.
-void DpdkPort::on_arp(const uint8_t *frame, uint32_t len, uint64_t now) {
-  ArpMessage m;
-  if (!parse_arp_frame(frame, len, &m)) return;
+// Ask for a peer's Ethernet address, answer a peer that asked for ours, or announce ours
+// (after the link comes up): ARP over IPv4, neighbour solicitations and advertisements over
+// IPv6 (to the peer's solicited-node group; an answer to the asker; an announcement to all
+// nodes, overriding what they knew).
+void DpdkPort::send_neighbor(Neighbor what, const uint8_t *peer_gid, const MacAddress &peer_mac) {
+  uint8_t frame[std::max(kNdFrameBytes, kEthMinFrame)];
+  if (!ipv6_) {
+    ArpMessage msg{what == Neighbor::kAnswer ? ArpMessage::kReply : ArpMessage::kRequest,
+                   mac_,
+                   {},
+                   peer_mac,
+                   {}};
+    std::memcpy(msg.sender_ip, ip_, 4);
+    std::memcpy(msg.target_ip, what == Neighbor::kAnnounce ? ip_ : peer_gid + 12, 4);
+    return send_control_frame(frame, build_arp_frame(frame, msg));
+  }
+  NdMessage msg{};
+  msg.src_mac = mac_;
+  msg.link_address = mac_;
+  msg.has_link_address = true;
+  std::memcpy(msg.src_ip, gid_, 16);
+  MacAddress to = peer_mac;
+  if (what == Neighbor::kAsk) {
+    msg.type = NdMessage::kSolicitation;
+    std::memcpy(msg.target, peer_gid, 16);
+    solicited_node(peer_gid, msg.dst_ip);
+    to = ipv6_multicast_mac(msg.dst_ip);
+  } else {
+    msg.type = NdMessage::kAdvertisement;
+    std::memcpy(msg.target, gid_, 16);
+    msg.solicited = what == Neighbor::kAnswer;
+    msg.override_ = true;
+    std::memcpy(msg.dst_ip, what == Neighbor::kAnswer ? peer_gid : kAllNodes, 16);
+    if (what == Neighbor::kAnnounce) to = ipv6_multicast_mac(kAllNodes);
+  }
+  send_control_frame(frame, build_nd_frame(frame, msg, to));
+}
+
+// A peer told us its Ethernet address. RFC 826 (and RFC 4861 7.2.3-5 in effect): learn it
+// when the message was for us or the peer is awaited, else only refresh a known entry; then
+// send what waited for the peer.
+void DpdkPort::heard_from(const uint8_t *peer_gid, const MacAddress &mac, bool for_us,
+                          uint64_t now) {
   // No host has a group or all-zero address: such a claim would only poison the table.
-  if ((m.sender_mac.bytes[0] & 1) || m.sender_mac == MacAddress{}) return;
-  const bool for_us = std::memcmp(m.target_ip, ip_, 4) == 0;
-  const uint32_t sender = ip_key(m.sender_ip);
-  auto waiting = pending_.find(sender);
+  if ((mac.bytes[0] & 1) || mac == MacAddress{}) return;
+  const IpKey peer = ip_key(peer_gid);
+  auto waiting = pending_.find(peer);
   {
     std::lock_guard lock(dev_.neighbors_mu);
     if (!for_us && waiting == pending_.end()) {
-      dev_.neighbors.refresh(sender, m.sender_mac, now);
+      dev_.neighbors.refresh(peer, mac, now);
       return;
     }
-    dev_.neighbors.learn(sender, m.sender_mac, now);
+    dev_.neighbors.learn(peer, mac, now);
   }
-  if (for_us && m.op == ArpMessage::kRequest)
-    send_arp(ArpMessage::kReply, m.sender_ip, m.sender_mac);
   if (waiting == pending_.end()) return;
   std::vector<Packet *> pkts = std::move(waiting->second);
   pending_.erase(waiting);
@@ -575,7 +645,38 @@ void DpdkPort::on_arp(const uint8_t *frame, uint32_t len, uint64_t now) {
     transmit_resolved(pkts.data() + i, uint16_t(std::min<size_t>(kBurst, pkts.size() - i)), now);
 }
 
-void DpdkPort::drop_pending(uint32_t ip) {
+void DpdkPort::on_arp(const uint8_t *frame, uint32_t len, uint64_t now) {
+  ArpMessage m;
+  if (ipv6_ || !parse_arp_frame(frame, len, &m)) return;
+  const bool for_us = std::memcmp(m.target_ip, ip_, 4) == 0;
+  uint8_t sender[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  std::memcpy(sender + 12, m.sender_ip, 4);
+  if (for_us && m.op == ArpMessage::kRequest && !(m.sender_mac.bytes[0] & 1))
+    send_neighbor(Neighbor::kAnswer, sender, m.sender_mac);
+  heard_from(sender, m.sender_mac, for_us, now);
+}
+
+// Solicitations for our address are answered (those of a duplicate-address check, from the
+// unspecified address, to all nodes); a solicitation tells us its sender's address, an
+// advertisement its target's.
+void DpdkPort::on_nd(const uint8_t *frame, uint32_t len, uint64_t now) {
+  NdMessage m;
+  if (!parse_nd_frame(frame, len, &m)) return;
+  static const uint8_t kUnspecified[16] = {};
+  const bool about_us = std::memcmp(m.target, gid_, 16) == 0;
+  if (m.type == NdMessage::kSolicitation) {
+    const bool from_nowhere = std::memcmp(m.src_ip, kUnspecified, 16) == 0;
+    if (about_us && !(m.src_mac.bytes[0] & 1))
+      send_neighbor(from_nowhere ? Neighbor::kAnnounce : Neighbor::kAnswer, m.src_ip,
+                    m.has_link_address ? m.link_address : m.src_mac);
+    if (!from_nowhere && m.has_link_address) heard_from(m.src_ip, m.link_address, about_us, now);
+    return;
+  }
+  if (about_us) return;  // someone else claims our address: not ours to resolve
+  heard_from(m.target, m.has_link_address ? m.link_address : m.src_mac, m.solicited, now);
+}
+
+void DpdkPort::drop_pending(IpKey ip) {
   auto it = pending_.find(ip);
   if (it == pending_.end()) return;
   for (Packet *p : it->second) pool_.free(p);
@@ -590,21 +691,21 @@ void DpdkPort::housekeeping(uint64_t now) {
   if (queue_ == 0) watch_device(now);
   // Peers that never answered: their packets go; those answered (perhaps on another
   // worker's queue) go out; the others are asked again.
-  std::vector<uint32_t> failed, resolved;
+  std::vector<IpKey> failed, resolved;
   for (auto &[ip, pkts] : pending_) {
     NeighborTable::Answer a;
     {
       std::lock_guard lock(dev_.neighbors_mu);
       a = dev_.neighbors.lookup(ip, now);
     }
-    uint8_t target[4];
-    std::memcpy(target, &ip, 4);
-    if (a.send_request) send_arp(ArpMessage::kRequest, target, MacAddress{});
+    uint8_t target[16];
+    key_to_gid(ip, target);
+    if (a.send_request) send_neighbor(Neighbor::kAsk, target, MacAddress{});
     if (a.state == NeighborTable::State::kFailed) failed.push_back(ip);
     if (a.mac) resolved.push_back(ip);
   }
-  for (uint32_t ip : failed) drop_pending(ip);
-  for (uint32_t ip : resolved) {
+  for (IpKey ip : failed) drop_pending(ip);
+  for (IpKey ip : resolved) {
     std::vector<Packet *> pkts = std::move(pending_[ip]);
     pending_.erase(ip);
     pending_packets_ -= uint32_t(pkts.size());
@@ -626,10 +727,10 @@ void DpdkPort::watch_device(uint64_t now) {
     // between its device's stop and close, which DPDK 22.11's memif server does not survive.
     if (was_up && !up) next_restart_ = now + kMemifRetryNs;
     link_up_.store(up, std::memory_order_relaxed);
-    // Gratuitous ARP when the link comes up: peers that knew another MAC for our address (a
-    // restarted vrnicd, a new NIC) update it.
+    // An announcement (gratuitous ARP, unsolicited advertisement) when the link comes up:
+    // peers that knew another MAC for our address (a restarted vrnicd, a new NIC) update it.
     announced_ = up;
-    if (up) send_arp(ArpMessage::kRequest, ip_, MacAddress{});
+    if (up) send_neighbor(Neighbor::kAnnounce, gid_, MacAddress{});
   }
   // A memif client connects when the device starts and, in DPDK 22.11, never again: one that
   // started before its server (or outlived it) is restarted now and then until it connects.
@@ -645,6 +746,33 @@ void DpdkPort::watch_device(uint64_t now) {
 
 // A frame off the wire: ARP, or an IPv4 UDP datagram to our RoCE port (anything else on the
 // link is not ours and is ignored, as a NIC's filters would).
+// An IPv4 datagram to us: its header checked (a damaged one is counted even when it may not be
+// ours: it came to our MAC), kOk for UDP to our address.
+DpdkPort::Check DpdkPort::check_ipv4(const uint8_t *ip, uint32_t room, uint32_t *ip_len) {
+  if (room < kIpv4HeaderBytes || (ip[0] >> 4) != 4) return Check::kMalformed;
+  *ip_len = uint32_t(ip[0] & 0xf) * 4;
+  if (*ip_len < kIpv4HeaderBytes || *ip_len > room || ipv4_header_checksum(ip, *ip_len))
+    return Check::kMalformed;
+  if (std::memcmp(ip + 16, ip_, 4) != 0 || ip[9] != kIpProtocolUdp) return Check::kIgnore;
+  const uint32_t total = wire::load_be16(ip + 2);
+  if (total < *ip_len + kUdpHeaderBytes || total > room ||
+      (wire::load_be16(ip + 6) & 0x3fff) /* a fragment: RoCE never sends one */)
+    return Check::kMalformed;
+  return Check::kOk;
+}
+
+// An IPv6 packet to our link address or a group we are in: neighbour discovery (ICMPv6), or
+// kOk for UDP to our address. RoCE sends no extension headers: a packet with one is not ours.
+DpdkPort::Check DpdkPort::check_ipv6(const uint8_t *ip, uint32_t room) {
+  if (room < kIpv6HeaderBytes || (ip[0] >> 4) != 6) return Check::kMalformed;
+  const uint32_t payload = wire::load_be16(ip + 4);
+  if (payload > room - kIpv6HeaderBytes) return Check::kMalformed;
+  if (ip[6] == kIpProtocolIcmpv6) return Check::kNeighborDiscovery;
+  if (ip[6] != kIpProtocolUdp || std::memcmp(ip + 24, gid_, 16) != 0) return Check::kIgnore;
+  if (payload < kUdpHeaderBytes) return Check::kMalformed;
+  return Check::kOk;
+}
+
 void DpdkPort::receive_frame(rte_mbuf *m, uint64_t now) {
   Packet *pkt = nullptr;
   const uint8_t *frame = rte_pktmbuf_mtod(m, const uint8_t *);
@@ -677,22 +805,28 @@ void DpdkPort::receive_frame(rte_mbuf *m, uint64_t now) {
   }
   MacAddress dst;
   std::memcpy(dst.bytes, frame, 6);
-  if (ether_type != kEtherTypeIpv4 || !(dst == mac_)) return ignore();
   const uint8_t *ip = frame + kEthHeaderBytes;
   const uint32_t room = len - uint32_t(kEthHeaderBytes);
-  // A damaged IPv4 header is counted even when it may not be ours: it came to our MAC.
-  if (room < kIpv4HeaderBytes || (ip[0] >> 4) != 4) return malformed();
-  const uint32_t ip_len = uint32_t(ip[0] & 0xf) * 4;
-  if (ip_len < kIpv4HeaderBytes || ip_len > room || ipv4_header_checksum(ip, ip_len))
-    return malformed();
-  if (std::memcmp(ip + 16, ip_, 4) != 0 || ip[9] != kIpProtocolUdp) return ignore();
-  const uint32_t total = wire::load_be16(ip + 2);
-  if (total < ip_len + kUdpHeaderBytes || total > room ||
-      (wire::load_be16(ip + 6) & 0x3fff) /* a fragment: RoCE never sends one */)
-    return malformed();
-  const uint8_t *udp = ip + ip_len;
+  const uint8_t *udp = nullptr;
+  uint32_t ip_len = 0, udp_len = 0;
+  Check got = Check::kIgnore;
+  if (ether_type == kEtherTypeIpv4 && !ipv6_ && dst == mac_) {
+    got = check_ipv4(ip, room, &ip_len);
+  } else if (ether_type == kEtherTypeIpv6 && ipv6_ &&
+             (dst == mac_ || dst == dev_.solicited_mac || dst == ipv6_multicast_mac(kAllNodes))) {
+    ip_len = kIpv6HeaderBytes;
+    got = check_ipv6(ip, room);
+    if (got == Check::kNeighborDiscovery) {
+      on_nd(frame, len, now);
+      return ignore();
+    }
+  }
+  if (got == Check::kMalformed) return malformed();
+  if (got != Check::kOk) return ignore();
+  udp = ip + ip_len;
+  udp_len = ipv6_ ? wire::load_be16(ip + 4) : wire::load_be16(ip + 2) - ip_len;
   if (wire::load_be16(udp + 2) != udp_port_) return ignore();
-  if (wire::load_be16(udp + 4) != total - ip_len) return malformed();
+  if (wire::load_be16(udp + 4) != udp_len) return malformed();
   if (!pkt && !(pkt = pool_.alloc())) {
     counters_.rx_no_buffer++;
     return ignore();
@@ -704,19 +838,23 @@ void DpdkPort::receive_frame(rte_mbuf *m, uint64_t now) {
     pkt->release_arg = m;
   }
   RxScratch &rx = scratch<RxScratch>(pkt);
-  // The fixed part at a fixed size (a variable-size memcpy is a slow rep movs), options after.
-  std::memcpy(rx.ip, ip, kIpv4HeaderBytes);
-  if (ip_len > kIpv4HeaderBytes)
-    std::memcpy(rx.ip + kIpv4HeaderBytes, ip + kIpv4HeaderBytes, ip_len - kIpv4HeaderBytes);
+  // Fixed parts at fixed sizes (a variable-size memcpy is a slow rep movs), options after.
+  if (ipv6_) {
+    std::memcpy(rx.ip, ip, kIpv6HeaderBytes);
+    std::memcpy(pkt->src_gid, ip + 8, 16);
+  } else {
+    std::memcpy(rx.ip, ip, kIpv4HeaderBytes);
+    if (ip_len > kIpv4HeaderBytes)
+      std::memcpy(rx.ip + kIpv4HeaderBytes, ip + kIpv4HeaderBytes, ip_len - kIpv4HeaderBytes);
+    std::memset(pkt->src_gid, 0, 10);
+    pkt->src_gid[10] = pkt->src_gid[11] = 0xff;
+    std::memcpy(pkt->src_gid + 12, ip + 12, 4);
+  }
   std::memcpy(rx.udp, udp, kUdpHeaderBytes);
   rx.ip_len = uint8_t(ip_len);
-  std::memset(pkt->src_gid, 0, 10);
-  pkt->src_gid[10] = pkt->src_gid[11] = 0xff;
-  std::memcpy(pkt->src_gid + 12, ip + 12, 4);
   std::memcpy(pkt->dst_gid, gid_, 16);
   pkt->udp_sport = wire::load_be16(udp);
-  RxFrame f{pkt, const_cast<uint8_t *>(udp + kUdpHeaderBytes),
-            total - ip_len - uint32_t(kUdpHeaderBytes)};
+  RxFrame f{pkt, const_cast<uint8_t *>(udp + kUdpHeaderBytes), udp_len - uint32_t(kUdpHeaderBytes)};
   if (faults_.active()) {
     faults_.push(f);
   } else {

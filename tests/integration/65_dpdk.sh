@@ -4,9 +4,11 @@
 #     net_af_xdp at the other (perftest, pingpong, the wire integrity test at 1% loss, the wire
 #     format seen by tshark, zero-copy transmit, link down and up);
 #   - two vrnicd joined by net_memif (shared memory between two daemons on this host);
-#   - a dpdk vrnicd against a udp-port vrnicd whose kernel owns the other end of a veth.
-# Namespaces, veths and memif sockets are made here and removed on exit, failures included.
-# DPDK runs without hugepages (--no-huge), so nothing of the host's memory setup changes.
+#   - a dpdk vrnicd against a udp-port vrnicd whose kernel owns the other end of a veth;
+#   - the same over IPv6 (neighbour discovery instead of ARP, UDP checksums);
+#   - two workers per daemon; memif on 2 MiB hugepages.
+# Namespaces, veths, memif sockets and hugepages are made here and removed (released) on exit,
+# failures included; everywhere else DPDK runs without hugepages (--no-huge).
 # shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 vrnic_script_init dpdk
@@ -61,7 +63,9 @@ bad_frames_to() {
 refusals() {
   need_dpdk || return 1
   local ok=0
-  expect_refusal 1 "not an IPv4 address" --dpdk fd00::1 --eal "$EAL_BASE" || ok=1
+  expect_refusal 1 "not a unicast IPv4 or IPv6 address" --dpdk 10.76.0.300 --eal "$EAL_BASE" ||
+    ok=1
+  expect_refusal 1 "not a unicast IPv4 or IPv6 address" --dpdk ff02::1 --eal "$EAL_BASE" || ok=1
   expect_refusal 1 "no Ethernet device" --dpdk 10.76.0.1 --eal "$EAL_BASE" || ok=1
   expect_refusal 1 "rte_eal_init" --dpdk 10.76.0.1 --eal "--no-such-eal-option" || ok=1
   VRNIC_DPDK_MODULE=$DIR/none.so expect_refusal 1 "needs its module" --dpdk 10.76.0.1 || ok=1
@@ -109,12 +113,14 @@ check "zero-copy transmit: af_packet sends registered memory in place, copies no
 check "dpdk counters: frames both ways, no ICRC or format errors" across_veth clean_counters a b
 
 # What went on the veth, checked by others: tshark decodes each frame as RoCEv2 and an
-# independent ICRC check (tests/tools, Python) passes every packet.
+# independent ICRC check (tests/tools, Python) passes every packet; tshark finds no bad UDP
+# checksum (IPv6 carries one).
+# wire_format SERVER CLIENT NETNS VETH: traffic between two daemons, captured on VETH.
 wire_format() {
-  local cap=$DIR/veth.pcapng tpid ok=0 t
+  local srv=$1 cli=$2 ns=$3 veth=$4 cap=$DIR/veth-$4.pcapng tpid ok=0 t bad
   command -v tshark >/dev/null || { echo "tshark is not installed"; return 1; }
-  echo "+ ip netns exec $NS_A tshark -i $VETH_A -f udp -w veth.pcapng &"
-  ip netns exec "$NS_A" tshark -q -i "$VETH_A" -f udp -w "$cap" >"$DIR/tshark.log" 2>&1 &
+  echo "+ ip netns exec $ns tshark -i $veth -f udp -w veth-$veth.pcapng &"
+  ip netns exec "$ns" tshark -q -i "$veth" -f udp -w "$cap" >"$DIR/tshark.log" 2>&1 &
   tpid=$!
   _vrnic_track "$tpid"
   for t in $(seq 20); do
@@ -124,7 +130,7 @@ wire_format() {
   for t in "ib_write_bw -s 4100 -n 200" "ib_read_bw -s 9000 -n 100" "ib_send_bw -s 3 -n 200" \
     "ib_atomic_bw -n 100" "ib_send_bw -c UD -s 1000 -n 100" "ib_write_bw -c UC -s 5000 -n 100"; do
     read -ra cmd <<<"$t"
-    between a b "${cmd[@]}" -d vrnic0 -x 0 -F >/dev/null || { echo "FAIL: $t"; ok=1; }
+    between "$srv" "$cli" "${cmd[@]}" -d vrnic0 -x 0 -F >/dev/null || { echo "FAIL: $t"; ok=1; }
   done
   sleep 0.5
   kill -INT "$tpid" 2>/dev/null
@@ -132,10 +138,13 @@ wire_format() {
   echo "+ python3 tests/tools/roce_pcap_check.py --tshark veth.pcapng"
   vrnic_fg timeout -k 5 120 /usr/bin/python3 "$VRNIC_ROOT/tests/tools/roce_pcap_check.py" \
     --tshark "$cap" || ok=1
+  bad=$(tshark -r "$cap" -o udp.check_checksum:TRUE -Y "udp.checksum.status == 0" 2>/dev/null | wc -l)
+  echo "frames with a bad UDP checksum (tshark): $bad"
+  ((bad == 0)) || ok=1
   return "$ok"
 }
 check "wire format on the veth: tshark decodes every frame; independent ICRC check passes" \
-  across_veth wire_format
+  across_veth wire_format a b "$NS_A" "$VETH_A"
 
 # The wire integrity test of issue 4 (every byte and completion checked; READ, WRITE, SEND,
 # atomics, 64 WRs in flight) between the two dpdk daemons, 1 GiB at 1% loss on both.
@@ -300,6 +309,81 @@ check "dpdk/udp counters: frames both ways, no ICRC or format errors" \
 
 check "bad frames at an af_packet port: counted exactly, foreign ones ignored, traffic goes on" \
   across_mixed bad_frames_to c d "$NS_D" "$VETH_D" "$NS_C" "$VETH_C" $IP_D $IP_C --no-fragments
+
+# --- IPv6: neighbour discovery instead of ARP, UDP checksums -----------------------------------
+# G (af_packet) <-> H (af_xdp) on one veth pair, both dpdk; I (dpdk, af_packet) <-> J (a
+# udp-port vrnicd whose kernel owns the other end of a veth, and answers neighbour
+# solicitations and checks UDP checksums itself).
+NS_G=vrdp-g-$$ NS_H=vrdp-h-$$ VETH_G=vdg$$ VETH_H=vdh$$
+NS_I=vrdp-i-$$ NS_J=vrdp-j-$$ VETH_I=vdi$$ VETH_J=vdj$$
+IP6_G=fd00:77::1 IP6_H=fd00:77::2 IP6_I=fd00:79::1 IP6_J=fd00:79::2
+_V6_FAILED=0 _V6_MIXED_FAILED=0
+v6_hosts() {
+  [[ -n ${PID[g]:-} ]] && _vrnic_running "${PID[g]}" && _vrnic_running "${PID[h]}" && return 0
+  ((_V6_FAILED)) && { echo "the IPv6 veth hosts failed to start earlier"; return 1; }
+  _V6_FAILED=1
+  need_dpdk && veth_pair "$NS_G" "$NS_H" "$VETH_G" "$VETH_H" || return 1
+  host_vrnicd g "$NS_G" --dpdk $IP6_G \
+    --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_G,$AF_PACKET_RING" &&
+    host_vrnicd h "$NS_H" --dpdk $IP6_H --eal "$EAL_BASE --vdev net_af_xdp0,iface=$VETH_H" &&
+    wait_link g h || return 1
+  _V6_FAILED=0
+}
+across_v6() { v6_hosts && "$@"; }
+v6_gid() {
+  local out
+  out=$(vrun VRNIC_SOCKET="${SOCK[g]}" timeout -k 2 10 ibv_devinfo -v 2>&1)
+  grep -E 'GID\[' <<<"$out" | sed 's/^/    /'
+  grep -q "GID\[  0\]:.*$IP6_G, RoCE v2" <<<"$out" || { echo "FAIL: GID 0 is not $IP6_G"; return 1; }
+}
+check "IPv6 dpdk port: GID 0 is its address ($IP6_G)" across_v6 v6_gid
+for t in "ib_write_bw -s 65536 -n 5000" "ib_read_bw -s 65536 -n 2000" "ib_send_bw -s 4096 -n 5000" \
+  "ib_atomic_bw -n 2000" "ib_write_lat -s 64 -n 1000"; do
+  read -ra cmd <<<"$t"
+  check "$t: IPv6, af_packet <-> af_xdp (neighbour discovery)" \
+    across_v6 perftest_between g h "${cmd[@]}"
+done
+check "ibv_rc_pingpong: IPv6, af_packet <-> af_xdp" across_v6 pingpong_between g h ibv_rc_pingpong
+check "ibv_ud_pingpong: IPv6, af_packet <-> af_xdp" across_v6 pingpong_between g h ibv_ud_pingpong
+check "wire format on an IPv6 veth: tshark decodes every frame, ICRC and UDP checksums good" \
+  across_v6 wire_format g h "$NS_G" "$VETH_G"
+check "wire integrity test, 256 MiB at 1% loss: IPv6, af_packet <-> af_xdp" \
+  across_v6 integrity_between g $IP6_G h $IP6_H 256M
+check "IPv6 dpdk counters: frames both ways, no ICRC or format errors" \
+  across_v6 clean_counters g h
+
+v6_mixed_hosts() {
+  [[ -n ${PID[i]:-} ]] && _vrnic_running "${PID[i]}" && _vrnic_running "${PID[j]}" && return 0
+  ((_V6_MIXED_FAILED)) && { echo "the IPv6 dpdk/udp hosts failed to start earlier"; return 1; }
+  _V6_MIXED_FAILED=1
+  need_dpdk && veth_pair "$NS_I" "$NS_J" "$VETH_I" "$VETH_J" || return 1
+  ip -n "$NS_J" addr add $IP6_J/64 dev "$VETH_J" nodad || return 1
+  host_vrnicd i "$NS_I" --dpdk $IP6_I \
+    --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_I,$AF_PACKET_RING" || return 1
+  # --no-gso: a UDP GSO send to an IPv6 peer crosses a veth as one unsegmented frame, which
+  # af_packet at the far end truncates (a NIC or a router would segment it first).
+  host_vrnicd j "$NS_J" --udp $IP6_J --no-gso && wait_link i || return 1
+  _V6_MIXED_FAILED=0
+}
+across_v6_mixed() { v6_mixed_hosts && "$@"; }
+check "ib_write_bw -s 65536 -n 5000: IPv6, dpdk server, udp (kernel) client" \
+  across_v6_mixed perftest_between i j ib_write_bw -s 65536 -n 5000
+check "ib_write_bw -s 65536 -n 5000: IPv6, udp (kernel) server, dpdk client" \
+  across_v6_mixed perftest_between j i ib_write_bw -s 65536 -n 5000
+check "ibv_rc_pingpong: IPv6, dpdk <-> udp (kernel)" \
+  across_v6_mixed pingpong_between i j ibv_rc_pingpong
+v6_kernel_neighbor() {
+  local out
+  out=$(ip -n "$NS_J" -6 neigh show dev "$VETH_J")
+  echo "    kernel neighbours of $VETH_J: $out"
+  grep -q "^$IP6_I lladdr .* \(REACHABLE\|STALE\|DELAY\|PROBE\)" <<<"$out" ||
+    { echo "FAIL: the kernel did not resolve $IP6_I through vrnicd's advertisement"; return 1; }
+  (($(stat_of udp_tx_no_route i) == 0)) || { echo "FAIL: vrnicd i found no route"; return 1; }
+}
+check "the kernel resolved the dpdk port's IPv6 address (neighbour advertisement), and vrnicd the kernel's" \
+  across_v6_mixed v6_kernel_neighbor
+check "IPv6 dpdk/udp counters: frames both ways, no ICRC or format errors" \
+  across_v6_mixed clean_counters i j
 
 # --- the end ------------------------------------------------------------------------------
 ((${#PID[@]} > 0)) && check "every dpdk vrnicd: no objects left, exits 0 on SIGTERM" stop_hosts

@@ -1,11 +1,19 @@
-// ARP frames and the neighbour table the dpdk port resolves peers' Ethernet addresses with.
+// ARP and IPv6 neighbour-discovery frames, and the neighbour table the dpdk port resolves peers'
+// Ethernet addresses with.
+#include <arpa/inet.h>
 #include <catch2/catch.hpp>
+
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "dataplane/ethernet.h"
+#include "dataplane/ip_header.h"
+#include "dataplane/neighbor_discovery.h"
 #include "dataplane/neighbor_table.h"
 
 using vrnic::ArpMessage;
+using vrnic::IpKey;
 using vrnic::MacAddress;
 using vrnic::NeighborTable;
 
@@ -15,11 +23,9 @@ constexpr uint64_t kMs = 1'000'000;
 const MacAddress kMacA{{0x02, 0, 0, 0, 0, 0x0a}};
 const MacAddress kMacB{{0x02, 0, 0, 0, 0, 0x0b}};
 
-uint32_t ip(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
-  const uint8_t bytes[4] = {a, b, c, d};
-  uint32_t v;
-  std::memcpy(&v, bytes, 4);
-  return v;
+IpKey ip(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
+  const uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d};
+  return vrnic::ip_key(gid);
 }
 
 }  // namespace
@@ -130,4 +136,102 @@ TEST_CASE("NeighborTable: refresh updates a known peer's address, ignores unknow
   NeighborTable::Answer a = t.lookup(ip(10, 0, 0, 4), 3);
   REQUIRE(a.mac != nullptr);
   CHECK(*a.mac == kMacB);
+}
+
+// ---- IPv6 neighbour discovery (RFC 4861) ----
+// Reference frames and checksums from scapy (python3-scapy), built independently of vrnic.
+namespace {
+
+std::vector<uint8_t> from_hex(const std::string &hex) {
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out.push_back(uint8_t(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+void v6(const char *text, uint8_t out[16]) {
+  REQUIRE(inet_pton(AF_INET6, text, out) == 1);
+}
+
+const char *kScapyNs =
+    "3333ff00000202000000000a86dd6000000000203afffd000000000000000000000000000001ff02000000000000"
+    "00000001ff00000287007d8e00000000fd000000000000000000000000000002010102000000000a";
+const char *kScapyNa =
+    "02000000000a02000000000b86dd6000000000203afffd000000000000000000000000000002fd00000000000000"
+    "000000000000000188001c9160000000fd000000000000000000000000000002020102000000000b";
+
+}  // namespace
+
+TEST_CASE("neighbour discovery: a solicitation and an advertisement as scapy builds them", "[nd]") {
+  vrnic::NdMessage ns{};
+  ns.type = vrnic::NdMessage::kSolicitation;
+  ns.src_mac = kMacA;
+  ns.link_address = kMacA;
+  ns.has_link_address = true;
+  v6("fd00::1", ns.src_ip);
+  v6("fd00::2", ns.target);
+  vrnic::solicited_node(ns.target, ns.dst_ip);
+  uint8_t frame[vrnic::kNdFrameBytes];
+  REQUIRE(vrnic::build_nd_frame(frame, ns, vrnic::ipv6_multicast_mac(ns.dst_ip)) ==
+          vrnic::kNdFrameBytes);
+  CHECK(std::vector<uint8_t>(frame, frame + sizeof(frame)) == from_hex(kScapyNs));
+
+  vrnic::NdMessage na{};
+  na.type = vrnic::NdMessage::kAdvertisement;
+  na.src_mac = kMacB;
+  na.link_address = kMacB;
+  na.has_link_address = true;
+  na.solicited = na.override_ = true;
+  v6("fd00::2", na.src_ip);
+  v6("fd00::1", na.dst_ip);
+  v6("fd00::2", na.target);
+  vrnic::build_nd_frame(frame, na, kMacA);
+  CHECK(std::vector<uint8_t>(frame, frame + sizeof(frame)) == from_hex(kScapyNa));
+
+  vrnic::NdMessage got{};
+  std::vector<uint8_t> bytes = from_hex(kScapyNa);
+  REQUIRE(vrnic::parse_nd_frame(bytes.data(), bytes.size(), &got));
+  CHECK(got.type == vrnic::NdMessage::kAdvertisement);
+  CHECK(got.solicited);
+  CHECK(got.override_);
+  CHECK(got.has_link_address);
+  CHECK(got.link_address == kMacB);
+  CHECK(std::memcmp(got.target, na.target, 16) == 0);
+}
+
+TEST_CASE("neighbour discovery: what RFC 4861 7.1 says to drop is dropped", "[nd]") {
+  const std::vector<uint8_t> good = from_hex(kScapyNs);
+  vrnic::NdMessage m;
+  REQUIRE(vrnic::parse_nd_frame(good.data(), good.size(), &m));
+  CHECK(m.type == vrnic::NdMessage::kSolicitation);
+  auto broken = [&](size_t at, uint8_t value) {
+    std::vector<uint8_t> b = good;
+    b[at] = value;
+    return !vrnic::parse_nd_frame(b.data(), b.size(), &m);
+  };
+  CHECK(broken(14 + 7, 64));      // hop limit not 255: not from the link
+  CHECK(broken(54 + 1, 1));       // ICMPv6 code not 0
+  CHECK(broken(54 + 3, 0x8f));    // checksum
+  CHECK(broken(54 + 8, 0xff));    // a multicast target (checksum fails first, or this)
+  CHECK(broken(54 + 24 + 1, 0));  // an option of length 0
+  CHECK(broken(54, 128));         // an echo request, not neighbour discovery
+  CHECK_FALSE(vrnic::parse_nd_frame(good.data(), 60, &m));  // cut short
+}
+
+TEST_CASE("IPv6 upper-layer checksum: parts of odd length, as scapy computes it", "[nd]") {
+  uint8_t src[16], dst[16];
+  v6("fd00::1", src);
+  v6("fd00::2", dst);
+  uint8_t udp[8] = {0xc0, 0x00, 0x12, 0xb7, 0x00, 45, 0, 0};  // 49152 -> 4791, length 45
+  uint8_t payload[37];
+  for (int i = 0; i < 37; i++) payload[i] = uint8_t(i + 1);
+  for (size_t cut : {size_t(0), size_t(1), size_t(7), size_t(20), size_t(37)}) {
+    INFO("payload split at " << cut);
+    iovec parts[3] = {{udp, 8}, {payload, cut}, {payload + cut, 37 - cut}};
+    CHECK(vrnic::ipv6_upper_checksum(src, dst, vrnic::kIpProtocolUdp, parts, 3) == 0xc880);
+  }
+  udp[6] = 0xc8;
+  udp[7] = 0x80;
+  iovec whole[2] = {{udp, 8}, {payload, 37}};
+  CHECK(vrnic::ipv6_upper_checksum(src, dst, vrnic::kIpProtocolUdp, whole, 2) == 0);
 }
