@@ -351,6 +351,8 @@ check "wire integrity test, 256 MiB at 1% loss: IPv6, af_packet <-> af_xdp" \
   across_v6 integrity_between g $IP6_G h $IP6_H 256M
 check "IPv6 dpdk counters: frames both ways, no ICRC or format errors" \
   across_v6 clean_counters g h
+check "bad frames at an IPv6 af_xdp port: counted exactly, foreign and bogus ND ignored, traffic goes on" \
+  across_v6 bad_frames_to h g "$NS_G" "$VETH_G" "$NS_H" "$VETH_H" $IP6_G $IP6_H
 
 v6_mixed_hosts() {
   [[ -n ${PID[i]:-} ]] && _vrnic_running "${PID[i]}" && _vrnic_running "${PID[j]}" && return 0
