@@ -338,7 +338,10 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
     return false;
   }
   rte_eth_conf conf{};
-  zero_copy_ = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+  // Zero-copy needs chained mbufs, and IOVA = VA: registered memory is not DPDK's, so in
+  // physical-address mode nothing knows its IOVA (vrnicd asks for VA mode unless told).
+  zero_copy_ = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) &&
+               rte_eal_iova_mode() == RTE_IOVA_VA;
   memif_ = info.driver_name && std::strcmp(info.driver_name, "net_memif") == 0;
   if (zero_copy_) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   auto fail = [&](const char *what, int rc) {
@@ -490,9 +493,8 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
   tx.shinfo.fcb_opaque = pkt;
   rte_mbuf_ext_refcnt_set(&tx.shinfo, 1);
   void *va = const_cast<uint8_t *>(pkt->payload);
-  rte_iova_t iova =
-      rte_eal_iova_mode() == RTE_IOVA_VA ? rte_iova_t(uintptr_t(va)) : rte_mem_virt2iova(va);
-  rte_pktmbuf_attach_extbuf(payload, va, iova, uint16_t(pkt->payload_len), &tx.shinfo);
+  rte_pktmbuf_attach_extbuf(payload, va, rte_iova_t(uintptr_t(va)), uint16_t(pkt->payload_len),
+                            &tx.shinfo);
   rte_pktmbuf_append(payload, uint16_t(pkt->payload_len));
   tx_in_flight_++;  // from here the packet is freed by payload_done
   auto *t = reinterpret_cast<uint8_t *>(rte_pktmbuf_append(tail, uint16_t(pad + wire::kIcrcBytes)));
