@@ -580,6 +580,26 @@ start_peer_vrnicd() {
   return "$rc"
 }
 
+# perftest_result_ok / pingpong_result_ok: after verbs_pair, the client's log shows a result
+# (perftest: a non-zero figure; pingpong: its summary, and neither side found invalid data);
+# CHECK_NOTE gets the figure.
+perftest_result_ok() {
+  local rows
+  rows=$(perftest_parse "$CLIENT_LOG")
+  [[ -n $rows ]] && awk '$3 + 0 <= 0 { bad = 1 } END { exit bad }' <<<"$rows" || {
+    echo "FAIL: no non-zero result row from the client"
+    return 1
+  }
+  CHECK_NOTE=$(awk 'NR == 1 { if ($1 == "bw") print $3, $4; else print $3, "us" }' <<<"$rows")
+}
+pingpong_result_ok() {
+  grep -q 'bytes in' "$CLIENT_LOG" && ! grep -qi 'invalid data' "$CLIENT_LOG" "$SERVER_LOG" || {
+    echo "FAIL: no 'bytes in' line, or the receiver found invalid data"
+    return 1
+  }
+  CHECK_NOTE=$(grep -m1 'usec/iter' "$CLIENT_LOG" | sed -E 's/.*= *//')
+}
+
 # verbs_pair TAG PORT CMD...: server `CMD -p PORT`, then client `CMD -p PORT 127.0.0.1`.
 # The client runs with VRNIC_CLIENT_ENV (e.g. VRNIC_SOCKET=... to use another vrnicd) and, with
 # VRNIC_CLIENT_DEVICE set, `-d VRNIC_CLIENT_DEVICE` after CMD's own options; with
