@@ -46,6 +46,7 @@ constexpr uint64_t kPollNs = 200'000;             // no RX interrupt: look this 
 constexpr uint64_t kMemifRetryNs = 1'000'000'000;
 constexpr uint8_t kTtl = 64;
 constexpr int kTxRetries = 64;
+constexpr uint16_t kMaxQueues = 8;  // one RX/TX pair per worker
 
 // Nanoseconds from the TSC: a clock_gettime per burst showed in profiles.
 uint64_t now_ns() {
@@ -191,6 +192,12 @@ struct SharedDevice {
   uint32_t mtu = 1024;
   std::string iface;
   std::atomic<bool> link_up{true};
+  // A restart of the device (a memif client reconnecting) while other workers use their
+  // queues: the restarter sets `pausing`, then waits until no other worker is inside the
+  // device; a worker marks itself inside, then enters only if no restart is pausing it. Both
+  // sides store, then load (seq_cst): one of them always sees the other.
+  std::atomic<bool> pausing{false};
+  std::atomic<bool> in_device[kMaxQueues] = {};
   std::mutex neighbors_mu;
   NeighborTable neighbors;  // under neighbors_mu
 };
@@ -241,6 +248,16 @@ class DpdkPort final : public Port {
   static void payload_done(void *, void *opaque);
   void housekeeping(uint64_t now);
   void watch_device(uint64_t now);
+  // The worker's use of the device, bracketed (see SharedDevice::pausing): false while the
+  // device is being restarted, not to be touched then.
+  bool enter_device() {
+    dev_.in_device[queue_].store(true, std::memory_order_seq_cst);
+    if (!dev_.pausing.load(std::memory_order_seq_cst)) return true;
+    leave_device();
+    return false;
+  }
+  void leave_device() { dev_.in_device[queue_].store(false, std::memory_order_release); }
+  void restart_device();
   void drop_pending(IpKey ip);
 
   PacketPool &pool_;
@@ -340,8 +357,8 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
   rte_eth_conf conf{};
   // Zero-copy needs chained mbufs, and IOVA = VA: registered memory is not DPDK's, so in
   // physical-address mode nothing knows its IOVA (vrnicd asks for VA mode unless told).
-  zero_copy_ = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) &&
-               rte_eal_iova_mode() == RTE_IOVA_VA;
+  zero_copy_ =
+      (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) && rte_eal_iova_mode() == RTE_IOVA_VA;
   memif_ = info.driver_name && std::strcmp(info.driver_name, "net_memif") == 0;
   if (zero_copy_) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   auto fail = [&](const char *what, int rc) {
@@ -351,7 +368,8 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
   // An RX and a TX queue per worker. The device spreads received frames over the RX queues
   // (RSS, or af_packet's fanout); a worker hands what is not its QPs' to their workers.
   dev_.queues = std::max<uint16_t>(cfg.queues, 1);
-  if (dev_.queues > info.max_tx_queues || dev_.queues > info.max_rx_queues) {
+  if (dev_.queues > kMaxQueues || dev_.queues > info.max_tx_queues ||
+      dev_.queues > info.max_rx_queues) {
     *error = "the device has " + std::to_string(std::min(info.max_rx_queues, info.max_tx_queues)) +
              " queue pairs for " + std::to_string(dev_.queues) +
              " workers (af_packet: add qpairs=N to the --vdev)";
@@ -571,8 +589,14 @@ void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
 
 uint16_t DpdkPort::tx_burst(Packet **pkts, uint16_t n) {
   on_thread();
+  if (!enter_device()) {  // restarting, its link down: lost, as on a NIC without a link
+    counters_.tx_errors += n;
+    for (uint16_t i = 0; i < n; i++) pool_.free(pkts[i]);
+    return n;
+  }
   for (uint16_t i = 0; i < n; i += kBurst)
     transmit_resolved(pkts + i, uint16_t(std::min<int>(kBurst, n - i)), now_ns());
+  leave_device();
   return n;
 }
 
@@ -736,14 +760,24 @@ void DpdkPort::watch_device(uint64_t now) {
   }
   // A memif client connects when the device starts and, in DPDK 22.11, never again: one that
   // started before its server (or outlived it) is restarted now and then until it connects.
-  // Not with several workers: their TX queues are in use meanwhile.
-  if (!up && memif_ && dev_.queues == 1 && now >= next_restart_) {
+  if (!up && memif_ && now >= next_restart_) {
     next_restart_ = now + kMemifRetryNs;
-    on_interrupt_thread([this] {
-      if (running_) rte_eth_dev_stop(port_id_);
-      running_ = rte_eth_dev_start(port_id_) == 0;
-    });
+    restart_device();
   }
+}
+
+// With the other workers kept out of their queues. memif holds no transmitted mbuf (it copies
+// each frame into its ring at once), so stopping it frees nothing another worker owns.
+void DpdkPort::restart_device() {
+  dev_.pausing.store(true, std::memory_order_seq_cst);
+  for (uint16_t q = 0; q < dev_.queues; q++)
+    while (q != queue_ && dev_.in_device[q].load(std::memory_order_seq_cst))
+      std::this_thread::yield();
+  on_interrupt_thread([this] {
+    if (running_) rte_eth_dev_stop(port_id_);
+    running_ = rte_eth_dev_start(port_id_) == 0;
+  });
+  dev_.pausing.store(false, std::memory_order_release);
 }
 
 // A frame off the wire: ARP, or an IPv4 UDP datagram to our RoCE port (anything else on the
@@ -888,11 +922,14 @@ uint16_t DpdkPort::rx_burst(Packet **pkts, uint16_t n) {
     ready_.clear();
     ready_head_ = 0;
     const uint64_t now = now_ns();
-    housekeeping(now);
-    rte_mbuf *frames[kBurst];
-    uint16_t got = running_ ? rte_eth_rx_burst(port_id_, queue_, frames, kBurst) : 0;
-    for (uint16_t i = 0; i < got; i++) rte_prefetch0(rte_pktmbuf_mtod(frames[i], void *));
-    for (uint16_t i = 0; i < got; i++) receive_frame(frames[i], now);
+    if (enter_device()) {
+      housekeeping(now);
+      rte_mbuf *frames[kBurst];
+      uint16_t got = running_ ? rte_eth_rx_burst(port_id_, queue_, frames, kBurst) : 0;
+      for (uint16_t i = 0; i < got; i++) rte_prefetch0(rte_pktmbuf_mtod(frames[i], void *));
+      for (uint16_t i = 0; i < got; i++) receive_frame(frames[i], now);
+      leave_device();
+    }
     faults_.release_due();
   }
   uint16_t i = 0;

@@ -199,22 +199,43 @@ check "memif counters: frames both ways, no ICRC or format errors" \
 
 # The memif server's vrnicd dies: its peer's link goes down; a new one on the same socket
 # brings it back up (the client reconnects by itself) and traffic flows again.
+# memif_peer_death SERVER CLIENT VRNICD-ARGS...: SERVER killed, restarted with VRNICD-ARGS.
 memif_peer_death() {
-  local sock=$DIR/memif.sock
-  echo "+ kill -KILL ${PID[m1]}   # the memif server's vrnicd"
-  kill -KILL "${PID[m1]}"
-  vrnic_wait_exit "${PID[m1]}" 5
+  local srv=$1 cli=$2
+  shift 2
+  echo "+ kill -KILL ${PID[$srv]}   # the memif server's vrnicd"
+  kill -KILL "${PID[$srv]}"
+  vrnic_wait_exit "${PID[$srv]}" 5
   for _ in $(seq 100); do
-    [[ $(stat_of link_up m2) == 0 ]] && break
+    [[ $(stat_of link_up "$cli") == 0 ]] && break
     sleep 0.1
   done
-  [[ $(stat_of link_up m2) == 0 ]] || { echo "FAIL: the client's link is still up"; return 1; }
-  echo "link of m2 down"
-  host_vrnicd m1 - --dpdk $IP_M1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$sock" &&
-    wait_link m1 m2 && pingpong_between m1 m2 ibv_rc_pingpong
+  [[ $(stat_of link_up "$cli") == 0 ]] || { echo "FAIL: the client's link is still up"; return 1; }
+  echo "link of $cli down"
+  host_vrnicd "$srv" - "$@" && wait_link "$srv" "$cli" &&
+    pingpong_between "$srv" "$cli" ibv_rc_pingpong
 }
 check "memif: peer vrnicd killed, link down; a new one, link up and traffic again" \
-  across_memif memif_peer_death
+  across_memif memif_peer_death m1 m2 --dpdk $IP_M1 \
+  --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif.sock"
+
+# The same with two workers at each end (two queue pairs on the memif): the client's restart
+# keeps its other worker out of the device meanwhile. Three times over.
+memif_two_workers() {
+  local round
+  need_dpdk || return 1
+  host_vrnicd w1 - --workers 2 --dpdk 10.82.0.1 --eal "$EAL_BASE --vdev $1" &&
+    host_vrnicd w2 - --workers 2 --dpdk 10.82.0.2 --eal "$EAL_BASE --vdev $2" &&
+    wait_link w1 w2 && pingpong_between w1 w2 ibv_rc_pingpong || return 1
+  for round in 1 2 3; do
+    echo "== round $round"
+    memif_peer_death w1 w2 --workers 2 --dpdk 10.82.0.1 --eal "$EAL_BASE --vdev $1" || return 1
+  done
+  perftest_between w1 w2 ib_write_bw -s 65536 -q 4 -n 1000
+}
+check "memif, two workers each: peer killed and restarted 3 times, link and traffic back each time" \
+  memif_two_workers "net_memif0,role=server,socket=$DIR/memif-w.sock" \
+  "net_memif0,role=client,socket=$DIR/memif-w.sock"
 
 # --- two workers on the dpdk port: af_packet with two queue pairs at both ends ---------------
 # Each worker receives and sends on its own queue pair (af_packet spreads frames over them
