@@ -6,6 +6,7 @@
 #
 #   host_vrnicd NAME NETNS ARGS       a vrnicd in NETNS ("-": here) with ARGS
 #   host_device NAME HOST INDEX       device vrnicINDEX of daemon HOST, as a host of its own
+#   with_hosts SETUP NAME... -- CMD   CMD, once SETUP has started the daemons NAME...
 #   stat_of COUNTER NAME              one `vrnicctl stats` counter of a daemon
 #   wait_link NAME...                 each daemon's link up within 10 s
 #   between SRV CLI PROG ARGS         PROG's server on daemon SRV, its client on CLI
@@ -51,6 +52,27 @@ host_device() {
 }
 pid_of() { echo "${PID[${HOST_OF[$1]:-$1}]}"; }
 dev_of() { echo "${DEVNAME[$1]:-vrnic0}"; }
+
+# with_hosts SETUP NAME... -- CMD...: CMD, the daemons NAME... running. SETUP (a function that
+# starts them) runs the first time, and again if one died; a SETUP that failed is not tried
+# again: the checks that need it fail at once, saying so.
+declare -gA _SETUP_FAILED
+with_hosts() {
+  local setup=$1 up=1
+  shift
+  while [[ $# -gt 0 && $1 != -- ]]; do
+    [[ -n ${PID[$1]:-} ]] && _vrnic_running "${PID[$1]}" || up=0
+    shift
+  done
+  shift
+  if ((!up)); then
+    ((${_SETUP_FAILED[$setup]:-0})) && { echo "$setup failed earlier"; return 1; }
+    _SETUP_FAILED[$setup]=1
+    "$setup" || return 1
+    _SETUP_FAILED[$setup]=0
+  fi
+  "$@"
+}
 
 stat_of() { vrnic_stat "$1" "${SOCK[$2]}"; }
 

@@ -16,26 +16,14 @@ vrnic_script_init workers
 source "$VRNIC_ROOT/tests/lib_hosts.sh"
 
 UDP_PORT=$((20000 + ($$ + 7919) % 20000))
-_LOOP_FAILED=0 _UDP_FAILED=0
+start_loop_host() { host_vrnicd w - --workers 2; }
+on_loop() { with_hosts start_loop_host w -- "$@"; }
 
-loop_host() {
-  [[ -n ${PID[w]:-} ]] && _vrnic_running "${PID[w]}" && return 0
-  ((_LOOP_FAILED)) && { echo "the two-worker vrnicd failed to start earlier"; return 1; }
-  _LOOP_FAILED=1
-  host_vrnicd w - --workers 2 || return 1
-  _LOOP_FAILED=0
-}
-on_loop() { loop_host && "$@"; }
-
-udp_hosts() {
-  [[ -n ${PID[u1]:-} ]] && _vrnic_running "${PID[u1]}" && _vrnic_running "${PID[u2]}" && return 0
-  ((_UDP_FAILED)) && { echo "the two-worker udp hosts failed to start earlier"; return 1; }
-  _UDP_FAILED=1
+start_udp_hosts() {
   host_vrnicd u1 - --workers 2 --udp 127.0.0.1 --udp-port "$UDP_PORT" &&
-    host_vrnicd u2 - --workers 2 --udp 127.0.0.2 --udp-port "$UDP_PORT" || return 1
-  _UDP_FAILED=0
+    host_vrnicd u2 - --workers 2 --udp 127.0.0.2 --udp-port "$UDP_PORT"
 }
-on_udp() { udp_hosts && "$@"; }
+on_udp() { with_hosts start_udp_hosts u1 u2 -- "$@"; }
 
 # bw_run_start TAG ARGS...: ib_write_bw ARGS, server and client on the two-worker vrnicd,
 # running in the background; bw_run_finish TAG waits for both and fails if the client did.

@@ -17,21 +17,15 @@ source "$VRNIC_ROOT/tests/lib_hosts.sh"
 
 UDP_PORT=$((20000 + ($$ + 4513) % 20000))
 IP_V0=127.0.0.21 IP_V1=127.0.0.22 IP_P=127.0.0.23
-_HOSTS_FAILED=0
-
 # v: one vrnicd, vrnic0 on IP_V0 (one worker) and vrnic1 on IP_V1 (two workers); p: another
 # vrnicd on IP_P.
-hosts() {
-  [[ -n ${PID[v]:-} ]] && _vrnic_running "${PID[v]}" && _vrnic_running "${PID[p]}" && return 0
-  ((_HOSTS_FAILED)) && { echo "the vrnicds failed to start earlier"; return 1; }
-  _HOSTS_FAILED=1
+start_hosts() {
   host_vrnicd v - --udp $IP_V0 --udp-port "$UDP_PORT" \
     --device --workers 2 --udp $IP_V1 --udp-port "$UDP_PORT" &&
     host_vrnicd p - --udp $IP_P --udp-port "$UDP_PORT" || return 1
   host_device v1 v 1
-  _HOSTS_FAILED=0
 }
-on_hosts() { hosts && "$@"; }
+on_hosts() { with_hosts start_hosts v p -- "$@"; }
 
 listed() {
   local out=$VRNIC_TMP/vnics-devices.out

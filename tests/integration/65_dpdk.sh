@@ -18,20 +18,28 @@ source "$VRNIC_ROOT/tests/lib_dpdk.sh"
 NS_A=vrdp-a-$$ NS_B=vrdp-b-$$ VETH_A=vda$$ VETH_B=vdb$$
 NS_C=vrdp-c-$$ NS_D=vrdp-d-$$ VETH_C=vdc$$ VETH_D=vdd$$
 IP_A=10.77.0.1 IP_B=10.77.0.2 IP_M1=10.78.0.1 IP_M2=10.78.0.2 IP_C=10.79.0.1 IP_D=10.79.0.2
-_VETH_FAILED=0 _MEMIF_FAILED=0 _MIXED_FAILED=0
 
-# af_packet in A <-> af_xdp in B, started once for the group.
-veth_hosts() {
-  [[ -n ${PID[a]:-} ]] && _vrnic_running "${PID[a]}" && _vrnic_running "${PID[b]}" && return 0
-  ((_VETH_FAILED)) && { echo "the veth hosts failed to start earlier"; return 1; }
-  _VETH_FAILED=1
-  need_dpdk && veth_pair "$NS_A" "$NS_B" "$VETH_A" "$VETH_B" || return 1
-  host_vrnicd a "$NS_A" --dpdk $IP_A \
-    --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_A,$AF_PACKET_RING" || return 1
-  host_vrnicd b "$NS_B" --dpdk $IP_B --eal "$EAL_BASE --vdev net_af_xdp0,iface=$VETH_B" &&
-    wait_link a b || return 1
-  _VETH_FAILED=0
+# The daemons of each part are started once for the group (with_hosts).
+# start_raw_pair N1 N2 NS1 NS2 VETH1 VETH2 ADDR1 ADDR2: af_packet in NS1 <-> af_xdp in NS2,
+# daemons N1 and N2 on the two ends of one veth pair.
+start_raw_pair() {
+  need_dpdk && veth_pair "$3" "$4" "$5" "$6" || return 1
+  host_vrnicd "$1" "$3" --dpdk "$7" --eal "$EAL_BASE --vdev net_af_packet0,iface=$5,$AF_PACKET_RING" &&
+    host_vrnicd "$2" "$4" --dpdk "$8" --eal "$EAL_BASE --vdev net_af_xdp0,iface=$6" &&
+    wait_link "$1" "$2"
 }
+# start_kernel_pair N1 N2 NS1 NS2 VETH1 VETH2 ADDR1 ADDR2 PREFIX [ARGS]: a dpdk vrnicd (af_packet)
+# in NS1 <-> a udp-port vrnicd (ARGS) on ADDR2/PREFIX, the kernel's end of the veth in NS2 (an
+# IPv6 address without duplicate detection: usable at once).
+start_kernel_pair() {
+  local nodad=()
+  [[ $8 == *:* ]] && nodad=(nodad)
+  need_dpdk && veth_pair "$3" "$4" "$5" "$6" || return 1
+  ip -n "$4" addr add "$8/$9" dev "$6" "${nodad[@]}" || return 1
+  host_vrnicd "$1" "$3" --dpdk "$7" --eal "$EAL_BASE --vdev net_af_packet0,iface=$5,$AF_PACKET_RING" &&
+    host_vrnicd "$2" "$4" --udp "$8" "${@:10}" && wait_link "$1"
+}
+start_veth_hosts() { start_raw_pair a b "$NS_A" "$NS_B" "$VETH_A" "$VETH_B" $IP_A $IP_B; }
 
 # Bad frames at a dpdk port from the other end of its veth (scapy, independent of vrnic):
 # each damaged one counted as malformed or as an ICRC error, exactly; foreign ones ignored;
@@ -77,7 +85,7 @@ check "vrnicd --dpdk refuses bad addresses, missing devices, bad EAL options, a 
   refusals
 
 # --- af_packet <-> af_xdp across a veth pair ------------------------------------------------
-across_veth() { veth_hosts && "$@"; }
+across_veth() { with_hosts start_veth_hosts a b -- "$@"; }
 for t in "ib_write_bw -s 65536 -n 5000" "ib_read_bw -s 65536 -n 2000" "ib_send_bw -s 65536 -n 2000" \
   "ib_atomic_bw -n 2000" "ib_write_lat -n 1000" "ib_read_lat -n 1000" "ib_send_lat -n 1000" \
   "ib_atomic_lat -n 1000"; do
@@ -177,18 +185,14 @@ check "bad frames at an af_xdp port: counted exactly, foreign ones ignored, traf
   across_veth bad_frames_to b a "$NS_A" "$VETH_A" "$NS_B" "$VETH_B" $IP_A $IP_B
 
 # --- two vrnicd joined by memif ---------------------------------------------------------------
-memif_hosts() {
-  [[ -n ${PID[m1]:-} ]] && _vrnic_running "${PID[m1]}" && _vrnic_running "${PID[m2]}" && return 0
-  ((_MEMIF_FAILED)) && { echo "the memif hosts failed to start earlier"; return 1; }
-  _MEMIF_FAILED=1
-  need_dpdk || return 1
+start_memif_hosts() {
   local sock=$DIR/memif.sock
-  host_vrnicd m1 - --dpdk $IP_M1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$sock" &&
+  need_dpdk &&
+    host_vrnicd m1 - --dpdk $IP_M1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$sock" &&
     host_vrnicd m2 - --dpdk $IP_M2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$sock" &&
-    wait_link m1 m2 || return 1
-  _MEMIF_FAILED=0
+    wait_link m1 m2
 }
-across_memif() { memif_hosts && "$@"; }
+across_memif() { with_hosts start_memif_hosts m1 m2 -- "$@"; }
 check "ib_write_bw -s 65536 -n 5000: two vrnicd over memif" \
   across_memif perftest_between m1 m2 ib_write_bw -s 65536 -n 5000
 check "ib_read_bw -s 65536 -n 2000: two vrnicd over memif" \
@@ -241,20 +245,15 @@ check "memif, two workers each: peer killed and restarted 3 times, link and traf
 # Each worker receives and sends on its own queue pair (af_packet spreads frames over them
 # with a fanout group) and hands packets for the other worker's QPs over.
 NS_E=vrdp-e-$$ NS_F=vrdp-f-$$ VETH_E=vde$$ VETH_F=vdf$$
-_TWO_FAILED=0
-two_worker_hosts() {
-  [[ -n ${PID[e]:-} ]] && _vrnic_running "${PID[e]}" && _vrnic_running "${PID[f]}" && return 0
-  ((_TWO_FAILED)) && { echo "the two-worker dpdk hosts failed to start earlier"; return 1; }
-  _TWO_FAILED=1
-  need_dpdk && veth_pair "$NS_E" "$NS_F" "$VETH_E" "$VETH_F" || return 1
-  host_vrnicd e "$NS_E" --workers 2 --dpdk 10.81.0.1 \
-    --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_E,qpairs=2,$AF_PACKET_RING" &&
+start_two_worker_hosts() {
+  need_dpdk && veth_pair "$NS_E" "$NS_F" "$VETH_E" "$VETH_F" &&
+    host_vrnicd e "$NS_E" --workers 2 --dpdk 10.81.0.1 \
+      --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_E,qpairs=2,$AF_PACKET_RING" &&
     host_vrnicd f "$NS_F" --workers 2 --dpdk 10.81.0.2 \
       --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_F,qpairs=2,$AF_PACKET_RING" &&
-    wait_link e f || return 1
-  _TWO_FAILED=0
+    wait_link e f
 }
-across_two() { two_worker_hosts && "$@"; }
+across_two() { with_hosts start_two_worker_hosts e f -- "$@"; }
 check "ib_write_bw -s 65536 -q 4 -n 2000: dpdk, two workers each" \
   across_two perftest_between e f ib_write_bw -s 65536 -q 4 -n 2000
 check "ib_read_bw -s 65536 -q 4 -n 1000: dpdk, two workers each" \
@@ -305,18 +304,10 @@ check "hugepages: two vrnicd over memif on 2 MiB pages reserved and released her
 # C: dpdk on af_packet; D: the kernel owns its end of the veth (address 10.79.0.2) and vrnicd
 # uses it through UDP sockets. ARP: vrnicd C asks, D's kernel answers, and answers C's
 # questions too.
-mixed_hosts() {
-  [[ -n ${PID[c]:-} ]] && _vrnic_running "${PID[c]}" && _vrnic_running "${PID[d]}" && return 0
-  ((_MIXED_FAILED)) && { echo "the dpdk/udp hosts failed to start earlier"; return 1; }
-  _MIXED_FAILED=1
-  need_dpdk && veth_pair "$NS_C" "$NS_D" "$VETH_C" "$VETH_D" || return 1
-  ip -n "$NS_D" addr add $IP_D/24 dev "$VETH_D" || return 1
-  host_vrnicd c "$NS_C" --dpdk $IP_C \
-    --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_C,$AF_PACKET_RING" || return 1
-  host_vrnicd d "$NS_D" --udp $IP_D && wait_link c || return 1
-  _MIXED_FAILED=0
+start_mixed_hosts() {
+  start_kernel_pair c d "$NS_C" "$NS_D" "$VETH_C" "$VETH_D" $IP_C $IP_D 24
 }
-across_mixed() { mixed_hosts && "$@"; }
+across_mixed() { with_hosts start_mixed_hosts c d -- "$@"; }
 check "ib_write_bw -s 65536 -n 5000: dpdk server, udp client" \
   across_mixed perftest_between c d ib_write_bw -s 65536 -n 5000
 check "ib_write_bw -s 65536 -n 5000: udp server, dpdk client" \
@@ -338,19 +329,8 @@ check "bad frames at an af_packet port: counted exactly, foreign ones ignored, t
 NS_G=vrdp-g-$$ NS_H=vrdp-h-$$ VETH_G=vdg$$ VETH_H=vdh$$
 NS_I=vrdp-i-$$ NS_J=vrdp-j-$$ VETH_I=vdi$$ VETH_J=vdj$$
 IP6_G=fd00:77::1 IP6_H=fd00:77::2 IP6_I=fd00:79::1 IP6_J=fd00:79::2
-_V6_FAILED=0 _V6_MIXED_FAILED=0
-v6_hosts() {
-  [[ -n ${PID[g]:-} ]] && _vrnic_running "${PID[g]}" && _vrnic_running "${PID[h]}" && return 0
-  ((_V6_FAILED)) && { echo "the IPv6 veth hosts failed to start earlier"; return 1; }
-  _V6_FAILED=1
-  need_dpdk && veth_pair "$NS_G" "$NS_H" "$VETH_G" "$VETH_H" || return 1
-  host_vrnicd g "$NS_G" --dpdk $IP6_G \
-    --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_G,$AF_PACKET_RING" &&
-    host_vrnicd h "$NS_H" --dpdk $IP6_H --eal "$EAL_BASE --vdev net_af_xdp0,iface=$VETH_H" &&
-    wait_link g h || return 1
-  _V6_FAILED=0
-}
-across_v6() { v6_hosts && "$@"; }
+start_v6_hosts() { start_raw_pair g h "$NS_G" "$NS_H" "$VETH_G" "$VETH_H" $IP6_G $IP6_H; }
+across_v6() { with_hosts start_v6_hosts g h -- "$@"; }
 v6_gid() {
   local out
   out=$(vrun VRNIC_SOCKET="${SOCK[g]}" timeout -k 2 10 ibv_devinfo -v 2>&1)
@@ -375,20 +355,12 @@ check "IPv6 dpdk counters: frames both ways, no ICRC or format errors" \
 check "bad frames at an IPv6 af_xdp port: counted exactly, foreign and bogus ND ignored, traffic goes on" \
   across_v6 bad_frames_to h g "$NS_G" "$VETH_G" "$NS_H" "$VETH_H" $IP6_G $IP6_H
 
-v6_mixed_hosts() {
-  [[ -n ${PID[i]:-} ]] && _vrnic_running "${PID[i]}" && _vrnic_running "${PID[j]}" && return 0
-  ((_V6_MIXED_FAILED)) && { echo "the IPv6 dpdk/udp hosts failed to start earlier"; return 1; }
-  _V6_MIXED_FAILED=1
-  need_dpdk && veth_pair "$NS_I" "$NS_J" "$VETH_I" "$VETH_J" || return 1
-  ip -n "$NS_J" addr add $IP6_J/64 dev "$VETH_J" nodad || return 1
-  host_vrnicd i "$NS_I" --dpdk $IP6_I \
-    --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_I,$AF_PACKET_RING" || return 1
-  # --no-gso: a UDP GSO send to an IPv6 peer crosses a veth as one unsegmented frame, which
-  # af_packet at the far end truncates (a NIC or a router would segment it first).
-  host_vrnicd j "$NS_J" --udp $IP6_J --no-gso && wait_link i || return 1
-  _V6_MIXED_FAILED=0
+# --no-gso: a UDP GSO send to an IPv6 peer crosses a veth as one unsegmented frame, which
+# af_packet at the far end truncates (a NIC or a router would segment it first).
+start_v6_mixed_hosts() {
+  start_kernel_pair i j "$NS_I" "$NS_J" "$VETH_I" "$VETH_J" $IP6_I $IP6_J 64 --no-gso
 }
-across_v6_mixed() { v6_mixed_hosts && "$@"; }
+across_v6_mixed() { with_hosts start_v6_mixed_hosts i j -- "$@"; }
 check "ib_write_bw -s 65536 -n 5000: IPv6, dpdk server, udp (kernel) client" \
   across_v6_mixed perftest_between i j ib_write_bw -s 65536 -n 5000
 check "ib_write_bw -s 65536 -n 5000: IPv6, udp (kernel) server, dpdk client" \
