@@ -46,8 +46,10 @@ Device::Device(uint32_t index) {
 const MemoryRegion *Device::resolve_rkey(const QueuePair &qp, uint32_t rkey, uint64_t va,
                                          uint64_t len, uint32_t right) const {
   if (!(qp.attr.qp_access_flags & right)) return nullptr;
-  if (const MemoryWindow *mw = mw_by_key(rkey)) {
-    if (!mw->bound || mw->pd != qp.pd || !(mw->access & right)) return nullptr;
+  if (rkey & kMwKeyBit) {
+    SharedGuard guard(mw_lock, shared_windows());
+    const MemoryWindow *mw = mw_by_key(rkey);
+    if (!mw || !mw->bound || mw->pd != qp.pd || !(mw->access & right)) return nullptr;
     if (mw->type == IBV_MW_TYPE_2 && mw->qpn != qp.qpn) return nullptr;
     if (va < mw->va || len > mw->length || va - mw->va > mw->length - len) return nullptr;
     const MemoryRegion *mr = mr_by_key(mw->mr_key);

@@ -10,6 +10,7 @@
 #include "memory_window.h"
 #include "queue_pair.h"
 #include "slot_table.h"
+#include "spin_lock.h"
 #include "vrnic/counters.h"
 #include "vrnic/ctl_protocol.h"
 
@@ -28,6 +29,10 @@ class Device {
   SlotTable<CompletionQueue> cqs{1u << 20};
   SlotTable<ReceiveQueue> srqs{1u << 16};
   SlotTable<MemoryWindow> mws{1u << 16};
+  // Windows are bound by the worker of the binding QP and checked by the worker of whichever
+  // QP a remote access arrives on: with several workers both take this lock.
+  mutable SpinLock mw_lock;
+  bool shared_windows() const { return info.num_workers > 1; }
 
   MemoryRegion *mr_by_key(uint32_t key) const {
     MemoryRegion *mr = mrs.get(key >> 8);

@@ -53,6 +53,7 @@ int bind_window(Device &dev, QueuePair &qp, const shm::SendWqe &wqe) {
 }  // namespace
 
 bool invalidate_window(Device &dev, const QueuePair &qp, uint32_t rkey) {
+  SharedGuard guard(dev.mw_lock, dev.shared_windows());
   MemoryWindow *mw = dev.mw_by_key(rkey);
   if (!mw || mw->type != IBV_MW_TYPE_2 || !mw->bound || mw->pd != qp.pd || mw->qpn != qp.qpn)
     return false;
@@ -61,6 +62,7 @@ bool invalidate_window(Device &dev, const QueuePair &qp, uint32_t rkey) {
 }
 
 int execute_local_op(Device &dev, QueuePair &qp, const shm::SendWqe &wqe) {
+  SharedGuard guard(dev.mw_lock, dev.shared_windows());
   if (wqe.opcode == IBV_WR_BIND_MW) return bind_window(dev, qp, wqe);
   MemoryWindow *mw = dev.mw_by_key(wqe.imm_or_rkey);
   if (!mw || mw->type != IBV_MW_TYPE_2 || mw->pd != qp.pd) return IBV_WC_LOC_PROT_ERR;
