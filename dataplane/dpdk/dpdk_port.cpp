@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -45,7 +46,15 @@ constexpr uint64_t kHousekeepingNs = 50'000'000;  // link state, ARP retries
 constexpr uint64_t kPollNs = 200'000;             // no RX interrupt: look this often when idle
 constexpr uint64_t kMemifRetryNs = 1'000'000'000;
 constexpr uint8_t kTtl = 64;
-constexpr int kTxRetries = 64;
+// Frames a full TX queue had no room for wait here (a slow memif peer, a busy kernel behind
+// af_packet), as a NIC's send engine waits for descriptors, rather than being dropped for
+// go-back-N to resend. At most two frame mbufs each: half the pool, the rest left to receive
+// into (two daemons, each holding mbufs until the other drains its ring, must not starve).
+constexpr uint32_t kTxBacklog = 4096;
+// A queue that has taken nothing for this long has a peer that stopped reading (a stopped
+// process on the other end of memif, a wedged device): its backlog is dropped, so that a
+// worker waiting for its port to empty (before a QP is destroyed, at exit) is not stuck.
+constexpr uint64_t kTxStallNs = 200'000'000;
 constexpr uint16_t kMaxQueues = 8;  // one RX/TX pair per worker
 
 // Nanoseconds from the TSC: a clock_gettime per burst showed in profiles.
@@ -215,7 +224,7 @@ class DpdkPort final : public Port {
 
   uint16_t tx_burst(Packet **pkts, uint16_t n) override;
   uint16_t rx_burst(Packet **pkts, uint16_t n) override;
-  uint32_t in_flight() const override { return tx_in_flight_ + pending_packets_; }
+  uint32_t in_flight() const override { return tx_in_flight_ + pending_packets_ + backlog_count_; }
   uint32_t mtu_bytes() const override { return mtu_; }
   const PortCounters &counters() const override { return counters_; }
   const uint8_t *gid() const override { return gid_; }
@@ -228,6 +237,9 @@ class DpdkPort final : public Port {
   void on_thread();
   rte_mbuf *build_frame(Packet *pkt, const MacAddress &dst);
   void send_frames(rte_mbuf **frames, uint16_t n);
+  uint16_t send_now(rte_mbuf **frames, uint16_t n);
+  bool drain_backlog();
+  void drop_backlog();
   void transmit_resolved(Packet **pkts, uint16_t n, uint64_t now);
   // Neighbour resolution, ARP or IPv6 neighbour discovery by the port's address family.
   enum class Neighbor { kAsk, kAnswer, kAnnounce };
@@ -285,6 +297,11 @@ class DpdkPort final : public Port {
   bool registered_thread_ = false;
   uint64_t next_housekeeping_ = 0;
   uint32_t tx_in_flight_ = 0;  // zero-copy payloads the device still holds
+  // Frames waiting for room in the TX queue, oldest first (a ring): sent before newer ones.
+  std::array<rte_mbuf *, kTxBacklog> backlog_{};
+  uint32_t backlog_head_ = 0;
+  uint32_t backlog_count_ = 0;
+  uint64_t backlog_moved_ns_ = 0;  // when the queue last took a frame, or the backlog began
   // Packets waiting for a peer's ARP answer, by peer; they may reference registered memory.
   absl::flat_hash_map<IpKey, std::vector<Packet *>> pending_;
   uint32_t pending_packets_ = 0;
@@ -415,6 +432,7 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
 
 DpdkPort::~DpdkPort() {
   for (; ready_head_ < ready_.size(); ready_head_++) pool_.free(ready_[ready_head_]);
+  drop_backlog();
   for (auto &[ip, pkts] : pending_)
     for (Packet *p : pkts) pool_.free(p);
   // Queue 0's port goes first (worker 0's); every worker has stopped by then and the other
@@ -526,14 +544,53 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
   return head;
 }
 
+// In order: nothing new goes out while older frames wait in the backlog.
 void DpdkPort::send_frames(rte_mbuf **frames, uint16_t n) {
-  uint16_t sent = 0;
-  for (int tries = 0; sent < n && tries < kTxRetries; tries++)
-    sent = uint16_t(sent + rte_eth_tx_burst(port_id_, queue_, frames + sent, uint16_t(n - sent)));
+  const uint16_t sent = drain_backlog() ? send_now(frames, n) : 0;
+  for (uint16_t i = sent; i < n; i++) {
+    if (backlog_count_ == kTxBacklog) {  // the queue has not moved for a long while: lost
+      rte_pktmbuf_free(frames[i]);
+      counters_.tx_errors++;
+      continue;
+    }
+    if (!backlog_count_) backlog_moved_ns_ = now_ns();
+    backlog_[(backlog_head_ + backlog_count_++) % kTxBacklog] = frames[i];
+  }
+}
+
+uint16_t DpdkPort::send_now(rte_mbuf **frames, uint16_t n) {
+  const uint16_t sent = rte_eth_tx_burst(port_id_, queue_, frames, n);
   for (uint16_t i = 0; i < sent; i++) counters_.tx_bytes += frames[i]->pkt_len;
   counters_.tx_packets += sent;
-  for (uint16_t i = sent; i < n; i++) rte_pktmbuf_free(frames[i]);  // a full queue: lost
-  counters_.tx_errors += uint16_t(n - sent);
+  return sent;
+}
+
+// True when the backlog is empty (sent, or dropped with the link down).
+bool DpdkPort::drain_backlog() {
+  if (!backlog_count_) return true;
+  if (!running_ || !link_up()) {
+    drop_backlog();
+    return true;
+  }
+  while (backlog_count_) {
+    const auto run = uint16_t(std::min<uint32_t>(backlog_count_, kTxBacklog - backlog_head_));
+    const uint16_t sent = send_now(&backlog_[backlog_head_], run);
+    backlog_head_ = (backlog_head_ + sent) % kTxBacklog;
+    backlog_count_ -= sent;
+    const uint64_t now = now_ns();
+    if (sent) backlog_moved_ns_ = now;
+    if (sent < run) {
+      if (now - backlog_moved_ns_ < kTxStallNs) return false;
+      drop_backlog();
+    }
+  }
+  return true;
+}
+
+void DpdkPort::drop_backlog() {
+  counters_.tx_errors += backlog_count_;
+  for (; backlog_count_; backlog_count_--, backlog_head_ = (backlog_head_ + 1) % kTxBacklog)
+    rte_pktmbuf_free(backlog_[backlog_head_]);
 }
 
 void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
@@ -924,6 +981,7 @@ uint16_t DpdkPort::rx_burst(Packet **pkts, uint16_t n) {
     const uint64_t now = now_ns();
     if (enter_device()) {
       housekeeping(now);
+      drain_backlog();
       rte_mbuf *frames[kBurst];
       uint16_t got = running_ ? rte_eth_rx_burst(port_id_, queue_, frames, kBurst) : 0;
       for (uint16_t i = 0; i < got; i++) rte_prefetch0(rte_pktmbuf_mtod(frames[i], void *));

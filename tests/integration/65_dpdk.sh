@@ -3,7 +3,8 @@
 #   - two network namespaces joined by a veth pair: vrnicd on net_af_packet at one end and on
 #     net_af_xdp at the other (perftest, pingpong, the wire integrity test at 1% loss, the wire
 #     format seen by tshark, zero-copy transmit, link down and up);
-#   - two vrnicd joined by net_memif (shared memory between two daemons on this host);
+#   - two vrnicd joined by net_memif (shared memory between two daemons on this host; a full
+#     ring holds frames back, a stopped peer does not wedge the sender);
 #   - a dpdk vrnicd against a udp-port vrnicd whose kernel owns the other end of a veth;
 #   - the same over IPv6 (neighbour discovery instead of ARP, UDP checksums);
 #   - two workers per daemon; memif on 2 MiB hugepages.
@@ -201,6 +202,21 @@ check "ibv_rc_pingpong: two vrnicd over memif" across_memif pingpong_between m1 
 check "memif counters: frames both ways, no ICRC or format errors" \
   across_memif clean_counters m1 m2
 
+# Small writes on 16 QPs fill memif's ring faster than the peer empties it: frames that find it
+# full wait in the port and go in order, none dropped (go-back-N would resend them).
+no_tx_drops() {
+  local d before=()
+  for d in m1 m2; do before+=("$(stat_of udp_tx_errors $d)"); done
+  perftest_between m1 m2 ib_write_bw -s 64 -q 16 -n 20000 || return 1
+  for d in m1 m2; do
+    echo "    $d udp_tx_errors: ${before[0]} -> $(stat_of udp_tx_errors $d)"
+    (($(stat_of udp_tx_errors $d) == before[0])) || { echo "FAIL: $d dropped frames"; return 1; }
+    before=("${before[@]:1}")
+  done
+}
+check "memif ring full: ib_write_bw -s 64 -q 16 -n 20000, frames held back, none dropped" \
+  across_memif no_tx_drops
+
 # The memif server's vrnicd dies: its peer's link goes down; a new one on the same socket
 # brings it back up (the client reconnects by itself) and traffic flows again.
 # memif_peer_death SERVER CLIENT VRNICD-ARGS...: SERVER killed, restarted with VRNICD-ARGS.
@@ -222,6 +238,57 @@ memif_peer_death() {
 check "memif: peer vrnicd killed, link down; a new one, link up and traffic again" \
   across_memif memif_peer_death m1 m2 --dpdk $IP_M1 \
   --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif.sock"
+
+# The memif peer stops reading in the middle of a transfer (SIGSTOP: alive, link up): 16 QPs
+# have more frames out than memif's ring and the port's backlog hold, so the backlog fills and
+# stays full. The sending program is killed meanwhile; its vrnicd still cleans up within
+# seconds (destroying a QP waits for the port to empty: a stalled queue's backlog is dropped).
+# The peer continued, traffic flows again.
+memif_peer_stopped() {
+  local sock=$DIR/memif-stop.sock port srv cli
+  need_dpdk || return 1
+  host_vrnicd p1 - --dpdk 10.83.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$sock" &&
+    host_vrnicd p2 - --dpdk 10.83.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$sock" &&
+    wait_link p1 p2 || return 1
+  port=$(next_port)
+  VRNIC_SOCKET=${SOCK[p1]} "${VRUN[@]}" timeout -k 5 60 \
+    ib_write_bw -d vrnic0 -x 0 -F -s 65536 -q 16 -D 30 -p "$port" >"$DIR/stop.server.log" 2>&1 &
+  srv=$!
+  _vrnic_track "$srv"
+  wait_listen "$port" "$srv" 15 || return 1
+  VRNIC_SOCKET=${SOCK[p2]} "${VRUN[@]}" timeout -k 5 60 \
+    ib_write_bw -d vrnic0 -x 0 -F -s 65536 -q 16 -D 30 -p "$port" 127.0.0.1 >"$DIR/stop.client.log" 2>&1 &
+  cli=$!
+  _vrnic_track "$cli"
+  for _ in $(seq 100); do
+    (($(stat_of udp_tx_packets p2) > 10000)) && break
+    sleep 0.1
+  done
+  echo "+ kill -STOP ${PID[p1]}   # the memif server's vrnicd, mid-transfer ($(stat_of udp_tx_packets p2) frames sent)"
+  kill -STOP "${PID[p1]}"
+  sleep 0.5
+  echo "+ kill -KILL $cli   # the sending ib_write_bw"
+  kill -KILL "$cli"
+  vrnic_wait_exit "$cli" 5
+  # While p1 is still stopped: its QP gone from p2 within 5 s (a vrnicd waiting for a port that
+  # never empties would not even answer vrnicctl).
+  local deadline=$(($(vrnic_now_us) + 5000000)) qps= errors=
+  while (($(vrnic_now_us) < deadline)); do
+    qps=$(stat_of qps p2) && ((qps == 0)) && break
+    sleep 0.1
+  done
+  errors=$(stat_of udp_tx_errors p2)
+  echo "    p2, its peer still stopped: qps=${qps:-?} udp_tx_errors=${errors:-?}"
+  kill -CONT "${PID[p1]}"
+  kill -KILL "$srv" 2>/dev/null
+  vrnic_wait_exit "$srv" 5
+  [[ $qps == 0 ]] || { echo "FAIL: p2 did not destroy the dead client's QP in 5 s"; return 1; }
+  ((errors > 0)) || { echo "FAIL: no frames dropped with the peer stopped"; return 1; }
+  VRNIC_SOCKET=${SOCK[p1]} wait_objects_zero 10 || return 1
+  pingpong_between p1 p2 ibv_rc_pingpong
+}
+check "memif: peer vrnicd stopped mid-transfer, the sender's vrnicd still cleans up a dead client; traffic after" \
+  memif_peer_stopped
 
 # The same with two workers at each end (two queue pairs on the memif): the client's restart
 # keeps its other worker out of the device meanwhile. Three times over.
