@@ -1118,6 +1118,7 @@ void Server::stats(ctl::StatsResp &resp) {
       resp.wire_tx_payload_zero_copy += c.tx_payload_zero_copy;
       resp.wire_tx_no_route += c.tx_no_route;
       resp.wire_link_changes += c.link_changes;
+      resp.wire_rx_interrupts += c.rx_interrupts;
       if (!wire->link_up()) resp.wire_link_up = 0;
       if (const FaultCounters *f = wire->fault_counters()) {
         resp.faults_dropped += f->dropped;

@@ -49,6 +49,7 @@ int stats(int sock) {
       {"udp_tx_no_route", r->wire_tx_no_route},
       {"link_changes", r->wire_link_changes},
       {"link_up", r->wire_link_up},
+      {"rx_interrupts", r->wire_rx_interrupts},
       {"workers", r->workers},
       {"qp_moves", r->qp_moves},
   };

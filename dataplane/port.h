@@ -26,6 +26,7 @@ struct PortCounters {
   uint64_t tx_payload_zero_copy = 0;
   uint64_t tx_no_route = 0;  // dropped: the peer's link-layer address is unknown (no ARP reply)
   uint64_t link_changes = 0;
+  uint64_t rx_interrupts = 0;  // sleeps of the worker that a received frame ended
 };
 
 class Port {
@@ -45,6 +46,12 @@ class Port {
   // The longest the worker may sleep without polling: 0 when the port wakes it itself (an
   // eventfd, an interrupt), else how often it must look for packets.
   virtual uint64_t max_sleep_ns() const { return 0; }
+  // A port whose device can raise an RX interrupt arms it before its worker sleeps and returns
+  // a descriptor that turns readable when a frame arrives; the worker sleeps on it next to its
+  // own wake eventfd (up to max_sleep_ns(), which arming may lengthen) and calls
+  // rx_interrupt_done() when it wakes. -1: not now, the worker polls.
+  virtual int arm_rx_interrupt() { return -1; }
+  virtual void rx_interrupt_done() {}
   // Fault injection on the receive path, for ports on a wire.
   virtual void set_faults(const FaultConfig &) {}
   virtual const FaultCounters *fault_counters() const { return nullptr; }

@@ -423,12 +423,15 @@ void Worker::idle_wait(uint64_t idle_ns) {
       work = true;
   }
   if (!work && running_) {
-    // A port that cannot wake us (no interrupt) is polled at its pace: adaptive polling.
+    // The port's RX interrupt wakes us when it has one; a port that cannot wake us is polled
+    // at its pace: adaptive polling.
+    const int rx_fd = wire_ ? wire_->arm_rx_interrupt() : -1;
     uint64_t sleep_ns = uint64_t(kMaxSleepMs) * 1'000'000;
     if (wire_ && wire_->max_sleep_ns()) sleep_ns = std::min(sleep_ns, wire_->max_sleep_ns());
     timespec timeout{time_t(sleep_ns / 1'000'000'000), long(sleep_ns % 1'000'000'000)};
-    pollfd pfd{wake_fd_, POLLIN, 0};
-    ::ppoll(&pfd, 1, &timeout, nullptr);
+    pollfd pfd[2] = {{wake_fd_, POLLIN, 0}, {rx_fd, POLLIN, 0}};
+    ::ppoll(pfd, rx_fd >= 0 ? 2 : 1, &timeout, nullptr);
+    if (rx_fd >= 0) wire_->rx_interrupt_done();
   }
   sleeping.store(0, std::memory_order_relaxed);
   uint64_t drain_buf;

@@ -3,6 +3,7 @@
 // before the worker starts) and link_up() (any thread: an atomic).
 #include <arpa/inet.h>
 #include <net/if.h>
+#include <poll.h>
 #include <rte_alarm.h>
 #include <rte_eal.h>
 #include <rte_cycles.h>
@@ -201,6 +202,7 @@ struct SharedDevice {
   uint32_t mtu = 1024;
   std::string iface;
   std::atomic<bool> link_up{true};
+  bool rx_interrupts = false;  // started with RX interrupts asked for (intr_conf.rxq)
   // A restart of the device (a memif client reconnecting) while other workers use their
   // queues: the restarter sets `pausing`, then waits until no other worker is inside the
   // device; a worker marks itself inside, then enters only if no restart is pausing it. Both
@@ -229,7 +231,9 @@ class DpdkPort final : public Port {
   const PortCounters &counters() const override { return counters_; }
   const uint8_t *gid() const override { return gid_; }
   bool link_up() const override { return link_up_.load(std::memory_order_relaxed); }
-  uint64_t max_sleep_ns() const override { return kPollNs; }
+  uint64_t max_sleep_ns() const override { return rx_armed_ ? kHousekeepingNs : kPollNs; }
+  int arm_rx_interrupt() override;
+  void rx_interrupt_done() override;
   void set_faults(const FaultConfig &cfg) override { faults_.configure(cfg); }
   const FaultCounters *fault_counters() const override { return faults_.counters(); }
 
@@ -295,6 +299,13 @@ class DpdkPort final : public Port {
   std::string &iface_ = dev_.iface;
   std::atomic<bool> &link_up_ = dev_.link_up;
   bool registered_thread_ = false;
+  // This queue's RX interrupt: a descriptor that turns readable when a frame comes (tap: the
+  // queue's own file; a NIC under VFIO: an eventfd, read to re-arm), looked up once.
+  bool rx_intr_looked_up_ = false;
+  int rx_intr_fd_ = -1;
+  bool rx_intr_eventfd_ = false;
+  bool rx_intr_enabled_ = false;  // rte_eth_dev_rx_intr_enable() took (not every PMD has it)
+  bool rx_armed_ = false;         // the worker sleeps on rx_intr_fd_
   uint64_t next_housekeeping_ = 0;
   uint32_t tx_in_flight_ = 0;  // zero-copy payloads the device still holds
   // Frames waiting for room in the TX queue, oldest first (a ring): sent before newer ones.
@@ -393,20 +404,33 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
     return false;
   }
   if (dev_.queues > 1) conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
-  if (int rc = rte_eth_dev_configure(port_id_, dev_.queues, dev_.queues, &conf); rc != 0)
-    return fail("rte_eth_dev_configure", rc);
-  uint16_t rxd = kQueueDescriptors, txd = kQueueDescriptors;
-  rte_eth_dev_adjust_nb_rx_tx_desc(port_id_, &rxd, &txd);
-  for (uint16_t q = 0; q < dev_.queues; q++) {
-    if (int rc = rte_eth_rx_queue_setup(port_id_, q, rxd, unsigned(socket), nullptr, mbufs_); rc)
-      return fail("rte_eth_rx_queue_setup", rc);
-    if (int rc = rte_eth_tx_queue_setup(port_id_, q, txd, unsigned(socket), nullptr); rc)
-      return fail("rte_eth_tx_queue_setup", rc);
+  int rc_start = 0;
+  auto set_up = [&](bool rx_interrupts) {
+    conf.intr_conf.rxq = rx_interrupts;
+    if (int rc = rte_eth_dev_configure(port_id_, dev_.queues, dev_.queues, &conf); rc != 0)
+      return fail("rte_eth_dev_configure", rc);
+    uint16_t rxd = kQueueDescriptors, txd = kQueueDescriptors;
+    rte_eth_dev_adjust_nb_rx_tx_desc(port_id_, &rxd, &txd);
+    for (uint16_t q = 0; q < dev_.queues; q++) {
+      if (int rc = rte_eth_rx_queue_setup(port_id_, q, rxd, unsigned(socket), nullptr, mbufs_); rc)
+        return fail("rte_eth_rx_queue_setup", rc);
+      if (int rc = rte_eth_tx_queue_setup(port_id_, q, txd, unsigned(socket), nullptr); rc)
+        return fail("rte_eth_tx_queue_setup", rc);
+    }
+    on_interrupt_thread([&] { rc_start = rte_eth_dev_start(port_id_); });
+    return true;
+  };
+  // RX interrupts, so that an idle worker sleeps until a frame comes rather than looking
+  // every kPollNs; a device that cannot start with them starts without (a PMD without them
+  // starts anyway: its queues have no interrupt descriptor, see arm_rx_interrupt()). memif in
+  // DPDK 22.11 has none, and its client may fail to start for want of a server: its link then
+  // stays down and housekeeping() tries again.
+  dev_.rx_interrupts = !memif_ && set_up(true) && rc_start == 0;
+  if (!dev_.rx_interrupts) {
+    if (!memif_) rte_eth_dev_stop(port_id_);  // (a failed start may have left half of it)
+    error->clear();
+    if (!set_up(false)) return false;
   }
-  // A memif client whose server is not there yet fails to start: its link stays down and
-  // housekeeping() tries again.
-  int rc_start;
-  on_interrupt_thread([&] { rc_start = rte_eth_dev_start(port_id_); });
   if (rc_start != 0 && !memif_) return fail("rte_eth_dev_start", rc_start);
   started_ = true;
   running_ = rc_start == 0;
@@ -451,6 +475,47 @@ void DpdkPort::on_thread() {
   if (registered_thread_) return;
   registered_thread_ = true;
   if (rte_lcore_id() == LCORE_ID_ANY) rte_thread_register();
+}
+
+// Arms this queue's RX interrupt for a sleep of the worker, if the device has one and nothing
+// here wants the worker sooner (frames to send or deliver, peers being resolved, faults that
+// hold frames back).
+int DpdkPort::arm_rx_interrupt() {
+  if (!dev_.rx_interrupts || !running_ || backlog_count_ || pending_packets_ ||
+      ready_head_ != ready_.size() || faults_.active())
+    return -1;
+  if (!rx_intr_looked_up_) {
+    rx_intr_looked_up_ = true;
+    rx_intr_fd_ = rte_eth_dev_rx_intr_ctl_q_get_fd(port_id_, queue_);
+    char link[64] = {};
+    const std::string path = "/proc/self/fd/" + std::to_string(rx_intr_fd_);
+    rx_intr_eventfd_ = rx_intr_fd_ >= 0 && ::readlink(path.c_str(), link, sizeof(link) - 1) > 0 &&
+                       std::strstr(link, "eventfd") != nullptr;
+  }
+  if (rx_intr_fd_ < 0) return -1;
+  // -ENOTSUP: nothing to arm, the descriptor is readable whenever frames wait (tap's queue).
+  const int rc = rte_eth_dev_rx_intr_enable(port_id_, queue_);
+  if (rc != 0 && rc != -ENOTSUP) return -1;
+  rx_intr_enabled_ = rc == 0;
+  // A frame that came since the last look would raise no (edge-triggered) interrupt.
+  if (rte_eth_rx_queue_count(port_id_, queue_) > 0) {
+    rx_interrupt_done();
+    return -1;
+  }
+  rx_armed_ = true;
+  return rx_intr_fd_;
+}
+
+void DpdkPort::rx_interrupt_done() {
+  pollfd p{rx_intr_fd_, POLLIN, 0};
+  if (rx_armed_ && ::poll(&p, 1, 0) == 1) {
+    counters_.rx_interrupts++;
+    uint64_t count;
+    if (rx_intr_eventfd_ && ::read(rx_intr_fd_, &count, sizeof(count)) < 0) count = 0;
+  }
+  rx_armed_ = false;
+  if (rx_intr_enabled_) rte_eth_dev_rx_intr_disable(port_id_, queue_);
+  rx_intr_enabled_ = false;
 }
 
 // The device is done with a zero-copy payload: the packet that referenced it goes back.

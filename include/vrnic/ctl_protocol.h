@@ -340,8 +340,9 @@ struct StatsResp {
   uint64_t wire_tx_payload_zero_copy;  // ... sent from registered memory in place
   uint64_t wire_tx_no_route;           // packets dropped: peer's link address unknown
   uint64_t wire_link_changes;
-  uint64_t wire_link_up;  // 1 up, 0 down (1 without a wire port)
-  uint64_t qp_moves;      // QPs moved between workers (rebalancing and vrnicctl move)
+  uint64_t wire_link_up;        // 1 up, 0 down (1 without a wire port)
+  uint64_t wire_rx_interrupts;  // worker sleeps ended by a frame (the port's RX interrupt)
+  uint64_t qp_moves;            // QPs moved between workers (rebalancing and vrnicctl move)
   uint64_t workers;
 };
 

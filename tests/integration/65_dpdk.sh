@@ -7,7 +7,8 @@
 #     ring holds frames back, a stopped peer does not wedge the sender);
 #   - a dpdk vrnicd against a udp-port vrnicd whose kernel owns the other end of a veth;
 #   - the same over IPv6 (neighbour discovery instead of ARP, UDP checksums);
-#   - two workers per daemon; memif on 2 MiB hugepages.
+#   - two workers per daemon; memif on 2 MiB hugepages;
+#   - RX interrupts: vrnicd on net_tap sleeps until a frame comes.
 # Namespaces, veths, memif sockets and hugepages are made here and removed (released) on exit,
 # failures included; everywhere else DPDK runs without hugepages (--no-huge).
 # shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
@@ -446,6 +447,61 @@ check "the kernel resolved the dpdk port's IPv6 address (neighbour advertisement
   across_v6_mixed v6_kernel_neighbor
 check "IPv6 dpdk/udp counters: frames both ways, no ICRC or format errors" \
   across_v6_mixed clean_counters i j
+
+# --- RX interrupts: vrnicd on net_tap ----------------------------------------------------------
+# DPDK's tap PMD has RX interrupts (its queue's file turns readable when a frame waits): an
+# idle worker sleeps on that, up to the port's housekeeping period, instead of looking every
+# 200 us. vrnicd T (dpdk on a tap) and vrnicd U (udp) in one namespace, through the tap's
+# kernel side. (memif, af_packet and af_xdp in DPDK 22.11 have no RX interrupts.)
+NS_T=vrdp-t-$$ TAP=vrtap$$ IP_T=10.85.0.1 IP_U=10.85.0.2
+start_tap_hosts() {
+  vrnic_on_cleanup "ip netns del $NS_T 2>/dev/null"
+  echo "+ ip netns add $NS_T; vrnicd on net_tap0,iface=$TAP there; $IP_U on its kernel side"
+  need_dpdk && ip netns add "$NS_T" && ip -n "$NS_T" link set lo up &&
+    host_vrnicd t "$NS_T" --dpdk $IP_T --eal "$EAL_BASE --vdev net_tap0,iface=$TAP" &&
+    ip -n "$NS_T" addr add $IP_U/24 dev "$TAP" && ip -n "$NS_T" link set "$TAP" up &&
+    host_vrnicd u "$NS_T" --udp $IP_U && wait_link t
+}
+across_tap() { with_hosts start_tap_hosts t u -- "$@"; }
+check "ib_write_bw -s 65536 -n 2000: dpdk on a tap (RX interrupts) <-> udp" \
+  across_tap perftest_between t u ib_write_bw -s 65536 -n 2000
+check "ibv_rc_pingpong: dpdk on a tap (RX interrupts) <-> udp" \
+  across_tap pingpong_between u t ibv_rc_pingpong
+
+# worker_wakeups NAME: voluntary context switches of NAME's worker thread so far.
+worker_wakeups() {
+  local task
+  for task in /proc/"$(pid_of "$1")"/task/*; do
+    [[ $(cat "$task/comm" 2>/dev/null) == vrnic-w0 ]] || continue
+    awk '/^voluntary_ctxt_switches/ { print $2 }' "$task/status"
+    return 0
+  done
+  return 1
+}
+# Idle, the worker sleeps on the interrupt: a handful of wakeups a second (housekeeping every
+# 50 ms), not thousands; one frame from the kernel (its ARP request for us, then a datagram
+# that is not RoCE) wakes it through the interrupt.
+tap_rx_interrupts() {
+  local w0 w1 i0 i1
+  sleep 0.5  # idle long enough to sleep (20 ms without work)
+  w0=$(worker_wakeups t) && sleep 1 && w1=$(worker_wakeups t) || return 1
+  echo "    t's worker, idle: $((w1 - w0)) wakeups in 1 s"
+  ((w1 - w0 < 200)) || { echo "FAIL: the idle worker polls instead of sleeping on the interrupt"; return 1; }
+  i0=$(stat_of rx_interrupts t)
+  ip -n "$NS_T" neigh flush dev "$TAP"
+  echo "+ a UDP datagram from the kernel to $IP_T:4791"
+  ip netns exec "$NS_T" bash -c "echo not-roce >/dev/udp/$IP_T/4791" || return 1
+  for _ in $(seq 50); do
+    (($(stat_of rx_interrupts t) > i0)) && break
+    sleep 0.1
+  done
+  i1=$(stat_of rx_interrupts t)
+  echo "    rx_interrupts $i0 -> $i1, malformed: $(stat_of udp_rx_malformed t)"
+  ((i1 > i0)) || { echo "FAIL: the frame did not wake the worker through its interrupt"; return 1; }
+  pingpong_between u t ibv_ud_pingpong
+}
+check "tap RX interrupts: an idle worker sleeps on them; a frame wakes it; traffic after" \
+  across_tap tap_rx_interrupts
 
 # --- the end ------------------------------------------------------------------------------
 ((${#PID[@]} > 0)) && check "every dpdk vrnicd: no objects left, exits 0 on SIGTERM" stop_hosts
