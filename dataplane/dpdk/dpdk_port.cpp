@@ -5,6 +5,8 @@
 #include <net/if.h>
 #include <poll.h>
 #include <rte_alarm.h>
+#include <rte_bus.h>
+#include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_cycles.h>
 #include <rte_errno.h>
@@ -383,10 +385,13 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
     return false;
   }
   rte_eth_conf conf{};
-  // Zero-copy needs chained mbufs, and IOVA = VA: registered memory is not DPDK's, so in
-  // physical-address mode nothing knows its IOVA (vrnicd asks for VA mode unless told).
-  zero_copy_ =
-      (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) && rte_eal_iova_mode() == RTE_IOVA_VA;
+  // Zero-copy needs chained mbufs, and a device that reads registered memory with the CPU: a
+  // software device (the vdev bus: memif, af_packet, af_xdp, tap) does. A NIC on a bus (PCI)
+  // would DMA from it through an IOMMU, or its own memory table (mlx5), that was never told of
+  // memory DPDK did not allocate: it copies until registration maps that memory for DMA.
+  const rte_bus *bus = info.device ? rte_dev_bus(info.device) : nullptr;
+  const bool software = bus && std::strcmp(rte_bus_name(bus), "vdev") == 0;
+  zero_copy_ = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) && software;
   memif_ = info.driver_name && std::strcmp(info.driver_name, "net_memif") == 0;
   if (zero_copy_) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   auto fail = [&](const char *what, int rc) {
