@@ -111,19 +111,36 @@ T &scratch(Packet *pkt) {
   return *reinterpret_cast<T *>(pkt->wire.storage);
 }
 
+// The value of KEY= in the --vdev arguments of a DRIVER device ("net_memif0,bsize=8192"),
+// "" when not given.
+std::string vdev_arg(const std::vector<std::string> &eal_args, const char *driver,
+                     const std::string &key) {
+  for (const std::string &arg : eal_args) {
+    if (arg.rfind(driver, 0) != 0) continue;
+    for (size_t at = arg.find(','); at != std::string::npos; at = arg.find(',', at + 1)) {
+      if (arg.compare(at + 1, key.size() + 1, key + "=") != 0) continue;
+      const size_t from = at + key.size() + 2, end = arg.find(',', from);
+      return arg.substr(from, end == std::string::npos ? std::string::npos : end - from);
+    }
+  }
+  return {};
+}
+
 // The interface an af_packet or af_xdp vdev runs on ("iface=veth0"), whose kernel link state
 // is the port's; "" for other devices.
 std::string kernel_interface(const std::vector<std::string> &eal_args) {
-  for (const std::string &arg : eal_args) {
-    if (arg.find("net_af_packet") == std::string::npos &&
-        arg.find("net_af_xdp") == std::string::npos)
-      continue;
-    size_t at = arg.find("iface=");
-    if (at == std::string::npos) continue;
-    size_t end = arg.find(',', at);
-    return arg.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6);
-  }
-  return {};
+  std::string iface = vdev_arg(eal_args, "net_af_packet", "iface");
+  return iface.empty() ? vdev_arg(eal_args, "net_af_xdp", "iface") : iface;
+}
+
+// memif carries a frame in one of its buffers (bsize=, 2048 bytes unless given; both ends must
+// give the same) or, larger, in a chain of them -- which DPDK 22.11's memif corrupts when its
+// ring is nearly full (it fills a slot it does not own with a chained frame's second buffer,
+// then backs out): its link MTU is what one buffer holds, not the 1500 it reports.
+uint16_t memif_mtu(const std::vector<std::string> &eal_args) {
+  const std::string bsize = vdev_arg(eal_args, "net_memif", "bsize");
+  const unsigned long bytes = bsize.empty() ? 2048 : std::strtoul(bsize.c_str(), nullptr, 0);
+  return uint16_t(std::clamp<unsigned long>(bytes, 1280 + kEthHeaderBytes, 9216) - kEthHeaderBytes);
 }
 
 bool kernel_link_running(const std::string &iface) {
@@ -445,6 +462,7 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
   std::memcpy(mac_.bytes, mac.addr_bytes, 6);
   uint16_t ip_mtu = 1500;
   rte_eth_dev_get_mtu(port_id_, &ip_mtu);
+  if (memif_) ip_mtu = memif_mtu(cfg.eal_args);
   // A frame must fit one mbuf when the device cannot take chains.
   uint32_t room = RTE_MBUF_DEFAULT_DATAROOM - kEthHeaderBytes;
   if (!zero_copy_ && ip_mtu > room) ip_mtu = uint16_t(room);
@@ -538,11 +556,14 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
   const uint32_t roce_len = pkt->header_len + pkt->payload_len + pad + uint32_t(wire::kIcrcBytes);
   const bool bounced =
       pkt->payload >= pkt->bounce && pkt->payload < pkt->bounce + kPacketBufferBytes;
-  const bool attach = zero_copy_ && !bounced && pkt->payload_len >= kZeroCopyMin;
+  const uint32_t headers = uint32_t(kEthHeaderBytes + ip_header_len_ + kUdpHeaderBytes);
+  // A payload copied once already (bounced) is attached too when the frame would not fit one
+  // mbuf (jumbo frames on memif).
+  const bool fits = headers + roce_len <= RTE_MBUF_DEFAULT_DATAROOM;
+  const bool attach = zero_copy_ && (!fits || (!bounced && pkt->payload_len >= kZeroCopyMin));
   rte_mbuf *head = rte_pktmbuf_alloc(mbufs_);
   if (!head) return nullptr;
-  const uint32_t head_len = uint32_t(kEthHeaderBytes + ip_header_len_ + kUdpHeaderBytes) +
-                            pkt->header_len + (attach ? 0 : roce_len - pkt->header_len);
+  const uint32_t head_len = headers + pkt->header_len + (attach ? 0 : roce_len - pkt->header_len);
   auto *h = reinterpret_cast<uint8_t *>(rte_pktmbuf_append(head, uint16_t(head_len)));
   if (!h) {
     rte_pktmbuf_free(head);
@@ -606,7 +627,7 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
   auto *t = reinterpret_cast<uint8_t *>(rte_pktmbuf_append(tail, uint16_t(pad + wire::kIcrcBytes)));
   std::memset(t, 0, pad);
   std::memcpy(t + pad, icrc_bytes, wire::kIcrcBytes);
-  counters_.tx_payload_zero_copy += pkt->payload_len;
+  (bounced ? counters_.tx_payload_copied : counters_.tx_payload_zero_copy) += pkt->payload_len;
   if (rte_pktmbuf_chain(head, payload) || rte_pktmbuf_chain(head, tail)) {
     rte_pktmbuf_free(head);  // frees what was chained; payload_done returns the packet
     return nullptr;
