@@ -4,6 +4,8 @@
 #   memif      two vrnicd in this namespace joined by net_memif
 #   af_packet  two vrnicd on net_af_packet, one in each of two network namespaces joined by a
 #              veth pair
+#   memif8k    memif with 8192-byte buffers at both ends (bsize=8192): RoCE MTU 4096, 4154 B
+#              frames; `ib_write_bw -s 65536` only (the same as memif for 64-byte writes)
 # and for each, in every round: `ib_write_bw -s 65536 -D 5` and `ib_write_bw -s 64 -q 16 -D 5`
 # (server on the first vrnicd, client on the second), next to perf/dpdk_ceiling.sh (two
 # dpdk-testpmd, txonly -> rxonly) over the same path with frames of the size vrnic sends
@@ -47,25 +49,31 @@ NS_A=vrbench-a-$$ NS_B=vrbench-b-$$ VETH_A=vba$$ VETH_B=vbb$$
   echo "dpdk:     $(pkg-config --modversion libdpdk 2>/dev/null), EAL $EAL_BASE"
 } | tee "$out/system.txt"
 
-# Sizes: [message size]=frame bytes on the wire, payload bytes per packet.
-declare -A FRAME=([65536]=1082 [64]=138) PAYLOAD=([65536]=1024 [64]=64)
+# Sizes: [message size]=frame bytes on the wire, payload bytes per packet; memif8k's MTU is 4096.
+declare -A FRAME=([65536]=1082 [64]=138 [memif8k.65536]=4154)
+declare -A PAYLOAD=([65536]=1024 [64]=64 [memif8k.65536]=4096)
+frame_of() { echo "${FRAME[$1.$2]:-${FRAME[$2]}}"; }
+payload_of() { echo "${PAYLOAD[$1.$2]:-${PAYLOAD[$2]}}"; }
 declare -A ARGS=([65536]="-s 65536" [64]="-s 64 -q 16")
 declare -A results  # [path.size.kind] = space-separated values per round
 BENCH_ROUNDS=$rounds
-BENCH_STEPS=$((8 * rounds))
+BENCH_STEPS=$((10 * rounds))
 
 # ceiling ROUND PATH SIZE: testpmd's Mpps for this path and frame size.
 ceiling() {
-  local log=$out/ceiling.$2.$3.$1.log line mpps
-  if vrnic_fg timeout -k 10 120 perf/dpdk_ceiling.sh "$2" "${FRAME[$3]}" "$secs" >"$log" 2>&1; then
+  local log=$out/ceiling.$2.$3.$1.log line mpps frame path=${2%8k} bsize=
+  frame=$(frame_of "$2" "$3")
+  [[ $2 == memif8k ]] && bsize=8192
+  if MEMIF_BSIZE=$bsize vrnic_fg timeout -k 10 120 perf/dpdk_ceiling.sh "$path" "$frame" "$secs" \
+    >"$log" 2>&1; then
     line=$(tail -n 1 "$log")
     mpps=$(sed -n 's/.* mpps=\([0-9.]*\).*/\1/p' <<<"$line")
   fi
   if [[ -n ${mpps:-} ]]; then
     results[$2.$3.ceiling]+="$mpps "
-    bench_progress "$1" "testpmd $2 ${FRAME[$3]} B frames" "$mpps Mpps"
+    bench_progress "$1" "testpmd $2 $frame B frames" "$mpps Mpps"
   else
-    bench_progress "$1" "testpmd $2 ${FRAME[$3]} B frames" ""
+    bench_progress "$1" "testpmd $2 $frame B frames" ""
     bench_fail "$log"
   fi
 }
@@ -81,7 +89,7 @@ vrnic() {
     read -r _ _ v unit <<<"$ROW"
     g=$(bench_bw_gbs "$v" "$unit")
     # From perftest's own figure, not the rounded GB/s (64-byte writes are a few MB/s).
-    mpps=$(awk -v v="$v" -v u="$unit" -v p="${PAYLOAD[$size]}" \
+    mpps=$(awk -v v="$v" -v u="$unit" -v p="$(payload_of "$path" "$size")" \
       'BEGIN { b = (u == "Gb/s") ? v * 1e9 / 8 : v * 1048576; printf "%.3f", b / p / 1e6 }')
     results[$path.$size.vrnic]+="$mpps "
     results[$path.$size.gbs]+="$g "
@@ -95,15 +103,17 @@ vrnic() {
 start_pairs() {
   host_vrnicd m1 - --dpdk 10.78.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif.sock" &&
     host_vrnicd m2 - --dpdk 10.78.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif.sock" &&
+    host_vrnicd j1 - --dpdk 10.86.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif-8k.sock,bsize=8192" &&
+    host_vrnicd j2 - --dpdk 10.86.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif-8k.sock,bsize=8192" &&
     veth_pair "$NS_A" "$NS_B" "$VETH_A" "$VETH_B" &&
     host_vrnicd a "$NS_A" --dpdk 10.77.0.1 --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_A,$AF_PACKET_RING" &&
     host_vrnicd b "$NS_B" --dpdk 10.77.0.2 --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_B,$AF_PACKET_RING" &&
-    wait_link m1 m2 a b
+    wait_link m1 m2 j1 j2 a b
 }
 
 stop_pairs() {
   local d
-  for d in m1 m2 a b; do
+  for d in m1 m2 j1 j2 a b; do
     [[ -n ${PID[$d]:-} ]] || continue
     VRNICD_PID=${PID[$d]} VRNICD_LOG=${LOG[$d]} stop_vrnicd TERM "${SOCK[$d]}" >>"$out/vrnicd-stop.log" 2>&1
     PID[$d]=
@@ -112,15 +122,19 @@ stop_pairs() {
   ip netns del "$NS_B" 2>/dev/null
 }
 
+# (path size) pairs measured, in order.
+RUNS=("memif 65536" "af_packet 65536" "memif 64" "af_packet 64" "memif8k 65536")
+declare -A PAIR=([memif]="m1 m2" [af_packet]="a b" [memif8k]="j1 j2")
 for ((r = 1; r <= rounds; r++)); do
-  for size in 65536 64; do
-    ceiling "$r" memif "$size"
-    ceiling "$r" af_packet "$size"
+  for run in "${RUNS[@]}"; do
+    read -r path size <<<"$run"
+    ceiling "$r" "$path" "$size"
   done
   start_pairs >"$out/vrnicd-start.$r.log" 2>&1 || { cat "$out/vrnicd-start.$r.log"; exit 1; }
-  for size in 65536 64; do
-    vrnic "$r" memif "$size" m1 m2
-    vrnic "$r" af_packet "$size" a b
+  for run in "${RUNS[@]}"; do
+    read -r path size <<<"$run"
+    # shellcheck disable=SC2086 # the pair's two names
+    vrnic "$r" "$path" "$size" ${PAIR[$path]}
   done
   stop_pairs
 done
@@ -138,12 +152,11 @@ med() { bench_median_fmt "${2:-%.3f}" ${results[$1]:-}; }
   echo
   echo "| path | ib_write_bw | vrnic GB/s | vrnic Mpps | testpmd Mpps (frame) | ratio (target >= $target) |"
   echo "|---|---|---|---|---|---|"
-  for path in memif af_packet; do
-    for size in 65536 64; do
-      echo "| $path | ${ARGS[$size]} | $(med $path.$size.gbs %.2f) | $(med $path.$size.vrnic) |" \
-        "$(med $path.$size.ceiling) (${FRAME[$size]} B) |" \
-        "$(bench_ratio "$(med $path.$size.vrnic)" "$(med $path.$size.ceiling)") |"
-    done
+  for run in "${RUNS[@]}"; do
+    read -r path size <<<"$run"
+    echo "| $path | ${ARGS[$size]} | $(med $path.$size.gbs %.2f) | $(med $path.$size.vrnic) |" \
+      "$(med $path.$size.ceiling) ($(frame_of "$path" "$size") B) |" \
+      "$(bench_ratio "$(med $path.$size.vrnic)" "$(med $path.$size.ceiling)") |"
   done
   echo
   echo "Per round (Mpps): $(for k in "${!results[@]}"; do printf '%s=[%s] ' "$k" "${results[$k]% }"; done)"

@@ -74,7 +74,8 @@
 # /var/run/dpdk/vrceil-<pid>-*, namespaces and veths, testpmd processes) is removed on exit,
 # failure or interrupt. Only processes this script started are killed, by pid.
 # Needs root (namespaces, /var/run/dpdk) and dpdk-testpmd (Debian package dpdk).
-# Environment: TESTPMD (default dpdk-testpmd), DPDK_CEILING_KEEP=1 keeps the temp dir (logs).
+# Environment: TESTPMD (default dpdk-testpmd), DPDK_CEILING_KEEP=1 keeps the temp dir (logs),
+# MEMIF_BSIZE=N memif buffers of N bytes at both ends (a frame up to N in one buffer).
 
 set -euo pipefail
 
@@ -274,8 +275,8 @@ tp_quit() {
 setup_memif() {
   local sock=$tmp/memif.sock
   RX_NS='' TX_NS=''
-  RX_VDEV="net_memif0,role=server,id=0,socket=$sock"
-  TX_VDEV="net_memif0,role=client,id=0,socket=$sock"
+  RX_VDEV="net_memif0,role=server,id=0,socket=$sock${MEMIF_BSIZE:+,bsize=$MEMIF_BSIZE}"
+  TX_VDEV="net_memif0,role=client,id=0,socket=$sock${MEMIF_BSIZE:+,bsize=$MEMIF_BSIZE}"
 }
 
 setup_af_packet() {
