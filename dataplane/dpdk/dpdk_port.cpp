@@ -40,7 +40,8 @@ namespace vrnic {
 namespace {
 
 constexpr uint16_t kQueueDescriptors = 1024;
-constexpr unsigned kMbufs = 16383;  // a power of two minus one suits rte_mempool
+constexpr unsigned kMbufs = 16383;        // a power of two minus one suits rte_mempool
+constexpr unsigned kRxJumboMbufs = 4095;  // of up to 9 KiB each
 constexpr unsigned kMbufCache = 256;
 constexpr uint16_t kBurst = 32;
 constexpr uint32_t kZeroCopyMin = 256;  // smaller payloads cost less to copy than to attach
@@ -208,6 +209,7 @@ struct SharedDevice {
   std::atomic<bool> running{false};
   rte_mempool *mbufs = nullptr;
   rte_mempool *ext_mbufs = nullptr;
+  rte_mempool *rx_mbufs = nullptr;  // received into: mbufs, or larger ones for jumbo memif
   bool zero_copy = false;
   bool memif = false;
   bool announced = false;
@@ -304,9 +306,10 @@ class DpdkPort final : public Port {
   std::atomic<bool> &running_ = dev_.running;  // started now: its queues may be used
   rte_mempool *&mbufs_ = dev_.mbufs;           // frames built or received here
   rte_mempool *&ext_mbufs_ = dev_.ext_mbufs;   // no data room: payloads from registered memory
-  bool &zero_copy_ = dev_.zero_copy;           // the device takes chained mbufs
-  bool &memif_ = dev_.memif;                   // see housekeeping()
-  bool &announced_ = dev_.announced;           // gratuitous ARP sent since the link came up
+  rte_mempool *&rx_mbufs_ = dev_.rx_mbufs;
+  bool &zero_copy_ = dev_.zero_copy;  // the device takes chained mbufs
+  bool &memif_ = dev_.memif;          // see housekeeping()
+  bool &announced_ = dev_.announced;  // gratuitous ARP sent since the link came up
   uint64_t &next_restart_ = dev_.next_restart;
   MacAddress &mac_ = dev_.mac;
   bool &ipv6_ = dev_.ipv6;
@@ -389,16 +392,24 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
   }
   int socket = rte_eth_dev_socket_id(port_id_);
   if (socket < 0) socket = int(rte_socket_id());
-  mbufs_ = rte_pktmbuf_pool_create("vrnic_frames", kMbufs, kMbufCache, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
-                                   socket);
-  ext_mbufs_ = rte_pktmbuf_pool_create("vrnic_payloads", kMbufs, kMbufCache, 0, 0, socket);
-  if (!mbufs_ || !ext_mbufs_) {
-    *error = std::string("rte_pktmbuf_pool_create: ") + rte_strerror(rte_errno);
-    return false;
-  }
   rte_eth_dev_info info;
   if (int rc = rte_eth_dev_info_get(port_id_, &info); rc != 0) {
     *error = std::string("rte_eth_dev_info_get: ") + rte_strerror(-rc);
+    return false;
+  }
+  memif_ = info.driver_name && std::strcmp(info.driver_name, "net_memif") == 0;
+  mbufs_ = rte_pktmbuf_pool_create("vrnic_frames", kMbufs, kMbufCache, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+                                   socket);
+  ext_mbufs_ = rte_pktmbuf_pool_create("vrnic_payloads", kMbufs, kMbufCache, 0, 0, socket);
+  // memif copies a received frame into as many mbufs as it takes: a jumbo one gets mbufs that
+  // hold it whole, read in place like any other rather than gathered into a packet first.
+  const uint32_t rx_room = memif_ ? memif_mtu(cfg.eal_args) + kEthHeaderBytes : 0;
+  rx_mbufs_ = rx_room <= RTE_MBUF_DEFAULT_DATAROOM
+                  ? mbufs_
+                  : rte_pktmbuf_pool_create("vrnic_rx_frames", kRxJumboMbufs, kMbufCache, 0,
+                                            uint16_t(RTE_PKTMBUF_HEADROOM + rx_room), socket);
+  if (!mbufs_ || !ext_mbufs_ || !rx_mbufs_) {
+    *error = std::string("rte_pktmbuf_pool_create: ") + rte_strerror(rte_errno);
     return false;
   }
   rte_eth_conf conf{};
@@ -409,7 +420,6 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
   const rte_bus *bus = info.device ? rte_dev_bus(info.device) : nullptr;
   const bool software = bus && std::strcmp(rte_bus_name(bus), "vdev") == 0;
   zero_copy_ = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) && software;
-  memif_ = info.driver_name && std::strcmp(info.driver_name, "net_memif") == 0;
   if (zero_copy_) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   auto fail = [&](const char *what, int rc) {
     *error = std::string(what) + ": " + rte_strerror(rc < 0 ? -rc : rc);
@@ -434,7 +444,8 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
     uint16_t rxd = kQueueDescriptors, txd = kQueueDescriptors;
     rte_eth_dev_adjust_nb_rx_tx_desc(port_id_, &rxd, &txd);
     for (uint16_t q = 0; q < dev_.queues; q++) {
-      if (int rc = rte_eth_rx_queue_setup(port_id_, q, rxd, unsigned(socket), nullptr, mbufs_); rc)
+      if (int rc = rte_eth_rx_queue_setup(port_id_, q, rxd, unsigned(socket), nullptr, rx_mbufs_);
+          rc)
         return fail("rte_eth_rx_queue_setup", rc);
       if (int rc = rte_eth_tx_queue_setup(port_id_, q, txd, unsigned(socket), nullptr); rc)
         return fail("rte_eth_tx_queue_setup", rc);
