@@ -19,8 +19,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <array>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -650,7 +650,7 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
 void DpdkPort::send_frames(rte_mbuf **frames, uint16_t n) {
   const uint16_t sent = drain_backlog() ? send_now(frames, n) : 0;
   for (uint16_t i = sent; i < n; i++) {
-    if (backlog_count_ == kTxBacklog) {  // the queue has not moved for a long while: lost
+    if (backlog_count_ == kTxBacklog) {  // a backlog this long: lost, as on a full NIC
       rte_pktmbuf_free(frames[i]);
       counters_.tx_errors++;
       continue;
