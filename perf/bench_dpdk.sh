@@ -154,9 +154,9 @@ med() { bench_median_fmt "${2:-%.3f}" ${results[$1]:-}; }
   echo "|---|---|---|---|---|---|"
   for run in "${RUNS[@]}"; do
     read -r path size <<<"$run"
-    echo "| $path | ${ARGS[$size]} | $(med $path.$size.gbs %.2f) | $(med $path.$size.vrnic) |" \
-      "$(med $path.$size.ceiling) ($(frame_of "$path" "$size") B) |" \
-      "$(bench_ratio "$(med $path.$size.vrnic)" "$(med $path.$size.ceiling)") |"
+    echo "| $path | ${ARGS[$size]} | $(med "$path.$size.gbs" %.2f) | $(med "$path.$size.vrnic") |" \
+      "$(med "$path.$size.ceiling") ($(frame_of "$path" "$size") B) |" \
+      "$(bench_ratio "$(med "$path.$size.vrnic")" "$(med "$path.$size.ceiling")") |"
   done
   echo
   echo "Per round (Mpps): $(for k in "${!results[@]}"; do printf '%s=[%s] ' "$k" "${results[$k]% }"; done)"

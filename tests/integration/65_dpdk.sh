@@ -207,11 +207,11 @@ check "memif counters: frames both ways, no ICRC or format errors" \
 # full wait in the port and go in order, none dropped (go-back-N would resend them).
 no_tx_drops() {
   local d before=()
-  for d in m1 m2; do before+=("$(stat_of udp_tx_errors $d)"); done
+  for d in m1 m2; do before+=("$(stat_of udp_tx_errors "$d")"); done
   perftest_between m1 m2 ib_write_bw -s 64 -q 16 -n 20000 || return 1
   for d in m1 m2; do
-    echo "    $d udp_tx_errors: ${before[0]} -> $(stat_of udp_tx_errors $d)"
-    (($(stat_of udp_tx_errors $d) == before[0])) || { echo "FAIL: $d dropped frames"; return 1; }
+    echo "    $d udp_tx_errors: ${before[0]} -> $(stat_of udp_tx_errors "$d")"
+    (($(stat_of udp_tx_errors "$d") == before[0])) || { echo "FAIL: $d dropped frames"; return 1; }
     before=("${before[@]:1}")
   done
 }
@@ -273,7 +273,7 @@ memif_peer_stopped() {
   vrnic_wait_exit "$cli" 5
   # While p1 is still stopped: its QP gone from p2 within 5 s (a vrnicd waiting for a port that
   # never empties would not even answer vrnicctl).
-  local deadline=$(($(vrnic_now_us) + 5000000)) qps= errors=
+  local deadline=$(($(vrnic_now_us) + 5000000)) qps='' errors=''
   while (($(vrnic_now_us) < deadline)); do
     qps=$(stat_of qps p2) && ((qps == 0)) && break
     sleep 0.1
