@@ -169,7 +169,8 @@ void Server::watch_link() {
   if (state == dev_.info.port_state) return;
   dev_.info.port_state = state;
   uint32_t event = state == IBV_PORT_ACTIVE ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR;
-  std::fprintf(stderr, "vrnicd: link %s\n", state == IBV_PORT_ACTIVE ? "up" : "down");
+  std::fprintf(stderr, "vrnicd: vrnic%u: link %s\n", cfg_.device_index,
+               state == IBV_PORT_ACTIVE ? "up" : "down");
   for (auto &[id, s] : sessions_)
     if (s->async_fd >= 0) raise_event(s->async_fd, event, 0);
 }

@@ -37,7 +37,7 @@ void usage(FILE *out) {
       "  --device         starts the next device (vrnic1, vrnic2, ... up to 8): a virtual NIC\n"
       "                   with its own port, addresses, GID table, workers and socket\n"
       "                   (PATH.vrnicN); the options after it are its own. Each needs a wire\n"
-      "                   port, a distinct address, and at most one uses dpdk\n"
+      "                   port and a distinct address\n"
       "  --workers N      dataplane worker threads, 1 to 8 (default 1); each QP runs on one\n"
       "                   (the least loaded when it is created), each has its own udp port\n"
       "                   or dpdk queue pair\n"
@@ -47,7 +47,9 @@ void usage(FILE *out) {
       "                   address (GID 0); the device and EAL options come from --eal, e.g.\n"
       "                   --eal '--no-huge -m 512 --no-pci --vdev net_af_xdp0,iface=eth1'\n"
       "                   (added unless given: --in-memory --iova-mode=va --no-telemetry\n"
-      "                   --log-level=warning -l <current cpu>)\n"
+      "                   --log-level=warning -l <current cpu>). DPDK is set up once, by the\n"
+      "                   first dpdk device's --eal: a later one's names its own device and\n"
+      "                   repeats the other options or gives none\n"
       "  --eal ARGS       DPDK EAL arguments, split at spaces\n"
       "  --udp-port PORT  UDP port to listen on and send to (default 4791)\n"
       "  --no-gso         one sendmsg per packet (by default runs of equal-size packets to\n"
@@ -147,7 +149,6 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  uint32_t dpdk_devices = 0;
   std::vector<std::string> wires;
   for (uint32_t d = 0; d < devices.size(); d++) {
     vrnic::ServerConfig &cfg = devices[d];
@@ -155,7 +156,6 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "vrnicd: %s\n", err.c_str());
       return 2;
     }
-    dpdk_devices += cfg.dpdk;
     if (cfg.udp || cfg.dpdk) {
       std::string key = wire_key(cfg);
       if (std::find(wires.begin(), wires.end(), key) != wires.end()) {
@@ -166,11 +166,8 @@ int main(int argc, char **argv) {
       wires.push_back(key);
     }
     cfg.device_index = d;
+    cfg.dpdk_port.device = d;
     cfg.socket_path = vrnic::device_socket_path(socket_path, d);
-  }
-  if (dpdk_devices > 1) {
-    std::fprintf(stderr, "vrnicd: one dpdk device per vrnicd (DPDK's EAL is one per process)\n");
-    return 2;
   }
   struct sigaction sa {};
   sa.sa_handler = on_signal;

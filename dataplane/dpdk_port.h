@@ -28,11 +28,16 @@ struct DpdkPortConfig {
   // up with `queues` RX and TX queue pairs; each port receives and sends on its own.
   uint16_t queue = 0;
   uint16_t queues = 1;
+  // The vrnicd device (vrnic0, vrnic1, ...) the port belongs to: each has an ethdev of its own,
+  // the one its eal_args name (--vdev NAME,..., -a PCI) or else the first no other device has.
+  // The EAL is set up once per process, by the first device's arguments; a later device's
+  // arguments add its own device (hot-plugged) and otherwise are the same or none.
+  uint32_t device = 0;
 };
 
 // Loads the module ($VRNIC_DPDK_MODULE, else vrnic_port_dpdk.so next to the running vrnicd)
-// and opens the port: EAL set up once per process, the first ethdev it finds, one RX and one
-// TX queue.
+// and opens the port: EAL set up once per process, the device's ethdev, one RX and one TX
+// queue.
 absl::StatusOr<std::unique_ptr<Port>> open_dpdk_port(const DpdkPortConfig &cfg, PacketPool &pool);
 
 // The module's entry point (dlsym name kDpdkPortOpenSymbol): a new port, or nullptr and *error.

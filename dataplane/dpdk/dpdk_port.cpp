@@ -160,10 +160,56 @@ bool has_arg(const std::vector<std::string> &args, const char *prefix) {
   return false;
 }
 
-// rte_eal_init once per process: DPDK cannot be set up twice.
+// A device's EAL arguments, split into the devices they name (--vdev SPEC, -a SPEC, --allow
+// SPEC: a vdev's name and options, or a PCI address and options) and the rest.
+struct EalArgs {
+  std::vector<std::string> devices;
+  std::vector<std::string> rest;
+};
+
+EalArgs split_eal_args(const std::vector<std::string> &args) {
+  EalArgs out;
+  for (size_t i = 0; i < args.size(); i++) {
+    const std::string &a = args[i];
+    if ((a == "--vdev" || a == "-a" || a == "--allow") && i + 1 < args.size()) {
+      out.devices.push_back(args[++i]);
+    } else if (a.rfind("--vdev=", 0) == 0 || a.rfind("--allow=", 0) == 0) {
+      out.devices.push_back(a.substr(a.find('=') + 1));
+    } else if (a.size() > 2 && a.rfind("-a", 0) == 0) {
+      out.devices.push_back(a.substr(2));
+    } else {
+      out.rest.push_back(a);
+    }
+  }
+  return out;
+}
+
+// The EAL is set up once per process, by the first dpdk device's arguments: DPDK cannot be set
+// up twice. A later device hot-plugs the devices its arguments name; its other arguments are
+// the first's or none (memory, cores and prefix are the process's, not a device's).
+std::mutex g_eal_mu;
+bool g_eal_done = false;
+std::vector<std::string> g_eal_rest;  // the first device's arguments other than devices
+
 bool init_eal(const std::vector<std::string> &user_args, std::string *error) {
-  static bool done = false;
-  if (done) return true;
+  std::lock_guard<std::mutex> lock(g_eal_mu);
+  EalArgs split = split_eal_args(user_args);
+  if (g_eal_done) {
+    if (!split.rest.empty() && split.rest != g_eal_rest) {
+      *error =
+          "EAL arguments other than --vdev and -a must be the first dpdk device's, or none "
+          "(DPDK's EAL is set up once per process, by that device's --eal)";
+      return false;
+    }
+    for (const std::string &spec : split.devices) {
+      // -EEXIST: the first device's arguments had it (which device takes it is checked next).
+      if (int rc = rte_dev_probe(spec.c_str()); rc != 0 && rc != -EEXIST) {
+        *error = "cannot add device " + spec + " (rte_dev_probe: " + rte_strerror(-rc) + ")";
+        return false;
+      }
+    }
+    return true;
+  }
   std::vector<std::string> args{"vrnicd"};
   // Several vrnicd on one host must not share DPDK's runtime files: unless the user names a
   // prefix, keep none (in-memory mode; without hugepages, which it does not combine with, no
@@ -194,7 +240,8 @@ bool init_eal(const std::vector<std::string> &user_args, std::string *error) {
     *error = std::string("rte_eal_init: ") + rte_strerror(rte_errno);
     return false;
   }
-  done = true;
+  g_eal_done = true;
+  g_eal_rest = std::move(split.rest);
   return true;
 }
 
@@ -234,14 +281,56 @@ struct SharedDevice {
   NeighborTable neighbors;  // under neighbors_mu
 };
 
-SharedDevice &shared_device() {
-  static SharedDevice dev;
-  return dev;
+// One per vrnicd device (vrnicd has at most kMaxDevices).
+constexpr uint32_t kMaxDevices = 8;
+std::array<SharedDevice, kMaxDevices> g_devices;
+
+// The ethdev a device's EAL arguments name (the first of them), else the first one no other
+// device has.
+bool find_ethdev(const std::vector<std::string> &eal_args, uint32_t device, uint16_t *port_id,
+                 std::string *error) {
+  auto taken_by = [&](uint16_t pid) {
+    for (uint32_t d = 0; d < kMaxDevices; d++)
+      if (d != device && g_devices[d].configured && g_devices[d].port_id == pid) return int(d);
+    return -1;
+  };
+  const std::vector<std::string> named = split_eal_args(eal_args).devices;
+  if (named.empty()) {
+    uint16_t pid;
+    RTE_ETH_FOREACH_DEV(pid) {
+      if (taken_by(pid) >= 0) continue;
+      *port_id = pid;
+      return true;
+    }
+    *error = "no Ethernet device (give one with --vdev or a PCI address in the EAL arguments)";
+    return false;
+  }
+  const std::string name = named.front().substr(0, named.front().find(','));
+  bool found = rte_eth_dev_get_port_by_name(name.c_str(), port_id) == 0;
+  if (!found) {  // a PCI address as the user wrote it ("03:00.0"), matched by its bus
+    rte_dev_iterator it;
+    uint16_t pid;
+    RTE_ETH_FOREACH_MATCHING_DEV(pid, name.c_str(), &it) {
+      *port_id = pid;
+      found = true;
+      rte_eth_iterator_cleanup(&it);
+      break;
+    }
+  }
+  if (!found) {
+    *error = "no Ethernet device " + name;
+    return false;
+  }
+  if (int other = taken_by(*port_id); other >= 0) {
+    *error = name + " is vrnic" + std::to_string(other) + "'s device";
+    return false;
+  }
+  return true;
 }
 
 class DpdkPort final : public Port {
  public:
-  explicit DpdkPort(PacketPool &pool) : pool_(pool) {}
+  DpdkPort(PacketPool &pool, SharedDevice &dev) : pool_(pool), dev_(dev) {}
   ~DpdkPort() override;
   bool open(const DpdkPortConfig &cfg, std::string *error);
 
@@ -298,7 +387,7 @@ class DpdkPort final : public Port {
   void drop_pending(IpKey ip);
 
   PacketPool &pool_;
-  SharedDevice &dev_ = shared_device();
+  SharedDevice &dev_;
   uint16_t queue_ = 0;  // this worker's RX and TX queue (queue 0's port watches the link)
   // The shared device's fields, by their old names.
   uint16_t &port_id_ = dev_.port_id;
@@ -378,18 +467,8 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
   }
   udp_port_ = cfg.udp_port;
   iface_ = kernel_interface(cfg.eal_args);
-  if (!init_eal(cfg.eal_args, error)) return false;
-  uint16_t pid;
-  bool found = false;
-  RTE_ETH_FOREACH_DEV(pid) {
-    port_id_ = pid;
-    found = true;
-    break;
-  }
-  if (!found) {
-    *error = "no Ethernet device (give one with --vdev or a PCI address in the EAL arguments)";
+  if (!init_eal(cfg.eal_args, error) || !find_ethdev(cfg.eal_args, cfg.device, &port_id_, error))
     return false;
-  }
   int socket = rte_eth_dev_socket_id(port_id_);
   if (socket < 0) socket = int(rte_socket_id());
   rte_eth_dev_info info;
@@ -398,16 +477,20 @@ bool DpdkPort::open(const DpdkPortConfig &cfg, std::string *error) {
     return false;
   }
   memif_ = info.driver_name && std::strcmp(info.driver_name, "net_memif") == 0;
-  mbufs_ = rte_pktmbuf_pool_create("vrnic_frames", kMbufs, kMbufCache, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
-                                   socket);
-  ext_mbufs_ = rte_pktmbuf_pool_create("vrnic_payloads", kMbufs, kMbufCache, 0, 0, socket);
+  // Pool names are per process: each device's carry its number.
+  const std::string n = std::to_string(cfg.device);
+  mbufs_ = rte_pktmbuf_pool_create(("vrnic_frames" + n).c_str(), kMbufs, kMbufCache, 0,
+                                   RTE_MBUF_DEFAULT_BUF_SIZE, socket);
+  ext_mbufs_ =
+      rte_pktmbuf_pool_create(("vrnic_payloads" + n).c_str(), kMbufs, kMbufCache, 0, 0, socket);
   // memif copies a received frame into as many mbufs as it takes: a jumbo one gets mbufs that
   // hold it whole, read in place like any other rather than gathered into a packet first.
   const uint32_t rx_room = memif_ ? memif_mtu(cfg.eal_args) + kEthHeaderBytes : 0;
-  rx_mbufs_ = rx_room <= RTE_MBUF_DEFAULT_DATAROOM
-                  ? mbufs_
-                  : rte_pktmbuf_pool_create("vrnic_rx_frames", kRxJumboMbufs, kMbufCache, 0,
-                                            uint16_t(RTE_PKTMBUF_HEADROOM + rx_room), socket);
+  rx_mbufs_ =
+      rx_room <= RTE_MBUF_DEFAULT_DATAROOM
+          ? mbufs_
+          : rte_pktmbuf_pool_create(("vrnic_rx_frames" + n).c_str(), kRxJumboMbufs, kMbufCache, 0,
+                                    uint16_t(RTE_PKTMBUF_HEADROOM + rx_room), socket);
   if (!mbufs_ || !ext_mbufs_ || !rx_mbufs_) {
     *error = std::string("rte_pktmbuf_pool_create: ") + rte_strerror(rte_errno);
     return false;
@@ -1102,7 +1185,12 @@ uint16_t DpdkPort::rx_burst(Packet **pkts, uint16_t n) {
 
 extern "C" __attribute__((visibility("default"))) vrnic::Port *vrnic_dpdk_port_open(
     const vrnic::DpdkPortConfig *cfg, vrnic::PacketPool *pool, std::string *error) {
-  auto port = std::make_unique<vrnic::DpdkPort>(*pool);
+  if (cfg->device >= vrnic::kMaxDevices) {
+    *error = "device vrnic" + std::to_string(cfg->device) + ": at most " +
+             std::to_string(vrnic::kMaxDevices) + " devices";
+    return nullptr;
+  }
+  auto port = std::make_unique<vrnic::DpdkPort>(*pool, vrnic::g_devices[cfg->device]);
   if (!port->open(*cfg, error)) return nullptr;
   return port.release();
 }

@@ -7,8 +7,8 @@
 #   - traffic between the two devices of one vrnicd (perftest, pingpong with data checks, the
 #     wire integrity test at 1% loss) and from vrnic1 to another vrnicd;
 #   - isolation: faults set on one device touch only its traffic and counters;
-#   - refusals: a device without a wire port, two with one address, too many, two dpdk, a
-#     device whose port cannot open (nothing left behind), an unknown device in vrnicctl.
+#   - refusals: a device without a wire port, two with one address, too many, a device whose
+#     port cannot open (nothing left behind), an unknown device in vrnicctl.
 # shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 vrnic_script_init vnics
@@ -112,14 +112,13 @@ refusals() {
   expect_refusal 2 "vrnic1 needs a wire port" --udp 127.0.0.24 --device || ok=1
   expect_refusal 2 "already has this address" --udp 127.0.0.24 --device --udp 127.0.0.24 || ok=1
   expect_refusal 2 "at most 8 devices" --udp 127.0.0.24 "${many[@]}" || ok=1
-  expect_refusal 2 "one dpdk device per vrnicd" --dpdk 10.77.0.1 --device --dpdk 10.77.0.2 || ok=1
   # vrnic1's address and port are vrnicd p's: vrnic1 cannot open its port; vrnic0, already
   # up, is taken down again and no socket is left.
   expect_refusal 1 "vrnic1: " --udp 127.0.0.24 --udp-port "$UDP_PORT" \
     --device --udp $IP_P --udp-port "$UDP_PORT" || ok=1
   return "$ok"
 }
-check "vrnicd refuses: no wire port, a shared address, 9 devices, two dpdk, a port that fails" \
+check "vrnicd refuses: no wire port, a shared address, 9 devices, a port that fails" \
   on_hosts refusals
 
 stopped() {

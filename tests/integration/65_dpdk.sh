@@ -7,7 +7,7 @@
 #     ring holds frames back, a stopped peer does not wedge the sender);
 #   - a dpdk vrnicd against a udp-port vrnicd whose kernel owns the other end of a veth;
 #   - the same over IPv6 (neighbour discovery instead of ARP, UDP checksums);
-#   - two workers per daemon; memif on 2 MiB hugepages;
+#   - two workers per daemon; memif on 2 MiB hugepages; two dpdk devices in one vrnicd;
 #   - RX interrupts: vrnicd on net_tap sleeps until a frame comes.
 # Namespaces, veths, memif sockets and hugepages are made here and removed (released) on exit,
 # failures included; everywhere else DPDK runs without hugepages (--no-huge).
@@ -321,6 +321,44 @@ check "wire integrity test, 256 MiB at 1% loss: memif, 4096-byte MTU" \
   across_jumbo integrity_between j1 10.86.0.1 j2 10.86.0.2 256M
 check "memif 4096-byte MTU counters: frames both ways, no ICRC or format errors" \
   across_jumbo clean_counters j1 j2
+
+# --- two dpdk devices in one vrnicd -----------------------------------------------------------
+# vrnic0 and vrnic1 of one vrnicd, each on its own memif device, joined to each other: DPDK is
+# set up once, by vrnic0's --eal; vrnic1's names only its device (added to the running EAL).
+start_dual_hosts() {
+  local sock=$DIR/memif-dual.sock
+  need_dpdk &&
+    host_vrnicd x - --dpdk 10.88.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$sock" \
+      --device --dpdk 10.88.0.2 --eal "--vdev net_memif1,role=client,socket=$sock" || return 1
+  host_device x1 x 1
+  wait_link x x1
+}
+across_dual() { with_hosts start_dual_hosts x -- "$@"; }
+check "ib_write_bw -s 65536 -n 5000: vrnic0 <-> vrnic1 of one vrnicd, each on its own memif" \
+  across_dual perftest_between x x1 ib_write_bw -s 65536 -n 5000
+check "ib_read_bw -s 65536 -n 2000: vrnic0 <-> vrnic1 of one vrnicd, each on its own memif" \
+  across_dual perftest_between x x1 ib_read_bw -s 65536 -n 2000
+check "ibv_rc_pingpong: vrnic0 <-> vrnic1 of one vrnicd, each on its own memif" \
+  across_dual pingpong_between x x1 ibv_rc_pingpong
+check "two dpdk devices' counters: frames both ways on each, no ICRC or format errors" \
+  across_dual clean_counters x x1
+
+# A second dpdk device that cannot be: a clear error, nothing left behind.
+dual_refusals() {
+  local ok=0 first=(--dpdk 10.88.1.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/refused-memif.sock")
+  need_dpdk || return 1
+  expect_refusal 1 "vrnic1: dpdk port: net_memif0 is vrnic0's device" "${first[@]}" \
+    --device --dpdk 10.88.1.2 --eal "--vdev net_memif0,role=client" || ok=1
+  expect_refusal 1 "must be the first dpdk device's" "${first[@]}" \
+    --device --dpdk 10.88.1.2 --eal "--no-huge -m 128 --vdev net_memif1,role=client" || ok=1
+  expect_refusal 1 "vrnic1: dpdk port: no Ethernet device" "${first[@]}" \
+    --device --dpdk 10.88.1.2 --eal "$EAL_BASE" || ok=1
+  expect_refusal 1 "cannot add device net_nosuch0" "${first[@]}" \
+    --device --dpdk 10.88.1.2 --eal "--vdev net_nosuch0" || ok=1
+  return "$ok"
+}
+check "a second dpdk device refused: the first's device, other EAL options, none, no such device" \
+  dual_refusals
 
 # The same with two workers at each end (two queue pairs on the memif): the client's restart
 # keeps its other worker out of the device meanwhile. Three times over.
