@@ -334,10 +334,11 @@ start_dual_hosts() {
   wait_link x x1
 }
 across_dual() { with_hosts start_dual_hosts x -- "$@"; }
-check "ib_write_bw -s 65536 -n 5000: vrnic0 <-> vrnic1 of one vrnicd, each on its own memif" \
-  across_dual perftest_between x x1 ib_write_bw -s 65536 -n 5000
-check "ib_read_bw -s 65536 -n 2000: vrnic0 <-> vrnic1 of one vrnicd, each on its own memif" \
-  across_dual perftest_between x x1 ib_read_bw -s 65536 -n 2000
+for t in "ib_write_bw -s 65536 -n 5000" "ib_read_bw -s 65536 -n 2000"; do
+  read -ra cmd <<<"$t"
+  check "$t: vrnic0 <-> vrnic1 of one vrnicd, each on its own memif" \
+    across_dual perftest_between x x1 "${cmd[@]}"
+done
 check "ibv_rc_pingpong: vrnic0 <-> vrnic1 of one vrnicd, each on its own memif" \
   across_dual pingpong_between x x1 ibv_rc_pingpong
 check "two dpdk devices' counters: frames both ways on each, no ICRC or format errors" \
