@@ -8,8 +8,10 @@
 
 namespace vrnic {
 
+using wire::load_be32;
 using wire::store_be16;
 using wire::store_be32;
+using wire::store_be64;
 
 namespace {
 constexpr uint8_t kIpv4MappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -81,17 +83,21 @@ uint16_t ipv6_upper_checksum(const uint8_t src[16], const uint8_t dst[16], uint8
 
 size_t build_ipv4(uint8_t *out, const uint8_t src_gid[16], const uint8_t dst_gid[16],
                   uint16_t l4_len, uint8_t tos, uint8_t ttl, uint16_t id, bool dont_fragment) {
-  out[0] = 0x45;  // version 4, header length 5 words
-  out[1] = tos;
-  store_be16(out + 2, uint16_t(kIpv4HeaderBytes + l4_len));
-  store_be16(out + 4, id);
-  store_be16(out + 6, dont_fragment ? kIpv4DontFragment : 0);
-  out[8] = ttl;
-  out[9] = kIpProtocolUdp;
-  store_be16(out + 10, 0);
-  std::memcpy(out + 12, src_gid + 12, 4);
-  std::memcpy(out + 16, dst_gid + 12, 4);
-  store_be16(out + 10, ipv4_header_checksum(out, kIpv4HeaderBytes));
+  const uint16_t version_tos = uint16_t(0x45 << 8 | tos);  // version 4, header length 5 words
+  const auto total_len = uint16_t(kIpv4HeaderBytes + l4_len);
+  const uint16_t flags = dont_fragment ? kIpv4DontFragment : 0;
+  const auto ttl_protocol = uint16_t(ttl << 8 | kIpProtocolUdp);
+  const uint32_t src = load_be32(src_gid + 12), dst = load_be32(dst_gid + 12);
+  // The checksum from the fields' values, not read back from what was just stored; the header
+  // goes out in whole words, which the ICRC's loads of it are then served from.
+  uint32_t sum = uint32_t(version_tos) + total_len + id + flags + ttl_protocol + (src >> 16) +
+                 (src & 0xffff) + (dst >> 16) + (dst & 0xffff);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  const auto checksum = uint16_t(~sum);
+  store_be64(out,
+             uint64_t(version_tos) << 48 | uint64_t(total_len) << 32 | uint64_t(id) << 16 | flags);
+  store_be64(out + 8, uint64_t(ttl_protocol) << 48 | uint64_t(checksum) << 32 | src);
+  store_be32(out + 16, dst);
   return kIpv4HeaderBytes;
 }
 
@@ -109,10 +115,7 @@ size_t build_ipv6(uint8_t *out, const uint8_t src_gid[16], const uint8_t dst_gid
 }
 
 void build_udp(uint8_t *out, uint16_t sport, uint16_t dport, uint16_t len, uint16_t checksum) {
-  store_be16(out, sport);
-  store_be16(out + 2, dport);
-  store_be16(out + 4, len);
-  store_be16(out + 6, checksum);
+  store_be64(out, uint64_t(sport) << 48 | uint64_t(dport) << 32 | uint64_t(len) << 16 | checksum);
 }
 
 uint32_t roce_mtu_for(uint32_t ip_mtu, size_t ip_header_bytes) {

@@ -16,21 +16,30 @@ inline constexpr uint32_t kPsnMask = 0xffffff;
 inline constexpr uint32_t kQpnMask = 0xffffff;
 inline constexpr size_t kIcrcBytes = 4;
 
+// Whole-word loads and stores (memcpy and a byte swap): a header built with byte stores and
+// read back at once in wider words (a checksum, the ICRC) makes each read wait for the stores
+// to drain instead of taking its value from them.
 inline uint16_t load_be16(const uint8_t *p) {
-  return uint16_t(p[0] << 8 | p[1]);
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return __builtin_bswap16(v);
 }
 inline uint32_t load_be24(const uint8_t *p) {
   return uint32_t(p[0]) << 16 | p[1] << 8 | p[2];
 }
 inline uint32_t load_be32(const uint8_t *p) {
-  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return __builtin_bswap32(v);
 }
 inline uint64_t load_be64(const uint8_t *p) {
-  return uint64_t(load_be32(p)) << 32 | load_be32(p + 4);
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return __builtin_bswap64(v);
 }
 inline void store_be16(uint8_t *p, uint16_t v) {
-  p[0] = uint8_t(v >> 8);
-  p[1] = uint8_t(v);
+  v = __builtin_bswap16(v);
+  std::memcpy(p, &v, 2);
 }
 inline void store_be24(uint8_t *p, uint32_t v) {
   p[0] = uint8_t(v >> 16);
@@ -38,12 +47,12 @@ inline void store_be24(uint8_t *p, uint32_t v) {
   p[2] = uint8_t(v);
 }
 inline void store_be32(uint8_t *p, uint32_t v) {
-  store_be16(p, uint16_t(v >> 16));
-  store_be16(p + 2, uint16_t(v));
+  v = __builtin_bswap32(v);
+  std::memcpy(p, &v, 4);
 }
 inline void store_be64(uint8_t *p, uint64_t v) {
-  store_be32(p, uint32_t(v >> 32));
-  store_be32(p + 4, uint32_t(v));
+  v = __builtin_bswap64(v);
+  std::memcpy(p, &v, 8);
 }
 
 // PSNs are 24-bit sequence numbers compared in a window of 2^23 (IB spec 9.7.2).
