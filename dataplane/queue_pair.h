@@ -147,6 +147,13 @@ class QueuePair {
   bool sq_empty() const { return comp.wqe == sq_producer(); }
   uint32_t sq_producer() const { return shared->sq.producer.load(std::memory_order_acquire); }
   shm::SendWqe &wqe(uint32_t index) { return sq[index & sq_mask]; }
+  // Starts loading a WQE the provider wrote on another core (its header and first SGE), so
+  // that the requester does not wait for it when it gets there.
+  void prefetch_wqe(uint32_t index) {
+    const auto *p = reinterpret_cast<const char *>(&wqe(index));
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + 64);
+  }
   WqeMeta &wqe_meta(uint32_t index) { return meta[index & sq_mask]; }
 };
 

@@ -299,6 +299,7 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
     if (qp.type == IBV_QPT_RC && !req.window.allows(psn_diff(req.psn, qp.comp.acked_psn))) break;
     shm::SendWqe &wqe = qp.wqe(req.wqe);
     WqeMeta &meta = qp.wqe_meta(req.wqe);
+    if (req.wqe + 1 != producer) qp.prefetch_wqe(req.wqe + 1);
     bool fresh = req.wqe == req.started;
     uint8_t op = fresh ? wqe.opcode : meta.opcode;
     if (is_read_or_atomic(op)) {

@@ -3,6 +3,8 @@
 #include <infiniband/verbs.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 
 namespace vrnic {
 namespace {
@@ -67,18 +69,24 @@ int sge_gather(const Device &dev, const SgeList &list, SgeCursor &cur, uint8_t *
 }
 
 const uint8_t *sge_reference(const Device &dev, const SgeList &list, SgeCursor &cur, uint32_t len) {
-  while (cur.index < list.count && cur.offset >= list.sge[cur.index].length) {
-    cur.index++;
-    cur.offset = 0;
+  uint32_t index = cur.index, offset = cur.offset;
+  while (index < list.count && offset >= list.sge[index].length) {
+    index++;
+    offset = 0;
   }
-  if (cur.index >= list.count) return nullptr;
-  const shm::Sge &sge = list.sge[cur.index];
-  if (sge.length - cur.offset < len) return nullptr;
+  if (index >= list.count) return nullptr;
+  const shm::Sge &sge = list.sge[index];
+  if (sge.length - offset < len) return nullptr;
   const MemoryRegion *mr = local_mr(dev, list, sge, false);
-  uint64_t addr = sge.addr + cur.offset;
+  uint64_t addr = sge.addr + offset;
   if (!mr || !mr->contains(addr, len)) return nullptr;
   const uint8_t *p = mr->local_span(addr, len);
-  if (p) cur.offset += len;
+  if (!p) return nullptr;
+  // Written back in one store: the caller copies the cursor at once as one 8-byte word, which
+  // two 4-byte stores could not hand on (the load would wait for them to reach the cache).
+  static_assert(sizeof(SgeCursor) == 8 && offsetof(SgeCursor, offset) == 4);
+  const uint64_t both = uint64_t(offset + len) << 32 | index;
+  std::memcpy(static_cast<void *>(&cur), &both, sizeof(both));
   return p;
 }
 

@@ -28,7 +28,8 @@ SgeCursor sge_seek(const SgeList &list, uint64_t offset);
 int sge_scatter(const Device &dev, const SgeList &list, SgeCursor &cur, const uint8_t *src,
                 uint32_t len);
 int sge_gather(const Device &dev, const SgeList &list, SgeCursor &cur, uint8_t *dst, uint32_t len);
-// Zero copy: a pointer to the next len bytes if they sit in one local piece of one entry.
+// Zero copy: a pointer to the next len bytes if they sit in one local piece of one entry, the
+// cursor moved past them; nullptr (the cursor as it was) otherwise.
 const uint8_t *sge_reference(const Device &dev, const SgeList &list, SgeCursor &cur, uint32_t len);
 // Checks every entry up front; `need_write` for lists the NIC will write into.
 int sge_validate(const Device &dev, const SgeList &list, bool need_write, uint64_t *total);

@@ -186,6 +186,7 @@ bool Worker::poll_doorbells() {
         continue;
       }
       qp->shared->doorbell_pending.store(0, std::memory_order_seq_cst);
+      qp->prefetch_wqe(qp->req.wqe);
       schedule(*qp);
       any = true;
     }
@@ -290,6 +291,7 @@ bool Worker::poll_peers() {
     while (QueuePair *qp = doorbells_in_[i]->pop()) {
       // (A QP moves only with every worker parked, after this ring was emptied: it is ours.)
       qp->shared->doorbell_pending.store(0, std::memory_order_seq_cst);
+      qp->prefetch_wqe(qp->req.wqe);
       schedule(*qp);
       any = true;
     }
