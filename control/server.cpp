@@ -143,7 +143,7 @@ absl::Status Server::start_workers() {
     if (cfg_.udp || cfg_.dpdk) {
       absl::StatusOr<std::unique_ptr<Port>> port = open_wire_port(*w);
       if (!port.ok()) return port.status();
-      std::memcpy(dev_.info.gids[0].gid, (*port)->gid(), 16);
+      dev_.set_gid(0, (*port)->gid(), dev_.info.gids[0].type);
       // The port's MTU caps every path MTU (IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5).
       dev_.info.port_active_mtu = uint32_t(std::countr_zero((*port)->mtu_bytes())) - 7;
       (*port)->set_faults(cfg_.faults);

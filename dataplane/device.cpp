@@ -35,12 +35,17 @@ Device::Device(uint32_t index) {
   info.num_workers = 1;
   for (ctl::GidEntry &e : info.gids) e.type = ctl::kGidEmpty;
   // GID 0: RoCEv2, IPv4-mapped 127.0.0.1 (the loop port's address).
-  ctl::GidEntry &g = info.gids[0];
-  std::memset(g.gid, 0, 16);
-  g.gid[10] = g.gid[11] = 0xff;
-  g.gid[12] = 127;
-  g.gid[15] = 1;
-  g.type = 1;  // IBV_GID_TYPE_SYSFS_ROCE_V2
+  const uint8_t loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+  set_gid(0, loopback, 1);  // IBV_GID_TYPE_SYSFS_ROCE_V2
+}
+
+void Device::set_gid(uint32_t index, const uint8_t gid[16], uint32_t type) {
+  ctl::GidEntry &e = info.gids[index % ctl::kGidTableLen];
+  std::memcpy(e.gid, gid, 16);
+  e.type = type;
+  nlocal_gids_ = 0;
+  for (const ctl::GidEntry &g : info.gids)
+    if (g.type != ctl::kGidEmpty) std::memcpy(local_gids_[nlocal_gids_++].data(), g.gid, 16);
 }
 
 const MemoryRegion *Device::resolve_rkey(const QueuePair &qp, uint32_t rkey, uint64_t va,

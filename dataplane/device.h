@@ -2,6 +2,7 @@
 // Owned by the dataplane and changed only on the worker thread (see Worker::execute).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -52,11 +53,19 @@ class Device {
   }
   static uint32_t qpn_of_handle(uint32_t handle) { return handle - 1 + kQpnBase; }
 
+  // Writes GID table entry `index` (info.gids is written only through here).
+  void set_gid(uint32_t index, const uint8_t gid[16], uint32_t type);
   bool is_local_gid(const uint8_t gid[16]) const {
-    for (const ctl::GidEntry &e : info.gids)
-      if (e.type != ctl::kGidEmpty && std::memcmp(e.gid, gid, 16) == 0) return true;
+    for (uint32_t i = 0; i < nlocal_gids_; i++)
+      if (std::memcmp(local_gids_[i].data(), gid, 16) == 0) return true;
     return false;
   }
+
+ private:
+  // The table's non-empty GIDs, packed: is_local_gid runs for every packet sent, and the
+  // table is mostly empty.
+  std::array<std::array<uint8_t, 16>, ctl::kGidTableLen> local_gids_{};
+  uint32_t nlocal_gids_ = 0;
 };
 
 }  // namespace vrnic
