@@ -3,6 +3,7 @@
 #include <infiniband/verbs.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstring>
 
@@ -84,7 +85,8 @@ const uint8_t *sge_reference(const Device &dev, const SgeList &list, SgeCursor &
   if (!p) return nullptr;
   // Written back in one store: the caller copies the cursor at once as one 8-byte word, which
   // two 4-byte stores could not hand on (the load would wait for them to reach the cache).
-  static_assert(sizeof(SgeCursor) == 8 && offsetof(SgeCursor, offset) == 4);
+  static_assert(sizeof(SgeCursor) == 8 && offsetof(SgeCursor, offset) == 4 &&
+                std::endian::native == std::endian::little);
   const uint64_t both = uint64_t(offset + len) << 32 | index;
   std::memcpy(static_cast<void *>(&cur), &both, sizeof(both));
   return p;
