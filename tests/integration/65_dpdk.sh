@@ -7,7 +7,8 @@
 #     ring holds frames back, a stopped peer does not wedge the sender);
 #   - a dpdk vrnicd against a udp-port vrnicd whose kernel owns the other end of a veth;
 #   - the same over IPv6 (neighbour discovery instead of ARP, UDP checksums);
-#   - two workers per daemon; memif on 2 MiB hugepages; two dpdk devices in one vrnicd;
+#   - two workers per daemon; memif on 2 MiB hugepages; two dpdk devices in one vrnicd (over
+#     memif to each other; over two veths, one link down while the other carries traffic);
 #   - RX interrupts: vrnicd on net_tap sleeps until a frame comes.
 # Namespaces, veths, memif sockets and hugepages are made here and removed (released) on exit,
 # failures included; everywhere else DPDK runs without hugepages (--no-huge).
@@ -343,6 +344,51 @@ check "ibv_rc_pingpong: vrnic0 <-> vrnic1 of one vrnicd, each on its own memif" 
   across_dual pingpong_between x x1 ibv_rc_pingpong
 check "two dpdk devices' counters: frames both ways on each, no ICRC or format errors" \
   across_dual clean_counters x x1
+
+# Two vrnicd, each with two dpdk devices on net_af_packet, across two veth pairs between two
+# namespaces: vrnic0 of each on the first pair, vrnic1 on the second. A link goes down on one
+# pair: only that device's port goes down, the other device carries traffic meanwhile.
+NS_Y=vrdp-y-$$ NS_Z=vrdp-z-$$ VETH_Y0=vdy0$$ VETH_Z0=vdz0$$ VETH_Y1=vdy1$$ VETH_Z1=vdz1$$
+start_dual_veth_hosts() {
+  need_dpdk && veth_pair "$NS_Y" "$NS_Z" "$VETH_Y0" "$VETH_Z0" || return 1
+  ip link add "$VETH_Y1" netns "$NS_Y" type veth peer name "$VETH_Z1" netns "$NS_Z" &&
+    ip -n "$NS_Y" link set "$VETH_Y1" up && ip -n "$NS_Z" link set "$VETH_Z1" up || return 1
+  host_vrnicd y "$NS_Y" --dpdk 10.89.0.1 \
+    --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_Y0,$AF_PACKET_RING" \
+    --device --dpdk 10.89.1.1 --eal "--vdev net_af_packet1,iface=$VETH_Y1,$AF_PACKET_RING" &&
+    host_vrnicd z "$NS_Z" --dpdk 10.89.0.2 \
+      --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_Z0,$AF_PACKET_RING" \
+      --device --dpdk 10.89.1.2 --eal "$EAL_BASE --vdev net_af_packet1,iface=$VETH_Z1,$AF_PACKET_RING" ||
+    return 1
+  host_device y1 y 1
+  host_device z1 z 1
+  wait_link y y1 z z1
+}
+dual_link_down() {
+  local ok=0
+  pingpong_between y z ibv_rc_pingpong >/dev/null && pingpong_between y1 z1 ibv_rc_pingpong >/dev/null ||
+    { echo "FAIL: no traffic on both devices to begin with"; return 1; }
+  echo "+ ip -n $NS_Y link set $VETH_Y0 down   # vrnic0's link"
+  ip -n "$NS_Y" link set "$VETH_Y0" down || return 1
+  for _ in $(seq 100); do
+    [[ $(stat_of link_up y) == 0 ]] && break
+    sleep 0.1
+  done
+  echo "    link_up: vrnic0 $(stat_of link_up y), vrnic1 $(stat_of link_up y1)"
+  [[ $(stat_of link_up y) == 0 ]] || { echo "FAIL: vrnic0's link is still up"; ok=1; }
+  [[ $(stat_of link_up y1) == 1 ]] || { echo "FAIL: vrnic1's link went down with it"; ok=1; }
+  pingpong_between y1 z1 ibv_rc_pingpong >/dev/null ||
+    { echo "FAIL: vrnic1 carried no traffic while vrnic0's link was down"; ok=1; }
+  echo "+ ip -n $NS_Y link set $VETH_Y0 up"
+  ip -n "$NS_Y" link set "$VETH_Y0" up || return 1
+  wait_link y && pingpong_between y z ibv_rc_pingpong >/dev/null ||
+    { echo "FAIL: no traffic on vrnic0 after its link came back"; ok=1; }
+  return "$ok"
+}
+check "two dpdk devices on two veths: one's link down, the other carries traffic; then both again" \
+  with_hosts start_dual_veth_hosts y z -- dual_link_down
+check "ib_write_bw -s 65536 -n 2000: vrnic1 <-> vrnic1 of two vrnicd, af_packet, second veth" \
+  with_hosts start_dual_veth_hosts y z -- perftest_between y1 z1 ib_write_bw -s 65536 -n 2000
 
 # A second dpdk device that cannot be: a clear error, nothing left behind.
 dual_refusals() {
