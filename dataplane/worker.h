@@ -118,6 +118,7 @@ class Worker {
   std::vector<QueuePair *> ack_list_;
   std::vector<QueuePair *> timer_list_;
   uint64_t next_timer_check_ = 0;
+  uint64_t contended_until_ = 0;  // nap rather than yield when idle until then
   struct TxBatch {
     Packet *pkts[kBurst];
     uint16_t n = 0;
