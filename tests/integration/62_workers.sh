@@ -67,6 +67,12 @@ for t in "ib_write_bw -s 65536 -n 2000" "ib_write_bw -s 65536 -q 4 -n 1000" \
   read -ra cmd <<<"$t"
   check "$t: one vrnicd, two workers (loop port)" on_loop perftest_between w w "${cmd[@]}"
 done
+# Two workers and two ib_write_lat spinning on memory (never yielding) on two cores: a worker
+# left to wait for a scheduler tick made round trips of up to 4 ms (see worker.cpp), and this
+# took 17 s to minutes; now ~2 s. The timeout, 1 ms a round trip, is a bound on that stall.
+VRNIC_TEST_TIMEOUT=20 check \
+  "ib_write_lat -n 20000: one vrnicd, two workers, no worker left waiting for a tick" \
+  on_loop perftest_between w w ib_write_lat -n 20000
 for p in ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong; do
   check "$p: one vrnicd, two workers (loop port)" on_loop pingpong_between w w "$p"
 done
