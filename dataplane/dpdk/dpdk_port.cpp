@@ -652,9 +652,13 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
       pkt->payload >= pkt->bounce && pkt->payload < pkt->bounce + kPacketBufferBytes;
   const uint32_t headers = uint32_t(kEthHeaderBytes + ip_header_len_ + kUdpHeaderBytes);
   // A payload copied once already (bounced) is attached too when the frame would not fit one
-  // mbuf (jumbo frames on memif).
+  // mbuf (jumbo frames on memif). memif copies every frame into its shared ring itself, so
+  // attaching saves no copy there: a frame that fits one mbuf is built whole, and memif's copy
+  // of it is one aligned block instead of three segments, the payload's misaligned (+16% for
+  // 64 KiB writes, 10 interleaved runs).
   const bool fits = headers + roce_len <= RTE_MBUF_DEFAULT_DATAROOM;
-  const bool attach = zero_copy_ && (!fits || (!bounced && pkt->payload_len >= kZeroCopyMin));
+  const bool attach =
+      zero_copy_ && (!fits || (!memif_ && !bounced && pkt->payload_len >= kZeroCopyMin));
   rte_mbuf *head = rte_pktmbuf_alloc(mbufs_);
   if (!head) return nullptr;
   const uint32_t head_len = headers + pkt->header_len + (attach ? 0 : roce_len - pkt->header_len);
