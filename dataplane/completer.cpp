@@ -83,9 +83,28 @@ void acknowledge(Worker &w, QueuePair &qp, uint32_t psn) {
   restart_ack_timer(w, qp);
 }
 
+// The responder answers in PSN order, so an acknowledgement of the PSNs of an unfinished read
+// or atomic means its answer went missing: lost, or overtaken on the way (loopback reorders
+// when the sending thread moves between CPUs). Asked again at once, once per gap, rather than
+// after the ack timer (17 ms and more, with the window halved): the spec's implied NAK.
+void reask_missing_answer(Worker &w, QueuePair &qp) {
+  if (!outstanding(qp)) return;
+  const WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
+  if (!is_read_or_atomic(meta.opcode) || meta.resp_done || meta.status) return;
+  if (psn_diff(qp.comp.acked_psn, meta.last_psn) < 0) return;
+  if (qp.comp.rerequested_psn_valid && qp.comp.rerequested_psn == meta.resp_psn) return;
+  qp.comp.rerequested_psn = meta.resp_psn;
+  qp.comp.rerequested_psn_valid = true;
+  w.count(qp, kRetransmits);
+  qp.req.window.on_loss();
+  requester_rewind(qp, meta.resp_psn, Reask::kYes);
+  w.schedule(qp);
+}
+
 void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
   uint32_t psn = pkt.bth().psn();
   acknowledge(w, qp, psn_add(psn, -1u));
+  reask_missing_answer(w, qp);  // when this answers a later one
   if (!outstanding(qp)) return;
   shm::SendWqe &wqe = qp.wqe(qp.comp.wqe);
   WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
@@ -127,6 +146,7 @@ void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
 void atomic_ack(Worker &w, QueuePair &qp, const Packet &pkt) {
   uint32_t psn = pkt.bth().psn();
   acknowledge(w, qp, psn_add(psn, -1u));
+  reask_missing_answer(w, qp);  // when this answers a later one
   if (!outstanding(qp)) return;
   shm::SendWqe &wqe = qp.wqe(qp.comp.wqe);
   WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
@@ -262,6 +282,7 @@ void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
   if (aeth_kind(syndrome) != kAethAck) return nak(w, qp, psn, syndrome);
   if (op == kAtomicAcknowledge) return atomic_ack(w, qp, pkt);
   acknowledge(w, qp, psn);
+  reask_missing_answer(w, qp);
 }
 
 void completer_check_timers(Worker &w, QueuePair &qp) {
