@@ -83,22 +83,28 @@ void acknowledge(Worker &w, QueuePair &qp, uint32_t psn) {
   restart_ack_timer(w, qp);
 }
 
+// The oldest WQE, a read or atomic, lacks answers from `resp_psn` on: ask again at once rather
+// than wait for the timer, once per gap (every later packet in flight would show the gap).
+void reask(Worker &w, QueuePair &qp, uint32_t resp_psn) {
+  if (qp.comp.rerequested_psn_valid && qp.comp.rerequested_psn == resp_psn) return;
+  qp.comp.rerequested_psn = resp_psn;
+  qp.comp.rerequested_psn_valid = true;
+  w.count(qp, kRetransmits);
+  qp.req.window.on_loss();
+  requester_rewind(qp, resp_psn, Reask::kYes);
+  w.schedule(qp);
+}
+
 // The responder answers in PSN order, so an acknowledgement of the PSNs of an unfinished read
 // or atomic means its answer went missing: lost, or overtaken on the way (loopback reorders
-// when the sending thread moves between CPUs). Asked again at once, once per gap, rather than
-// after the ack timer (17 ms and more, with the window halved): the spec's implied NAK.
+// when the sending thread moves between CPUs). The spec's implied NAK: without it the
+// requester waited for the ack timer (17 ms and more, with the window halved).
 void reask_missing_answer(Worker &w, QueuePair &qp) {
   if (!outstanding(qp)) return;
   const WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
   if (!is_read_or_atomic(meta.opcode) || meta.resp_done || meta.status) return;
   if (psn_diff(qp.comp.acked_psn, meta.last_psn) < 0) return;
-  if (qp.comp.rerequested_psn_valid && qp.comp.rerequested_psn == meta.resp_psn) return;
-  qp.comp.rerequested_psn = meta.resp_psn;
-  qp.comp.rerequested_psn_valid = true;
-  w.count(qp, kRetransmits);
-  qp.req.window.on_loss();
-  requester_rewind(qp, meta.resp_psn, Reask::kYes);
-  w.schedule(qp);
+  reask(w, qp, meta.resp_psn);
 }
 
 void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
@@ -109,16 +115,8 @@ void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
   shm::SendWqe &wqe = qp.wqe(qp.comp.wqe);
   WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
   if (meta.opcode != IBV_WR_RDMA_READ || meta.resp_done) return;
-  if (psn_diff(psn, meta.resp_psn) > 0) {
-    // A response went missing: ask for the rest at once rather than wait for the timer
-    // (once per gap: the responses still in flight would all show it).
-    if (qp.comp.rerequested_psn_valid && qp.comp.rerequested_psn == meta.resp_psn) return;
-    qp.comp.rerequested_psn = meta.resp_psn;
-    qp.comp.rerequested_psn_valid = true;
-    w.count(qp, kRetransmits);
-    qp.req.window.on_loss();
-    requester_rewind(qp, meta.resp_psn, Reask::kYes);
-    w.schedule(qp);
+  if (psn_diff(psn, meta.resp_psn) > 0) {  // a response went missing
+    reask(w, qp, meta.resp_psn);
     return;
   }
   if (psn != meta.resp_psn) return;  // a duplicate
