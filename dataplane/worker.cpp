@@ -30,9 +30,7 @@ constexpr int kMaxSleepMs = 100;
 // (an application spinning on memory, as ib_write_lat does): the scheduler hands the core
 // back only at its next tick, 4 ms on at HZ=250, and every packet we owe it waits that long.
 // For a while after, an idle worker naps on a timer, kContendedSleepNs at a time, instead of
-// yielding: a thread that wakes preempts the spinner. (Also tried: a 100 us EEVDF slice for
-// workers through sched_setattr, which shortened latency's tail a little and cost 64-byte
-// writes ~18% of their rate.)
+// yielding: a thread that wakes preempts the spinner.
 constexpr uint64_t kLongYieldNs = 500'000;
 constexpr uint64_t kContendedNs = 200'000'000;
 constexpr uint64_t kContendedSleepNs = 20'000;
