@@ -43,11 +43,15 @@ absl::StatusOr<FaultConfig> FaultConfig::parse(const std::string &text) {
       st = percent(&cfg.corrupt);
     } else if (kv.first == "delay_us") {
       cfg.delay_us = uint32_t(value);
+    } else if (kv.first == "hold_op") {
+      if (value > 255 || value != double(int(value)))
+        return absl::InvalidArgumentError("hold_op is a BTH opcode (0-255)");
+      cfg.hold_opcode = int16_t(value);
     } else if (kv.first == "seed") {
       cfg.seed = uint64_t(value);
     } else {
       return absl::InvalidArgumentError("unknown fault '" + kv.first +
-                                        "' (loss, dup, reorder, corrupt, delay_us, seed)");
+                                        "' (loss, dup, reorder, corrupt, delay_us, hold_op, seed)");
     }
     if (!st.ok()) return st;
   }
@@ -59,7 +63,9 @@ std::string FaultConfig::to_string() const {
   std::snprintf(buf, sizeof(buf), "loss=%g,dup=%g,reorder=%g,corrupt=%g,delay_us=%u,seed=%llu",
                 loss * 100, duplicate * 100, reorder * 100, corrupt * 100, delay_us,
                 static_cast<unsigned long long>(seed));
-  return buf;
+  std::string text = buf;
+  if (hold_opcode >= 0) text += ",hold_op=" + std::to_string(hold_opcode);
+  return text;
 }
 
 }  // namespace vrnic

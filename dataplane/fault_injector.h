@@ -18,10 +18,16 @@ struct FaultConfig {
   double reorder = 0;     // ... held back and delivered after the next one
   double corrupt = 0;     // ... has one random bit flipped
   uint32_t delay_us = 0;  // added to every frame
+  // Every frame with this BTH opcode is held back behind the next frame, as reorder does at
+  // random: a chosen packet overtaken on the way, for tests of what recovers from that.
+  int16_t hold_opcode = -1;  // -1: none
   uint64_t seed = 1;
 
-  bool any() const { return loss || duplicate || reorder || corrupt || delay_us; }
-  // "loss=1,dup=0.5,reorder=5,corrupt=1,delay_us=100,seed=7" (rates in percent).
+  bool any() const {
+    return loss || duplicate || reorder || corrupt || delay_us || hold_opcode >= 0;
+  }
+  // "loss=1,dup=0.5,reorder=5,corrupt=1,delay_us=100,hold_op=16,seed=7" (rates in percent;
+  // hold_op a BTH opcode, 0-255).
   static absl::StatusOr<FaultConfig> parse(const std::string &text);
   std::string to_string() const;
 };
@@ -43,7 +49,15 @@ class FaultInjector {
 
   bool drop() { return roll(cfg_.loss, counters_.dropped); }
   bool duplicate() { return roll(cfg_.duplicate, counters_.duplicated); }
-  bool reorder() { return roll(cfg_.reorder, counters_.reordered); }
+  // Whether to hold this frame back behind the next one: its opcode is the one held, or the
+  // dice say so (counted as reordered either way).
+  bool reorder(uint8_t bth_opcode) {
+    if (cfg_.hold_opcode == bth_opcode) {
+      counters_.reordered++;
+      return true;
+    }
+    return roll(cfg_.reorder, counters_.reordered);
+  }
   // Flips one random bit of the frame when the dice say so.
   void maybe_corrupt(uint8_t *frame, uint32_t len);
   uint64_t delay_ns() const { return uint64_t(cfg_.delay_us) * 1000; }

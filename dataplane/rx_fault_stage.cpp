@@ -57,7 +57,7 @@ void RxFaultStage::push(RxFrame frame) {
       pool_.free(copy);
     }
   }
-  if (!held_.pkt && f.reorder()) {
+  if (!held_.pkt && frame.len && f.reorder(frame.data[0])) {  // (the BTH's first byte)
     held_ = frame;
     return;
   }

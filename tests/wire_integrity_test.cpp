@@ -1515,6 +1515,113 @@ TEST_CASE("RC across the wire under corrupt=1: every byte and completion verifie
   run_rc_setting({"corrupt=1", "corrupt=1"});
 }
 
+// An answer overtaken on the way by a later one: the responder answers in PSN order, so the
+// later answer (an ACK, a read response, an atomic acknowledge) tells the requester that the
+// earlier one went missing, and it asks again at once (the spec's implied NAK) rather than
+// waiting for its ACK timer. The requester's daemon holds back every frame of one BTH opcode
+// behind the frame after it (`hold_op`); each round posts two WRs whose answers then arrive
+// swapped. The timer is set long (timeout 18, ~1 s) so that it cannot be what recovers:
+// every round must complete with no timeout, its data and atomic results right.
+TEST_CASE("RC across the wire: an answer overtaken by a later one is asked for again at once",
+          "[wire][rc]") {
+  constexpr uint8_t kReadResponseOnly = 16, kAtomicAcknowledge = 18;
+  struct Case {
+    const char *what;
+    ibv_wr_opcode first, second;
+    uint8_t held;
+  };
+  const Case cases[] = {
+      {"read, then fetch-and-add; read response held", IBV_WR_RDMA_READ,
+       IBV_WR_ATOMIC_FETCH_AND_ADD, kReadResponseOnly},
+      {"fetch-and-add, then read; atomic acknowledge held", IBV_WR_ATOMIC_FETCH_AND_ADD,
+       IBV_WR_RDMA_READ, kAtomicAcknowledge},
+      {"read, then write; read response held", IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
+       kReadResponseOnly},
+  };
+  constexpr int kRounds = 8;
+  constexpr uint32_t kLen = 1000;  // one packet at path MTU 1024
+  constexpr uint64_t kCounterStart = 1000;
+  Wire w;
+  for (const Case &c : cases) {
+    INFO(c.what);
+    QpConfig cfg = wire_rc_config();
+    cfg.timeout = 18;
+    Endpoint a, b;  // a (on the first daemon) asks, b answers
+    connect_rc_pair(*w.dev1, a, *w.dev2, b, cfg, IBV_MTU_1024);
+    Region src(a.pd(), kLen, 1), dst(a.pd(), kLen, 2), orig(a.pd(), 8, 3);
+    Region remote(b.pd(), kLen, 4), remote_dst(b.pd(), kLen, 5), counter(b.pd(), 8, 6);
+    uint64_t count = kCounterStart;
+    std::memcpy(counter.payload(), &count, 8);
+    const Stats before = w.d1.require_stats();
+    w.d1.set_faults("hold_op=" + std::to_string(c.held));
+    for (int k = 0; k < kRounds; ++k) {
+      INFO("round " << k);
+      const uint64_t seed = seed_for(c.what, k);
+      fill_pattern(remote.payload(), kLen, seed);
+      fill_pattern(src.payload(), kLen, seed + 1);
+      std::memset(dst.payload(), 0, kLen);
+      std::memset(orig.payload(), 0, 8);
+      ibv_sge read_sge = make_sge(dst.payload(), kLen, dst.lkey());
+      ibv_sge write_sge = make_sge(src.payload(), kLen, src.lkey());
+      ibv_sge atomic_sge = make_sge(orig.payload(), 8, orig.lkey());
+      auto wr_for = [&](ibv_wr_opcode op, uint64_t id) {
+        ibv_send_wr wr{};
+        if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+          wr = make_send_wr(id, op, &atomic_sge, 1);
+          wr.wr.atomic.remote_addr = counter.addr();
+          wr.wr.atomic.rkey = counter.rkey();
+          wr.wr.atomic.compare_add = 1;
+        } else {
+          const bool read = op == IBV_WR_RDMA_READ;
+          wr = make_send_wr(id, op, read ? &read_sge : &write_sge, 1);
+          wr.wr.rdma.remote_addr = read ? remote.addr() : remote_dst.addr();
+          wr.wr.rdma.rkey = read ? remote.rkey() : remote_dst.rkey();
+        }
+        return wr;
+      };
+      ibv_send_wr first = wr_for(c.first, 2 * k), second = wr_for(c.second, 2 * k + 1);
+      first.next = &second;
+      post_send(a.qp(), &first);
+      const std::vector<ibv_wc> wcs = poll_n(a.scq(), 2, "the round's two completions");
+      for (int i = 0; i < 2; ++i) {
+        const ibv_wr_opcode op = i == 0 ? c.first : c.second;
+        WcExpect e;
+        e.what = "completion";
+        e.wr_id = uint64_t(2 * k + i);
+        e.qp_num = a.qpn();
+        e.opcode = op == IBV_WR_RDMA_READ    ? IBV_WC_RDMA_READ
+                   : op == IBV_WR_RDMA_WRITE ? IBV_WC_RDMA_WRITE
+                                             : IBV_WC_FETCH_ADD;
+        check_wc(wcs[i], e);
+      }
+      const std::string read_bad = check_pattern(dst.payload(), kLen, seed);
+      INFO("read: " << read_bad);
+      REQUIRE(read_bad.empty());  // every case has a read
+      if (c.second == IBV_WR_RDMA_WRITE) {
+        const std::string write_bad = check_pattern(remote_dst.payload(), kLen, seed + 1);
+        INFO("write: " << write_bad);
+        REQUIRE(write_bad.empty());
+      }
+      if (c.first == IBV_WR_ATOMIC_FETCH_AND_ADD || c.second == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        uint64_t got;
+        std::memcpy(&got, orig.payload(), 8);
+        REQUIRE(got == kCounterStart + uint64_t(k));  // executed once, however often asked
+      }
+    }
+    const Stats d = stats_delta(w.d1.require_stats(), before);
+    w.d1.set_faults("");
+    INFO("requester's vrnicd:" << format_counters(d));
+    CHECK(d["faults_reordered"] >= kRounds);
+    CHECK(d["retransmits"] >= kRounds);  // each round asked again ...
+    CHECK(d["timeouts"] == 0);           // ... at once, not when the timer ran out
+    if (c.first == IBV_WR_ATOMIC_FETCH_AND_ADD || c.second == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      std::memcpy(&count, counter.payload(), 8);
+      CHECK(count == kCounterStart + kRounds);
+    }
+  }
+  w.shutdown();
+}
+
 TEST_CASE("UC across the wire under loss=1: messages arrive whole and intact or not at all",
           "[wire][uc]") {
   Wire w;

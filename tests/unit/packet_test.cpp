@@ -164,6 +164,23 @@ TEST_CASE("RxFaultStage: a reordered frame comes after the next one; off flushes
   CHECK(pool.available() == 64);
 }
 
+TEST_CASE("RxFaultStage: hold_op holds back every frame of that opcode, only those", "[faults]") {
+  PacketPool pool(64);
+  Sink sink{{}, &pool};
+  RxFaultStage stage(pool, &Sink::deliver, &sink);
+  stage.configure(faults("hold_op=1"));
+  push_frames(pool, stage, 4);  // frame i's first byte (its BTH opcode) is i
+  CHECK(sink.seen == std::vector<uint8_t>{0, 2, 1, 3});
+  CHECK(stage.counters()->reordered == 1);
+  CHECK(faults("hold_op=0").hold_opcode == 0);
+  CHECK(faults("loss=1").hold_opcode == -1);
+  for (const char *bad : {"hold_op=256", "hold_op=1.5", "hold_op=-1", "hold_op=x"}) {
+    INFO(bad);
+    CHECK_FALSE(vrnic::FaultConfig::parse(bad).ok());
+  }
+  CHECK(pool.available() == 64);
+}
+
 TEST_CASE("RxFaultStage: delayed frames wait their time; dropped ones return at teardown",
           "[faults]") {
   PacketPool pool(64);
