@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "dataplane/fault_injector.h"
 #include "vrnic/ctl_io.h"
 #include "vrnic/socket_path.h"
 
@@ -184,6 +185,14 @@ int main(int argc, char **argv) {
   if (!ok) {
     usage();
     return 2;
+  }
+  // vrnicd checks the spec too, but can answer only EINVAL: say here what is wrong with it.
+  if (args[0] == "faults") {
+    if (absl::StatusOr<vrnic::FaultConfig> f = vrnic::FaultConfig::parse(args[1]); !f.ok()) {
+      std::fprintf(stderr, "vrnicctl: faults '%s': %s\n", args[1].c_str(),
+                   std::string(f.status().message()).c_str());
+      return 2;
+    }
   }
   if (!device.empty()) {
     vrnic::ctl::DeviceListResp r;

@@ -191,6 +191,31 @@ TEST_CASE("broken control messages close that connection only", "[daemon]") {
   CHECK(ibv_close_device(ctx) == 0);
 }
 
+// What vrnicctl faults sends; vrnicd checks the spec itself (vrnicctl is not the only client).
+TEST_CASE("fault specs: a bad one is EINVAL, without a wire port ENODEV, a good one is taken",
+          "[daemon]") {
+  auto set_faults = [](RawClient &raw, const char *spec) {
+    vrnic::ctl::SetFaultsReq req{};
+    std::strncpy(req.spec, spec, sizeof(req.spec) - 1);
+    vrnic::ctl::Message m;
+    return raw.call(vrnic::ctl::Op::kSetFaults, &req, sizeof(req), &m);
+  };
+  {
+    Daemon d;  // loop port only
+    RawClient raw(d.path());
+    CHECK(set_faults(raw, "hold_op=300") == EINVAL);
+    CHECK(set_faults(raw, "bogus=1") == EINVAL);
+    CHECK(set_faults(raw, "loss=1") == ENODEV);
+  }
+  const std::string port = std::to_string(20000 + getpid() % 12000);
+  Daemon d({"--udp", "127.0.0.33", "--udp-port", port});
+  RawClient raw(d.path());
+  CHECK(set_faults(raw, "loss=1,hold_op=16") == 0);
+  CHECK(set_faults(raw, "loss=101") == EINVAL);
+  CHECK(set_faults(raw, "hold_op=1.5") == EINVAL);
+  CHECK(set_faults(raw, "") == 0);
+}
+
 TEST_CASE("verbs with bad handles or arguments fail with EINVAL", "[daemon]") {
   Daemon d;
   ibv_context *ctx = open_vrnic();

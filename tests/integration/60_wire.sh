@@ -94,7 +94,7 @@ in_netns() {
   netns_hosts || return 1
   VRNIC_SOCKET=$NS_SOCK_A VRNIC_SERVER_NS=$NS_A VRNIC_CLIENT_NS=$NS_B \
     VRNIC_SERVER_ADDR=10.199.0.1 VRNIC_CLIENT_ENV=VRNIC_SOCKET=$NS_SOCK_B \
-    VRNICD_PID= "$fn" "$@"
+    VRNICD_PID='' "$fn" "$@"
 }
 
 # perftest and pingpong across, as for the loopback hosts below.
@@ -143,6 +143,22 @@ lossy_write_bw() {
 }
 check "ib_write_bw -s 65536 -n 5000 across udp at 1% loss: completes, retransmits counted" \
   lossy_write_bw
+
+# A bad fault spec: vrnicctl says what is wrong with it (exit 2), and sends nothing.
+bad_fault_specs() {
+  local spec out rc
+  wire_daemons || return 1
+  for spec in hold_op=300 hold_op=1.5 loss=101 loss=x bogus=1; do
+    out=$(timeout -k 2 10 "$VRNICCTL" --socket "$VRNIC_SOCKET" faults "$spec" 2>&1)
+    rc=$?
+    echo "vrnicctl faults $spec: exit $rc: $out"
+    if ((rc != 2)) || [[ $out != "vrnicctl: faults '$spec': "?* ]]; then
+      echo "FAIL: want exit 2 and the reason"
+      return 1
+    fi
+  done
+}
+check "vrnicctl faults with a bad spec: exit 2 and what is wrong" bad_fault_specs
 
 # Peer death: the remote vrnicd is killed mid-transfer; the local RC QP must fail with
 # IBV_WC_RETRY_EXC_ERR (perftest: "status 12") after the retry budget that its timeout and
