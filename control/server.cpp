@@ -1210,6 +1210,9 @@ int Server::set_faults(const ctl::SetFaultsReq &req) {
   execute_all([&] {
     for (auto &w : workers_) w->wire_port()->set_faults(*cfg);
   });
+  // In the log, so that what a run's packets went through is on record.
+  std::fprintf(stderr, "vrnicd: vrnic%u: faults %s\n", cfg_.device_index,
+               cfg->any() ? cfg->to_string().c_str() : "off");
   return 0;
 }
 
