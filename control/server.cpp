@@ -158,7 +158,13 @@ absl::Status Server::start_workers() {
     for (auto &w : workers_) w->connect(all);
   }
   watch_link();
-  for (auto &w : workers_) w->start();
+  for (uint32_t i = 0; i < nworkers_; i++) {
+    const std::vector<int> &cpus = cfg_.worker_cpus;
+    const int cpu = cpus.empty() ? -1 : cpus[i % cpus.size()];
+    if (int err = workers_[i]->start(cpu))
+      return absl::InternalError("pinning worker " + std::to_string(i) + " to CPU " +
+                                 std::to_string(cpu) + ": " + std::strerror(err));
+  }
   return absl::OkStatus();
 }
 

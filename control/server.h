@@ -62,6 +62,7 @@ struct ServerConfig {
   std::string socket_path;
   uint32_t device_index = 0;
   uint32_t workers = 1;
+  std::vector<int> worker_cpus;  // worker i runs on worker_cpus[i % size]; empty: anywhere
   // The wire: none (loop only: every peer is a local process), a udp port or a dpdk port.
   bool udp = false;
   UdpPortConfig udp_port;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "cpu_list.h"
 #include "server.h"
 #include "vrnic/socket_path.h"
 
@@ -29,7 +30,7 @@ void usage(FILE *out) {
   std::fprintf(
       out,
       "usage: vrnicd [--socket PATH] DEVICE [--device DEVICE]...\n"
-      "  DEVICE: [--workers N] [--udp ADDR [--udp-port PORT] [--no-gso]]\n"
+      "  DEVICE: [--workers N] [--cpus LIST] [--udp ADDR [--udp-port PORT] [--no-gso]]\n"
       "          [--dpdk ADDR --eal 'EAL ARGS' [--udp-port PORT]] [--faults SPEC]\n"
       "  --socket PATH    control socket (default: $VRNIC_SOCKET, else\n"
       "                   $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>.sock);\n"
@@ -41,6 +42,8 @@ void usage(FILE *out) {
       "  --workers N      dataplane worker threads, 1 to 8 (default 1); each QP runs on one\n"
       "                   (the least loaded when it is created), each has its own udp port\n"
       "                   or dpdk queue pair\n"
+      "  --cpus LIST      pin the workers to these CPUs, worker i to the i-th (round robin),\n"
+      "                   e.g. 1 or 2,3 or 4-7 (default: unpinned, the kernel places them)\n"
       "  --udp ADDR       RoCEv2 over UDP on this IPv4 or IPv6 address (GID 0); without\n"
       "                   it vrnic0 has only the loop port (peers are local processes)\n"
       "  --dpdk ADDR      RoCEv2 on an Ethernet device driven by DPDK, with this IPv4 or IPv6\n"
@@ -93,9 +96,9 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     vrnic::ServerConfig &cfg = devices.back();
     std::string arg = argv[i];
-    bool takes_value = arg == "--socket" || arg == "--workers" || arg == "--udp" ||
-                       arg == "--udp-port" || arg == "--faults" || arg == "--dpdk" ||
-                       arg == "--eal";
+    bool takes_value = arg == "--socket" || arg == "--workers" || arg == "--cpus" ||
+                       arg == "--udp" || arg == "--udp-port" || arg == "--faults" ||
+                       arg == "--dpdk" || arg == "--eal";
     if (takes_value && i + 1 >= argc) {
       std::fprintf(stderr, "vrnicd: %s needs a value\n", arg.c_str());
       return 2;
@@ -115,6 +118,19 @@ int main(int argc, char **argv) {
         return 2;
       }
       cfg.workers = uint32_t(n);
+    } else if (arg == "--cpus") {
+      cpu_set_t allowed;
+      CPU_ZERO(&allowed);
+      if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+        std::fprintf(stderr, "vrnicd: --cpus: sched_getaffinity: %s\n", std::strerror(errno));
+        return 2;
+      }
+      absl::StatusOr<std::vector<int>> cpus = vrnic::parse_cpu_list(argv[++i], allowed);
+      if (!cpus.ok()) {
+        std::fprintf(stderr, "vrnicd: --cpus %s\n", std::string(cpus.status().message()).c_str());
+        return 2;
+      }
+      cfg.worker_cpus = *cpus;
     } else if (arg == "--udp") {
       cfg.udp = true;
       cfg.udp_port.address = argv[++i];
@@ -197,8 +213,12 @@ int main(int argc, char **argv) {
         : cfg.dpdk
             ? "dpdk port " + cfg.dpdk_port.address + ":" + std::to_string(cfg.dpdk_port.udp_port)
             : "loop port";
-    std::fprintf(stderr, "vrnicd: vrnic%u ready on %s (%s, %u worker%s)\n", d,
-                 cfg.socket_path.c_str(), port.c_str(), cfg.workers, cfg.workers == 1 ? "" : "s");
+    std::string pinned;
+    for (int cpu : cfg.worker_cpus)
+      pinned += (pinned.empty() ? " on CPUs " : ",") + std::to_string(cpu);
+    std::fprintf(stderr, "vrnicd: vrnic%u ready on %s (%s, %u worker%s%s)\n", d,
+                 cfg.socket_path.c_str(), port.c_str(), cfg.workers, cfg.workers == 1 ? "" : "s",
+                 pinned.c_str());
   }
   // Device 0 is served on this thread, every other on one of its own.
   std::vector<std::thread> control;

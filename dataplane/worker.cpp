@@ -49,9 +49,14 @@ Worker::~Worker() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
-void Worker::start() {
+int Worker::start(int cpu) {
   running_ = true;
   thread_ = std::thread([this] { run(); });
+  if (cpu < 0) return 0;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(thread_.native_handle(), sizeof(set), &set);
 }
 
 void Worker::stop() {

@@ -39,7 +39,9 @@ class Worker {
   Worker(const Worker &) = delete;
   Worker &operator=(const Worker &) = delete;
 
-  void start();
+  // Starts the worker's thread, pinned to `cpu` unless it is -1; 0 or the errno of pinning
+  // (the thread then runs unpinned).
+  int start(int cpu = -1);
   void stop();
   // Several workers: each gets the others, for handing packets over. Before start() only.
   void connect(const std::vector<Worker *> &all);

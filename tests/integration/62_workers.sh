@@ -216,6 +216,53 @@ rebalancing() {
 }
 check "unbalanced workers: vrnicd moves a busy QP to the idle worker" on_loop rebalancing
 
+# --cpus: worker i on the i-th CPU given. Two vrnicd over udp, the CPUs in opposite orders.
+allowed_cpus() {  # this shell's CPUs (Cpus_allowed_list, e.g. 0-1,4), one number each
+  local list item c
+  list=$(awk '/^Cpus_allowed_list/ { print $2 }' /proc/self/status)
+  IFS=, read -ra items <<<"$list"
+  for item in "${items[@]}"; do
+    for ((c = ${item%-*}; c <= ${item#*-}; c++)); do echo "$c"; done
+  done
+}
+mapfile -t CPUS < <(allowed_cpus)
+CPU_A=${CPUS[0]} CPU_B=${CPUS[1]:-${CPUS[0]}}
+start_pinned_hosts() {
+  host_vrnicd p1 - --workers 2 --cpus "$CPU_B,$CPU_A" --udp 127.0.0.1 --udp-port $((UDP_PORT + 1)) &&
+    host_vrnicd p2 - --workers 2 --cpus "$CPU_A" --udp 127.0.0.2 --udp-port $((UDP_PORT + 1))
+}
+on_pinned() { with_hosts start_pinned_hosts p1 p2 -- "$@"; }
+
+# worker_cpus NAME: "vrnic-wN CPUS" for each worker thread of NAME, in worker order.
+worker_cpus() {
+  local task
+  for task in /proc/"$(pid_of "$1")"/task/*; do
+    [[ $(cat "$task/comm" 2>/dev/null) == vrnic-w* ]] || continue
+    echo "$(cat "$task/comm") $(awk '/^Cpus_allowed_list/ { print $2 }' "$task/status")"
+  done | sort
+}
+pinned() {
+  local got1 got2 want1 want2
+  got1=$(worker_cpus p1) got2=$(worker_cpus p2)
+  want1=$(printf 'vrnic-w0 %s\nvrnic-w1 %s' "$CPU_B" "$CPU_A")
+  want2=$(printf 'vrnic-w0 %s\nvrnic-w1 %s' "$CPU_A" "$CPU_A")
+  echo "    p1 (--cpus $CPU_B,$CPU_A): $(tr '\n' ' ' <<<"$got1")"
+  echo "    p2 (--cpus $CPU_A): $(tr '\n' ' ' <<<"$got2")"
+  [[ $got1 == "$want1" && $got2 == "$want2" ]] || { echo "FAIL: want $want1 / $want2"; return 1; }
+  perftest_between p1 p2 ib_write_bw -q 4 -n 2000
+}
+check "vrnicd --cpus: worker i on the i-th CPU given (round robin), traffic flows" on_pinned pinned
+
+cpu_refusals() {
+  local ok=0
+  expect_refusal 2 "want CPU numbers and ranges" --cpus x || ok=1
+  expect_refusal 2 "CPU $CPU_A given twice" --cpus "$CPU_A,$CPU_A" || ok=1
+  expect_refusal 2 "CPU 4096 is not one vrnicd may run on" --cpus 4096 || ok=1
+  return "$ok"
+}
+check "vrnicd refuses --cpus that is no CPU list, names a CPU twice or one it may not use" \
+  cpu_refusals
+
 ((${#PID[@]} > 0)) && check "every two-worker vrnicd: no objects left, exits 0 on SIGTERM" stop_hosts
 
 vrnic_script_finish

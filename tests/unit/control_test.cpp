@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "control/cpu_list.h"
 #include "control/qp_state_machine.h"
 #include "dataplane/slot_table.h"
 #include "vrnic/shm_layout.h"
@@ -86,4 +87,25 @@ TEST_CASE("slot table: handles start at 1, freed slots are reused late with a ne
   CHECK(y == x);
   CHECK(small.generation(y) == 2);
   (void)gen;
+}
+
+TEST_CASE("CPU lists: numbers and ranges in the order given, only allowed CPUs, none twice",
+          "[cpus]") {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  for (int cpu : {0, 1, 2, 3, 8}) CPU_SET(cpu, &allowed);
+  CHECK(format_cpu_set(allowed) == "0-3,8");
+  auto cpus = [&](const char *text) { return parse_cpu_list(text, allowed); };
+  CHECK(*cpus("1") == std::vector<int>{1});
+  CHECK(*cpus("3,0-2,8") == std::vector<int>{3, 0, 1, 2, 8});
+  CHECK(*cpus("2-2") == std::vector<int>{2});
+  for (const char *bad : {"", "x", "1,", ",1", "-1", "1-", "3-1", "1-2-3", "1,1", "0-2,2", "4",
+                          "0-8", "5000", "99999999999"}) {
+    INFO("'" << bad << "'");
+    absl::StatusOr<std::vector<int>> r = cpus(bad);
+    CHECK_FALSE(r.ok());
+    if (!r.ok()) CHECK(r.status().message().find(std::string("'") + bad + "'") == 0);
+  }
+  CHECK(std::string(cpus("4").status().message()) ==
+        "'4': CPU 4 is not one vrnicd may run on (0-3,8)");
 }
