@@ -13,7 +13,14 @@
 # writes). vrnic's packet rate is its bandwidth divided by the payload per packet (1024 or
 # 64 B); the ratio to the ceiling's packet rate is the figure the issue asks for (target
 # >= 0.60). Ceilings are measured with no vrnicd running (an idle vrnicd still polls), the
-# vrnicd pairs are then started for vrnic's figures. Medians over ROUNDS (default 3); logs
+# vrnicd pairs are then started for vrnic's figures.
+#
+# CPUs: the ceiling's two testpmd forwarding threads are pinned, the receiver's to CPU 1 and
+# the sender's to CPU 0 (perf/dpdk_ceiling.sh), and so are the memif vrnicds' workers
+# (`--cpus 1` for the server, which receives, and `--cpus 0` for the client); perftest floats.
+# `memif-unpinned` is the memif pair without --cpus, against the same ceiling, to show what
+# pinning gives. The af_packet pair runs unpinned: the kernel's veth work runs on the sending
+# CPU, and pinned workers made 64 KiB writes slower in 2 of 3 pairs (2026-11-30). Medians over ROUNDS (default 3); logs
 # and summary.md go to perf/out/bench-dpdk-<date>/.
 #
 # Worker scaling (`ib_write_bw -q 16` with 1 and 2 workers) is perf/bench_workers.sh.
@@ -57,7 +64,7 @@ payload_of() { echo "${PAYLOAD[$1.$2]:-${PAYLOAD[$2]}}"; }
 declare -A ARGS=([65536]="-s 65536" [64]="-s 64 -q 16")
 declare -A results  # [path.size.kind] = space-separated values per round
 BENCH_ROUNDS=$rounds
-BENCH_STEPS=$((10 * rounds))
+BENCH_STEPS=$((12 * rounds))
 
 # ceiling ROUND PATH SIZE: testpmd's Mpps for this path and frame size.
 ceiling() {
@@ -101,19 +108,21 @@ vrnic() {
 }
 
 start_pairs() {
-  host_vrnicd m1 - --dpdk 10.78.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif.sock" &&
-    host_vrnicd m2 - --dpdk 10.78.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif.sock" &&
-    host_vrnicd j1 - --dpdk 10.86.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif-8k.sock,bsize=8192" &&
-    host_vrnicd j2 - --dpdk 10.86.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif-8k.sock,bsize=8192" &&
+  host_vrnicd m1 - --cpus 1 --dpdk 10.78.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif.sock" &&
+    host_vrnicd m2 - --cpus 0 --dpdk 10.78.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif.sock" &&
+    host_vrnicd u1 - --dpdk 10.79.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif-u.sock" &&
+    host_vrnicd u2 - --dpdk 10.79.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif-u.sock" &&
+    host_vrnicd j1 - --cpus 1 --dpdk 10.86.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif-8k.sock,bsize=8192" &&
+    host_vrnicd j2 - --cpus 0 --dpdk 10.86.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif-8k.sock,bsize=8192" &&
     veth_pair "$NS_A" "$NS_B" "$VETH_A" "$VETH_B" &&
     host_vrnicd a "$NS_A" --dpdk 10.77.0.1 --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_A,$AF_PACKET_RING" &&
     host_vrnicd b "$NS_B" --dpdk 10.77.0.2 --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_B,$AF_PACKET_RING" &&
-    wait_link m1 m2 j1 j2 a b
+    wait_link m1 m2 u1 u2 j1 j2 a b
 }
 
 stop_pairs() {
   local d
-  for d in m1 m2 j1 j2 a b; do
+  for d in m1 m2 u1 u2 j1 j2 a b; do
     [[ -n ${PID[$d]:-} ]] || continue
     VRNICD_PID=${PID[$d]} VRNICD_LOG=${LOG[$d]} stop_vrnicd TERM "${SOCK[$d]}" >>"$out/vrnicd-stop.log" 2>&1
     PID[$d]=
@@ -123,12 +132,14 @@ stop_pairs() {
 }
 
 # (path size) pairs measured, in order.
-RUNS=("memif 65536" "af_packet 65536" "memif 64" "af_packet 64" "memif8k 65536")
-declare -A PAIR=([memif]="m1 m2" [af_packet]="a b" [memif8k]="j1 j2")
+RUNS=("memif 65536" "memif-unpinned 65536" "af_packet 65536" "memif 64" "memif-unpinned 64"
+  "af_packet 64" "memif8k 65536")
+declare -A PAIR=([memif]="m1 m2" [memif-unpinned]="u1 u2" [af_packet]="a b" [memif8k]="j1 j2")
+ceiling_of() { echo "${1%-unpinned}"; }  # the path whose ceiling a path is measured against
 for ((r = 1; r <= rounds; r++)); do
   for run in "${RUNS[@]}"; do
     read -r path size <<<"$run"
-    ceiling "$r" "$path" "$size"
+    [[ $(ceiling_of "$path") == "$path" ]] && ceiling "$r" "$path" "$size"
   done
   start_pairs >"$out/vrnicd-start.$r.log" 2>&1 || { cat "$out/vrnicd-start.$r.log"; exit 1; }
   for run in "${RUNS[@]}"; do
@@ -155,8 +166,8 @@ med() { bench_median_fmt "${2:-%.3f}" ${results[$1]:-}; }
   for run in "${RUNS[@]}"; do
     read -r path size <<<"$run"
     echo "| $path | ${ARGS[$size]} | $(med "$path.$size.gbs" %.2f) | $(med "$path.$size.vrnic") |" \
-      "$(med "$path.$size.ceiling") ($(frame_of "$path" "$size") B) |" \
-      "$(bench_ratio "$(med "$path.$size.vrnic")" "$(med "$path.$size.ceiling")") |"
+      "$(med "$(ceiling_of "$path").$size.ceiling") ($(frame_of "$path" "$size") B) |" \
+      "$(bench_ratio "$(med "$path.$size.vrnic")" "$(med "$(ceiling_of "$path").$size.ceiling")") |"
   done
   echo
   echo "Per round (Mpps): $(for k in "${!results[@]}"; do printf '%s=[%s] ' "$k" "${results[$k]% }"; done)"
