@@ -16,12 +16,13 @@
 # vrnicd pairs are then started for vrnic's figures.
 #
 # CPUs: the ceiling's two testpmd forwarding threads are pinned, the receiver's to CPU 1 and
-# the sender's to CPU 0 (perf/dpdk_ceiling.sh), and so are the memif vrnicds' workers
-# (`--cpus 1` for the server, which receives, and `--cpus 0` for the client); perftest floats.
-# `memif-unpinned` is the memif pair without --cpus, against the same ceiling, to show what
-# pinning gives. The af_packet pair runs unpinned: the kernel's veth work runs on the sending
-# CPU, and pinned workers made 64 KiB writes slower in 2 of 3 pairs (2026-11-30). Medians over ROUNDS (default 3); logs
-# and summary.md go to perf/out/bench-dpdk-<date>/.
+# the sender's to CPU 0 (perf/dpdk_ceiling.sh); vrnicd's workers and perftest float, as they
+# do by default. `memif-pinned` is the memif pair with its workers pinned the way testpmd's
+# are (`--cpus 1` for the server, which receives, `--cpus 0` for the client), against the
+# same ceiling: with perftest's client a third spinning thread on two CPUs, the kernel can
+# then no longer move a worker away from it (in perf/RESULTS.md, neither is reliably faster).
+#
+# Medians over ROUNDS (default 3); logs and summary.md go to perf/out/bench-dpdk-<date>/.
 #
 # Worker scaling (`ib_write_bw -q 16` with 1 and 2 workers) is perf/bench_workers.sh.
 #
@@ -108,21 +109,21 @@ vrnic() {
 }
 
 start_pairs() {
-  host_vrnicd m1 - --cpus 1 --dpdk 10.78.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif.sock" &&
-    host_vrnicd m2 - --cpus 0 --dpdk 10.78.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif.sock" &&
-    host_vrnicd u1 - --dpdk 10.79.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif-u.sock" &&
-    host_vrnicd u2 - --dpdk 10.79.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif-u.sock" &&
-    host_vrnicd j1 - --cpus 1 --dpdk 10.86.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif-8k.sock,bsize=8192" &&
-    host_vrnicd j2 - --cpus 0 --dpdk 10.86.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif-8k.sock,bsize=8192" &&
+  host_vrnicd m1 - --dpdk 10.78.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif.sock" &&
+    host_vrnicd m2 - --dpdk 10.78.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif.sock" &&
+    host_vrnicd p1 - --cpus 1 --dpdk 10.79.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif-p.sock" &&
+    host_vrnicd p2 - --cpus 0 --dpdk 10.79.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif-p.sock" &&
+    host_vrnicd j1 - --dpdk 10.86.0.1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$DIR/memif-8k.sock,bsize=8192" &&
+    host_vrnicd j2 - --dpdk 10.86.0.2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$DIR/memif-8k.sock,bsize=8192" &&
     veth_pair "$NS_A" "$NS_B" "$VETH_A" "$VETH_B" &&
     host_vrnicd a "$NS_A" --dpdk 10.77.0.1 --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_A,$AF_PACKET_RING" &&
     host_vrnicd b "$NS_B" --dpdk 10.77.0.2 --eal "$EAL_BASE --vdev net_af_packet0,iface=$VETH_B,$AF_PACKET_RING" &&
-    wait_link m1 m2 u1 u2 j1 j2 a b
+    wait_link m1 m2 p1 p2 j1 j2 a b
 }
 
 stop_pairs() {
   local d
-  for d in m1 m2 u1 u2 j1 j2 a b; do
+  for d in m1 m2 p1 p2 j1 j2 a b; do
     [[ -n ${PID[$d]:-} ]] || continue
     VRNICD_PID=${PID[$d]} VRNICD_LOG=${LOG[$d]} stop_vrnicd TERM "${SOCK[$d]}" >>"$out/vrnicd-stop.log" 2>&1
     PID[$d]=
@@ -132,10 +133,10 @@ stop_pairs() {
 }
 
 # (path size) pairs measured, in order.
-RUNS=("memif 65536" "memif-unpinned 65536" "af_packet 65536" "memif 64" "memif-unpinned 64"
+RUNS=("memif 65536" "memif-pinned 65536" "af_packet 65536" "memif 64" "memif-pinned 64"
   "af_packet 64" "memif8k 65536")
-declare -A PAIR=([memif]="m1 m2" [memif-unpinned]="u1 u2" [af_packet]="a b" [memif8k]="j1 j2")
-ceiling_of() { echo "${1%-unpinned}"; }  # the path whose ceiling a path is measured against
+declare -A PAIR=([memif]="m1 m2" [memif-pinned]="p1 p2" [af_packet]="a b" [memif8k]="j1 j2")
+ceiling_of() { echo "${1%-pinned}"; }  # the path whose ceiling a path is measured against
 for ((r = 1; r <= rounds; r++)); do
   for run in "${RUNS[@]}"; do
     read -r path size <<<"$run"
