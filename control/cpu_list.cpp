@@ -17,8 +17,7 @@ absl::StatusOr<std::vector<int>> parse_cpu_list(const std::string &text, const c
     unsigned first, last;
     const bool is_range = item.find('-') != absl::string_view::npos;
     if (!absl::SimpleAtoi(range.first, &first) ||
-        !absl::SimpleAtoi(is_range ? range.second : range.first, &last) || last < first ||
-        range.first.empty() || (is_range && range.second.empty()))
+        !absl::SimpleAtoi(is_range ? range.second : range.first, &last) || last < first)
       return bad("want CPU numbers and ranges, e.g. 0,2-3");
     for (unsigned cpu = first; cpu <= last; cpu++) {
       if (cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed))
