@@ -19,8 +19,9 @@
 # the sender's to CPU 0 (perf/dpdk_ceiling.sh); vrnicd's workers and perftest float, as they
 # do by default. `memif-pinned` is the memif pair with its workers pinned the way testpmd's
 # are (`--cpus 1` for the server, which receives, `--cpus 0` for the client), against the
-# same ceiling: with perftest's client a third spinning thread on two CPUs, the kernel can
-# then no longer move a worker away from it (in perf/RESULTS.md, neither is reliably faster).
+# same ceiling. Pinned was faster on an otherwise idle machine and not with other load: with
+# perftest's client a third spinning thread on two CPUs, a pinned worker cannot move away from
+# a busy CPU (perf/RESULTS.md, "Pinned workers").
 #
 # Medians over ROUNDS (default 3); logs and summary.md go to perf/out/bench-dpdk-<date>/.
 #
