@@ -137,7 +137,7 @@ mover() {
       for d in "$@"; do
         "$VRNICCTL" --socket "${SOCK[$d]}" qps 2>/dev/null |
           sed -n 's/^qpn=\(0x[0-9a-f]*\) .* worker=\([01]\).*/\1 \2/p' |
-          while read -r qpn w; do "$VRNICCTL" --socket "${SOCK[$d]}" move "$qpn" $((1 - w)); done
+          while read -r qpn on; do "$VRNICCTL" --socket "${SOCK[$d]}" move "$qpn" $((1 - on)); done
       done
       sleep 0.1
     done
@@ -227,8 +227,10 @@ allowed_cpus() {  # this shell's CPUs (Cpus_allowed_list, e.g. 0-1,4), one numbe
 }
 mapfile -t CPUS < <(allowed_cpus)
 CPU_A=${CPUS[0]} CPU_B=${CPUS[1]:-${CPUS[0]}}
+P1_CPUS=$CPU_B,$CPU_A
+((CPU_A != CPU_B)) || P1_CPUS=$CPU_A  # one CPU only: the same CPU twice is refused
 start_pinned_hosts() {
-  host_vrnicd p1 - --workers 2 --cpus "$CPU_B,$CPU_A" --udp 127.0.0.1 --udp-port $((UDP_PORT + 1)) &&
+  host_vrnicd p1 - --workers 2 --cpus "$P1_CPUS" --udp 127.0.0.1 --udp-port $((UDP_PORT + 1)) &&
     host_vrnicd p2 - --workers 2 --cpus "$CPU_A" --udp 127.0.0.2 --udp-port $((UDP_PORT + 1))
 }
 on_pinned() { with_hosts start_pinned_hosts p1 p2 -- "$@"; }
@@ -246,7 +248,7 @@ pinned() {
   got1=$(worker_cpus p1) got2=$(worker_cpus p2)
   want1=$(printf 'vrnic-w0 %s\nvrnic-w1 %s' "$CPU_B" "$CPU_A")
   want2=$(printf 'vrnic-w0 %s\nvrnic-w1 %s' "$CPU_A" "$CPU_A")
-  echo "    p1 (--cpus $CPU_B,$CPU_A): $(tr '\n' ' ' <<<"$got1")"
+  echo "    p1 (--cpus $P1_CPUS): $(tr '\n' ' ' <<<"$got1")"
   echo "    p2 (--cpus $CPU_A): $(tr '\n' ' ' <<<"$got2")"
   [[ $got1 == "$want1" && $got2 == "$want2" ]] || { echo "FAIL: want $want1 / $want2"; return 1; }
   perftest_between p1 p2 ib_write_bw -q 4 -n 2000
