@@ -838,6 +838,8 @@ int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
   const ctl::QpAttrWire &a = req.attr;
   uint32_t mask = req.attr_mask;
   int st = 0;
+  int resolve_on = -1;  // the worker whose port should look up the peer's link address
+  uint8_t peer[16];
   execute_all([&] {
     QueuePair &qp = *dev_.qps.get(req.handle);
     uint32_t cur = qp.attr.qp_state;
@@ -905,6 +907,10 @@ int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
     if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
       qp.resp = ResponderState{};
       qp.resp.psn = q.rq_psn;
+      if (qp.type != IBV_QPT_UD && q.ah.is_global) {
+        resolve_on = qp.worker;
+        std::memcpy(peer, q.ah.dgid, sizeof(peer));
+      }
     }
     if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
       qp.req.psn = qp.req.psn_end = q.sq_psn;
@@ -918,7 +924,17 @@ int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
     if (next == IBV_QPS_RTS) w.schedule(qp);  // WQEs posted before RTS may now go
     if (next == IBV_QPS_SQD) qp_check_drained(qp);
   });
+  if (!st && resolve_on >= 0) resolve_peer(unsigned(resolve_on), peer);
   return st;
+}
+
+// A peer the device is about to send to: its worker's wire port starts resolving its link
+// address now, as a RoCE driver resolves the destination MAC at modify-QP or create-AH time,
+// rather than when the first burst finds it unknown.
+void Server::resolve_peer(unsigned worker, const uint8_t gid[16]) {
+  Worker &w = *workers_[worker];
+  if (!w.wire_port() || dev_.is_local_gid(gid)) return;
+  w.execute([&] { w.wire_port()->resolve(gid); });
 }
 
 int Server::query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp) {
@@ -1060,6 +1076,7 @@ int Server::create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &
   pd->refs++;
   s.ahs.push_back(h);
   resp.handle = h;
+  if (req.av.is_global) resolve_peer(0, req.av.dgid);
   return 0;
 }
 

@@ -138,6 +138,7 @@ class Server {
   // Runs fn where it may change any worker's state: on the worker (one), or with every
   // worker parked (several).
   void execute_all(const std::function<void()> &fn);
+  void resolve_peer(unsigned worker, const uint8_t gid[16]);
   std::vector<uint32_t> qps_per_worker_;
 
   ServerConfig cfg_;

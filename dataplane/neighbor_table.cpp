@@ -21,6 +21,15 @@ NeighborTable::Answer NeighborTable::lookup(IpKey ip, uint64_t now) {
   return {State::kResolving, nullptr, send};
 }
 
+bool NeighborTable::prime(IpKey ip, uint64_t now) {
+  Entry &e = entries_[ip];
+  if (e.known && now - e.confirmed_ns < timing_.reachable_ns) return false;
+  if (e.requested && now - e.requested_ns < timing_.retry_ns) return false;
+  e.requested = true;
+  e.requested_ns = now;
+  return true;
+}
+
 void NeighborTable::learn(IpKey ip, const MacAddress &mac, uint64_t now) {
   Entry &e = entries_[ip];
   e.mac = mac;

@@ -42,6 +42,10 @@ class NeighborTable {
 
   // What is known of ip at time now (ns).
   Answer lookup(IpKey ip, uint64_t now);
+  // The device will soon send to ip (a QP going to RTR, an address handle): true when a
+  // request should go out now, ahead of the traffic. The peer's fail time starts only when
+  // traffic asks (lookup), so a peer that is not up yet when it is primed is not failed by it.
+  bool prime(IpKey ip, uint64_t now);
   // A message from ip told us its address (an ARP reply or request to us; a neighbour
   // advertisement, or a solicitation to us).
   void learn(IpKey ip, const MacAddress &mac, uint64_t now);

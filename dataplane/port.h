@@ -52,6 +52,11 @@ class Port {
   // rx_interrupt_done() when it wakes. -1: not now, the worker polls.
   virtual int arm_rx_interrupt() { return -1; }
   virtual void rx_interrupt_done() {}
+  // A peer the device will soon send to (a connected QP going to RTR, an address handle):
+  // a port that resolves link addresses itself starts now, as a RoCE NIC's driver resolves
+  // the destination MAC when the QP is modified, so that the first burst does not find the
+  // peer unresolved (and overflow what may wait for it). Called on the port's worker.
+  virtual void resolve(const uint8_t * /*peer_gid*/) {}
   // Fault injection on the receive path, for ports on a wire.
   virtual void set_faults(const FaultConfig &) {}
   virtual const FaultCounters *fault_counters() const { return nullptr; }

@@ -344,6 +344,7 @@ class DpdkPort final : public Port {
   uint64_t max_sleep_ns() const override { return rx_armed_ ? kHousekeepingNs : kPollNs; }
   int arm_rx_interrupt() override;
   void rx_interrupt_done() override;
+  void resolve(const uint8_t *peer_gid) override;
   void set_faults(const FaultConfig &cfg) override { faults_.configure(cfg); }
   const FaultCounters *fault_counters() const override { return faults_.counters(); }
 
@@ -831,6 +832,18 @@ void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
     }
   }
   if (nframes) send_frames(frames, nframes);
+}
+
+void DpdkPort::resolve(const uint8_t *peer_gid) {
+  on_thread();
+  if (gid_is_ipv4(peer_gid) == ipv6_ || !running_ || !link_up() || !enter_device()) return;
+  bool ask;
+  {
+    std::lock_guard lock(dev_.neighbors_mu);
+    ask = dev_.neighbors.prime(ip_key(peer_gid), now_ns());
+  }
+  if (ask) send_neighbor(Neighbor::kAsk, peer_gid, MacAddress{});
+  leave_device();
 }
 
 uint16_t DpdkPort::tx_burst(Packet **pkts, uint16_t n) {

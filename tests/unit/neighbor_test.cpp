@@ -127,6 +127,34 @@ TEST_CASE("NeighborTable: a stale peer that stops answering is forgotten", "[arp
   CHECK(t.lookup(ip(10, 0, 0, 3), now + 1).mac == nullptr);
 }
 
+TEST_CASE(
+    "NeighborTable: a peer primed ahead of traffic is asked once; its fail time starts with the "
+    "traffic",
+    "[arp]") {
+  NeighborTable::Timing timing;
+  NeighborTable t(timing);
+  CHECK(t.prime(ip(10, 0, 0, 5), 0));
+  CHECK_FALSE(t.prime(ip(10, 0, 0, 5), 50 * kMs));  // asked already
+  // Traffic soon after: the request is out, nothing more to send; the packets wait.
+  NeighborTable::Answer a = t.lookup(ip(10, 0, 0, 5), 60 * kMs);
+  CHECK(a.state == NeighborTable::State::kResolving);
+  CHECK_FALSE(a.send_request);
+  // Primed long before traffic, unanswered: the traffic still gets the whole fail time.
+  CHECK(t.prime(ip(10, 0, 0, 6), 0));
+  uint64_t now = 5 * timing.fail_ns;
+  a = t.lookup(ip(10, 0, 0, 6), now);
+  CHECK(a.state == NeighborTable::State::kResolving);
+  CHECK(a.send_request);
+  CHECK(t.lookup(ip(10, 0, 0, 6), now + timing.fail_ns - 1).state ==
+        NeighborTable::State::kResolving);
+  CHECK(t.lookup(ip(10, 0, 0, 6), now + timing.fail_ns).state == NeighborTable::State::kFailed);
+  // Answered: reachable, and priming it again asks nothing.
+  t.learn(ip(10, 0, 0, 5), kMacA, 70 * kMs);
+  CHECK(t.lookup(ip(10, 0, 0, 5), 71 * kMs).state == NeighborTable::State::kReachable);
+  CHECK_FALSE(t.prime(ip(10, 0, 0, 5), 200 * kMs));
+  CHECK(t.prime(ip(10, 0, 0, 5), 70 * kMs + timing.reachable_ns));  // stale: confirmed again
+}
+
 TEST_CASE("NeighborTable: refresh updates a known peer's address, ignores unknown ones", "[arp]") {
   NeighborTable t;
   CHECK_FALSE(t.refresh(ip(10, 0, 0, 4), kMacA, 1));
