@@ -482,10 +482,10 @@ next_port() {
 
 # wait_listen PORT PID SECS: wait until something listens on TCP PORT, while PID is alive.
 wait_listen() {
-  local port=$1 pid=$2 deadline=$(($(vrnic_now_us) + $3 * 1000000)) ns=()
-  [[ -n ${VRNIC_SERVER_NS:-} ]] && ns=(ip netns exec "$VRNIC_SERVER_NS")
+  local port=$1 pid=$2 deadline=$(($(vrnic_now_us) + $3 * 1000000)) in_ns=()
+  [[ -n ${VRNIC_SERVER_NS:-} ]] && in_ns=(ip netns exec "$VRNIC_SERVER_NS")
   while :; do
-    [[ -n $("${ns[@]}" ss -Hltn "( sport = :$port )" 2>/dev/null) ]] && return 0
+    [[ -n $("${in_ns[@]}" ss -Hltn "( sport = :$port )" 2>/dev/null) ]] && return 0
     _vrnic_running "$pid" || return 1
     (($(vrnic_now_us) >= deadline)) && return 2
     sleep 0.05

@@ -42,7 +42,7 @@ start_kernel_pair() {
   host_vrnicd "$1" "$3" --dpdk "$7" --eal "$EAL_BASE --vdev net_af_packet0,iface=$5,$AF_PACKET_RING" &&
     host_vrnicd "$2" "$4" --udp "$8" "${@:10}" && wait_link "$1"
 }
-start_veth_hosts() { start_raw_pair a b "$NS_A" "$NS_B" "$VETH_A" "$VETH_B" $IP_A $IP_B; }
+start_veth_hosts() { start_raw_pair a b "$NS_A" "$NS_B" "$VETH_A" "$VETH_B" "$IP_A" "$IP_B"; }
 
 # Bad frames at a dpdk port from the other end of its veth (scapy, independent of vrnic):
 # each damaged one counted as malformed or as an ICRC error, exactly; foreign ones ignored;
@@ -191,8 +191,8 @@ check "bad frames at an af_xdp port: counted exactly, foreign ones ignored, traf
 start_memif_hosts() {
   local sock=$DIR/memif.sock
   need_dpdk &&
-    host_vrnicd m1 - --dpdk $IP_M1 --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$sock" &&
-    host_vrnicd m2 - --dpdk $IP_M2 --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$sock" &&
+    host_vrnicd m1 - --dpdk "$IP_M1" --eal "$EAL_BASE --vdev net_memif0,role=server,socket=$sock" &&
+    host_vrnicd m2 - --dpdk "$IP_M2" --eal "$EAL_BASE --vdev net_memif0,role=client,socket=$sock" &&
     wait_link m1 m2
 }
 across_memif() { with_hosts start_memif_hosts m1 m2 -- "$@"; }
@@ -512,7 +512,7 @@ check "hugepages: two vrnicd over memif on 2 MiB pages reserved and released her
 # uses it through UDP sockets. ARP: vrnicd C asks, D's kernel answers, and answers C's
 # questions too.
 start_mixed_hosts() {
-  start_kernel_pair c d "$NS_C" "$NS_D" "$VETH_C" "$VETH_D" $IP_C $IP_D 24
+  start_kernel_pair c d "$NS_C" "$NS_D" "$VETH_C" "$VETH_D" "$IP_C" "$IP_D" 24
 }
 across_mixed() { with_hosts start_mixed_hosts c d -- "$@"; }
 check "ib_write_bw -s 65536 -n 5000: dpdk server, udp client" \
@@ -536,7 +536,7 @@ check "bad frames at an af_packet port: counted exactly, foreign ones ignored, t
 NS_G=vrdp-g-$$ NS_H=vrdp-h-$$ VETH_G=vdg$$ VETH_H=vdh$$
 NS_I=vrdp-i-$$ NS_J=vrdp-j-$$ VETH_I=vdi$$ VETH_J=vdj$$
 IP6_G=fd00:77::1 IP6_H=fd00:77::2 IP6_I=fd00:79::1 IP6_J=fd00:79::2
-start_v6_hosts() { start_raw_pair g h "$NS_G" "$NS_H" "$VETH_G" "$VETH_H" $IP6_G $IP6_H; }
+start_v6_hosts() { start_raw_pair g h "$NS_G" "$NS_H" "$VETH_G" "$VETH_H" "$IP6_G" "$IP6_H"; }
 across_v6() { with_hosts start_v6_hosts g h -- "$@"; }
 v6_gid() {
   local out
@@ -565,7 +565,7 @@ check "bad frames at an IPv6 af_xdp port: counted exactly, foreign and bogus ND 
 # --no-gso: a UDP GSO send to an IPv6 peer crosses a veth as one unsegmented frame, which
 # af_packet at the far end truncates (a NIC or a router would segment it first).
 start_v6_mixed_hosts() {
-  start_kernel_pair i j "$NS_I" "$NS_J" "$VETH_I" "$VETH_J" $IP6_I $IP6_J 64 --no-gso
+  start_kernel_pair i j "$NS_I" "$NS_J" "$VETH_I" "$VETH_J" "$IP6_I" "$IP6_J" 64 --no-gso
 }
 across_v6_mixed() { with_hosts start_v6_mixed_hosts i j -- "$@"; }
 check "ib_write_bw -s 65536 -n 5000: IPv6, dpdk server, udp (kernel) client" \
@@ -597,9 +597,9 @@ start_tap_hosts() {
   vrnic_on_cleanup "ip netns del $NS_T 2>/dev/null"
   echo "+ ip netns add $NS_T; vrnicd on net_tap0,iface=$TAP there; $IP_U on its kernel side"
   need_dpdk && ip netns add "$NS_T" && ip -n "$NS_T" link set lo up &&
-    host_vrnicd t "$NS_T" --dpdk $IP_T --eal "$EAL_BASE --vdev net_tap0,iface=$TAP" &&
-    ip -n "$NS_T" addr add $IP_U/24 dev "$TAP" && ip -n "$NS_T" link set "$TAP" up &&
-    host_vrnicd u "$NS_T" --udp $IP_U && wait_link t
+    host_vrnicd t "$NS_T" --dpdk "$IP_T" --eal "$EAL_BASE --vdev net_tap0,iface=$TAP" &&
+    ip -n "$NS_T" addr add "$IP_U"/24 dev "$TAP" && ip -n "$NS_T" link set "$TAP" up &&
+    host_vrnicd u "$NS_T" --udp "$IP_U" && wait_link t
 }
 across_tap() { with_hosts start_tap_hosts t u -- "$@"; }
 check "ib_write_bw -s 65536 -n 2000: dpdk on a tap (RX interrupts) <-> udp" \
