@@ -46,6 +46,11 @@ constexpr unsigned kMbufCache = 256;
 constexpr uint16_t kBurst = 32;
 constexpr uint32_t kZeroCopyMin = 256;  // smaller payloads cost less to copy than to attach
 constexpr uint32_t kMaxPendingPerPeer = 256;
+
+// Whether a packet's payload is in its own bounce buffer (copied out of registered memory).
+bool bounced(const Packet *pkt) {
+  return pkt->payload >= pkt->bounce && pkt->payload < pkt->bounce + kPacketBufferBytes;
+}
 constexpr uint64_t kHousekeepingNs = 50'000'000;  // link state, ARP retries
 constexpr uint64_t kPollNs = 200'000;             // no RX interrupt: look this often when idle
 constexpr uint64_t kMemifRetryNs = 1'000'000'000;
@@ -336,7 +341,10 @@ class DpdkPort final : public Port {
 
   uint16_t tx_burst(Packet **pkts, uint16_t n) override;
   uint16_t rx_burst(Packet **pkts, uint16_t n) override;
-  uint32_t in_flight() const override { return tx_in_flight_ + pending_packets_ + backlog_count_; }
+  // Packets waiting for a peer's address are not counted: they hold their payloads themselves
+  // (bounced), and a peer that never answers would hold every control operation of the
+  // device for its whole fail time.
+  uint32_t in_flight() const override { return tx_in_flight_ + backlog_count_; }
   uint32_t mtu_bytes() const override { return mtu_; }
   const PortCounters &counters() const override { return counters_; }
   const uint8_t *gid() const override { return gid_; }
@@ -425,7 +433,9 @@ class DpdkPort final : public Port {
   uint32_t backlog_head_ = 0;
   uint32_t backlog_count_ = 0;
   uint64_t backlog_moved_ns_ = 0;  // when the queue last took a frame, or the backlog began
-  // Packets waiting for a peer's ARP answer, by peer; they may reference registered memory.
+  // Packets waiting for a peer's ARP (or ND) answer, by peer, each payload in its own bounce
+  // buffer: nothing of a client's memory is held while the peer is resolved. (A QP moved to
+  // another worker meanwhile may have its packets reordered, at worst: go-back-N recovers.)
   absl::flat_hash_map<IpKey, std::vector<Packet *>> pending_;
   uint32_t pending_packets_ = 0;
   RxFaultStage faults_{pool_, &DpdkPort::deliver, this};
@@ -649,8 +659,7 @@ void DpdkPort::payload_done(void *, void *opaque) {
 rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
   const uint32_t pad = pkt->set_pad();
   const uint32_t roce_len = pkt->header_len + pkt->payload_len + pad + uint32_t(wire::kIcrcBytes);
-  const bool bounced =
-      pkt->payload >= pkt->bounce && pkt->payload < pkt->bounce + kPacketBufferBytes;
+  const bool copied = bounced(pkt);
   const uint32_t headers = uint32_t(kEthHeaderBytes + ip_header_len_ + kUdpHeaderBytes);
   // A payload copied once already (bounced) is attached too when the frame would not fit one
   // mbuf (jumbo frames on memif). memif copies every frame into its shared ring itself, so
@@ -659,7 +668,7 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
   // 64 KiB writes, 10 interleaved runs).
   const bool fits = headers + roce_len <= RTE_MBUF_DEFAULT_DATAROOM;
   const bool attach =
-      zero_copy_ && (!fits || (!memif_ && !bounced && pkt->payload_len >= kZeroCopyMin));
+      zero_copy_ && (!fits || (!memif_ && !copied && pkt->payload_len >= kZeroCopyMin));
   rte_mbuf *head = rte_pktmbuf_alloc(mbufs_);
   if (!head) return nullptr;
   const uint32_t head_len = headers + pkt->header_len + (attach ? 0 : roce_len - pkt->header_len);
@@ -726,7 +735,7 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
   auto *t = reinterpret_cast<uint8_t *>(rte_pktmbuf_append(tail, uint16_t(pad + wire::kIcrcBytes)));
   std::memset(t, 0, pad);
   std::memcpy(t + pad, icrc_bytes, wire::kIcrcBytes);
-  (bounced ? counters_.tx_payload_copied : counters_.tx_payload_zero_copy) += pkt->payload_len;
+  (copied ? counters_.tx_payload_copied : counters_.tx_payload_zero_copy) += pkt->payload_len;
   if (rte_pktmbuf_chain(head, payload) || rte_pktmbuf_chain(head, tail)) {
     rte_pktmbuf_free(head);  // frees what was chained; payload_done returns the packet
     return nullptr;
@@ -811,6 +820,10 @@ void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
           counters_.tx_no_route++;
           pool_.free(pkt);
         } else {
+          if (pkt->payload_len && !bounced(pkt)) {
+            std::memcpy(pkt->bounce, pkt->payload, pkt->payload_len);
+            pkt->payload = pkt->bounce;
+          }
           waiting.push_back(pkt);
           pending_packets_++;
         }

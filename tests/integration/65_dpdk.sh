@@ -184,6 +184,34 @@ link_flap() {
 }
 check "link down gives IBV_EVENT_PORT_ERR, link up PORT_ACTIVE, and traffic resumes" \
   across_veth link_flap
+
+# A peer nobody answers for (no host has the address: ARP or ND goes unanswered): an RC write
+# fails with IBV_WC_RETRY_EXC_ERR after its retry budget (timeout 14, retry_cnt 7: 537 ms), the
+# QP is destroyed at once (its frames waiting for the address hold no client memory), those
+# frames are counted as unroutable once the address has failed (1 s), and traffic with the
+# real peer goes on.
+# unreachable HOST PEER ADDRESS: from vrnicd HOST to ADDRESS; PEER is HOST's real peer.
+unreachable() {
+  local host=$1 peer=$2 addr=$3 ok=0 nr0 nr=0 log=$DIR/unreachable.log
+  nr0=$(stat_of udp_tx_no_route "$host")
+  echo "+ unreachable_peer --peer $addr   # a client of vrnicd $host; no host has $addr"
+  VRNIC_SOCKET=${SOCK[$host]} "${VRUN[@]}" timeout -k 2 30 \
+    "$VRNIC_BUILD_DIR/tests/unreachable_peer" --peer "$addr" >"$log" 2>&1 || ok=1
+  sed 's/^/    /' "$log"
+  for _ in $(seq 30); do
+    nr=$(($(stat_of udp_tx_no_route "$host") - nr0))
+    ((nr > 0)) && break
+    sleep 0.1
+  done
+  echo "    frames dropped for want of the address: $nr"
+  ((nr > 0)) || { echo "FAIL: none counted as unroutable (udp_tx_no_route)"; ok=1; }
+  pingpong_between "$host" "$peer" ibv_rc_pingpong >/dev/null ||
+    { echo "FAIL: no traffic with the real peer afterwards"; ok=1; }
+  CHECK_NOTE=$(sed -n 's/^status=.* after_ms=\([0-9]*\) .*/\1 ms/p' "$log")
+  return "$ok"
+}
+check "RC write to an address nobody answers (ARP): RETRY_EXC_ERR in the retry budget, no hang" \
+  across_veth unreachable a b 10.77.0.99
 check "bad frames at an af_xdp port: counted exactly, foreign ones ignored, traffic goes on" \
   across_veth bad_frames_to b a "$NS_A" "$VETH_A" "$NS_B" "$VETH_B" $IP_A $IP_B
 
@@ -553,6 +581,8 @@ for t in "ib_write_bw -s 65536 -n 5000" "ib_read_bw -s 65536 -n 2000" "ib_send_b
 done
 check "ibv_rc_pingpong: IPv6, af_packet <-> af_xdp" across_v6 pingpong_between g h ibv_rc_pingpong
 check "ibv_ud_pingpong: IPv6, af_packet <-> af_xdp" across_v6 pingpong_between g h ibv_ud_pingpong
+check "RC write to an address nobody answers (ND): RETRY_EXC_ERR in the retry budget, no hang" \
+  across_v6 unreachable g h fd00:77::99
 check "wire format on an IPv6 veth: tshark decodes every frame, ICRC and UDP checksums good" \
   across_v6 wire_format g h "$NS_G" "$VETH_G"
 check "wire integrity test, 256 MiB at 1% loss: IPv6, af_packet <-> af_xdp" \
