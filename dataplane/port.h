@@ -36,6 +36,11 @@ class Port {
   virtual uint16_t rx_burst(Packet **pkts, uint16_t n) = 0;
   // Packets accepted but not yet delivered (a port with none in flight is quiescent).
   virtual uint32_t in_flight() const = 0;
+  // The port holds as many frames as its device should have queued (its TX queue full and a
+  // backlog behind it): the worker makes no new packets until it drains, as a NIC's send
+  // engine stops fetching WQEs, rather than have the port drop what it cannot queue. (A port
+  // that holds packets from the worker's pool until they are sent is held back by the pool.)
+  virtual bool tx_full() const { return false; }
   virtual uint32_t mtu_bytes() const = 0;
   virtual const PortCounters &counters() const = 0;
   // The port's own address as a RoCEv2 GID (an IPv4-mapped or IPv6 address); nullptr for a

@@ -214,7 +214,8 @@ bool Worker::serve_run_queue() {
   run_queue_.swap(run_next_);
   for (QueuePair *qp : run_queue_) {
     qp->in_run_queue = false;
-    if (pool.available() < kQpBudget * 2) {  // out of packets: try again next turn
+    // Out of packets, or the wire cannot take more for now: try again next turn.
+    if (pool.available() < kQpBudget * 2 || (wire_ && wire_->tx_full())) {
       schedule(*qp);
       continue;
     }

@@ -60,6 +60,9 @@ constexpr uint8_t kTtl = 64;
 // go-back-N to resend. At most two frame mbufs each: half the pool, the rest left to receive
 // into (two daemons, each holding mbufs until the other drains its ring, must not starve).
 constexpr uint32_t kTxBacklog = 4096;
+// A backlog this long stops the worker making new packets (tx_full): what is made meanwhile
+// (the rest of a QP's turn, ACKs and read responses to what arrives) still finds room.
+constexpr uint32_t kTxBacklogFull = kTxBacklog / 2;
 // A queue that has taken nothing for this long has a peer that stopped reading (a stopped
 // process on the other end of memif, a wedged device): its backlog is dropped, so that a
 // worker waiting for its port to empty (before a QP is destroyed, at exit) is not stuck.
@@ -345,6 +348,7 @@ class DpdkPort final : public Port {
   // (bounced), and a peer that never answers would hold every control operation of the
   // device for its whole fail time.
   uint32_t in_flight() const override { return tx_in_flight_ + backlog_count_; }
+  bool tx_full() const override { return backlog_count_ >= kTxBacklogFull; }
   uint32_t mtu_bytes() const override { return mtu_; }
   const PortCounters &counters() const override { return counters_; }
   const uint8_t *gid() const override { return gid_; }
