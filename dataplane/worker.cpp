@@ -209,9 +209,14 @@ bool Worker::poll_doorbells() {
   return any;
 }
 
+// True when it got anything done. QPs held back (no packets, or a wire that cannot take more)
+// are not work: a worker that only waits for its port to drain must count as idle and give
+// its CPU up in time, or a peer sharing that CPU (the other end of a memif) never empties the
+// queue it waits for.
 bool Worker::serve_run_queue() {
   if (run_next_.empty()) return false;
   run_queue_.swap(run_next_);
+  bool progress = false;
   for (QueuePair *qp : run_queue_) {
     qp->in_run_queue = false;
     // Out of packets, or the wire cannot take more for now: try again next turn.
@@ -219,6 +224,7 @@ bool Worker::serve_run_queue() {
       schedule(*qp);
       continue;
     }
+    progress = true;
     if (qp->state() == IBV_QPS_ERR) {
       qp_flush(*this, *qp);
       continue;
@@ -234,7 +240,7 @@ bool Worker::serve_run_queue() {
     }
   }
   run_queue_.clear();
-  return true;
+  return progress;
 }
 
 bool Worker::receive() {
