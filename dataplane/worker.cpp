@@ -220,7 +220,7 @@ bool Worker::serve_run_queue() {
   for (QueuePair *qp : run_queue_) {
     qp->in_run_queue = false;
     // Out of packets, or the wire cannot take more for now: try again next turn.
-    if (pool.available() < kQpBudget * 2 || (wire_ && wire_->tx_full())) {
+    if (pool.available() < kRxReserve + kQpBudget || (wire_ && wire_->tx_full())) {
       schedule(*qp);
       continue;
     }

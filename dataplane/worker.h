@@ -33,6 +33,9 @@ class Worker {
   static constexpr uint16_t kBurst = 32;
   static constexpr uint32_t kPoolPackets = 4096;
   static constexpr uint32_t kQpBudget = 64;  // packets per QP per turn, for fairness
+  // Packets new sends may not take: what arrives meanwhile (and the ACKs and read responses it
+  // calls for) needs packets too, or it is dropped (rx_no_buffer) and sent again.
+  static constexpr uint32_t kRxReserve = kPoolPackets / 4;
 
   Worker(Device &dev, uint32_t index, shm::DaemonShared *daemon_shm);
   ~Worker();
