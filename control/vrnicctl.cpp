@@ -40,6 +40,7 @@ int stats(int sock) {
       {"udp_rx_icrc_errors", r->wire_rx_icrc_errors},
       {"udp_rx_malformed", r->wire_rx_malformed},
       {"udp_rx_no_buffer", r->wire_rx_no_buffer},
+      {"udp_rx_dropped", r->wire_rx_dropped},
       {"faults_dropped", r->faults_dropped},
       {"faults_duplicated", r->faults_duplicated},
       {"faults_reordered", r->faults_reordered},

@@ -20,6 +20,10 @@ struct PortCounters {
   uint64_t rx_icrc_errors = 0;
   uint64_t rx_malformed = 0;
   uint64_t rx_no_buffer = 0;  // dropped: no free packet buffer to receive into
+  // Dropped before the port could read them: the kernel's, at a full socket receive buffer
+  // (udp: datagrams, a GRO run counting once), or the device's, with no free RX descriptor
+  // (dpdk: frames). The device's own count, not a sum of increments.
+  uint64_t rx_dropped = 0;
   // Transmitted payload bytes the port copied, and those it sent from where they lay
   // (registered memory attached to the frame: zero-copy).
   uint64_t tx_payload_copied = 0;

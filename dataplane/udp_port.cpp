@@ -143,7 +143,8 @@ struct UdpPort::RxBuffer {
   msghdr msg;
   iovec iov;
   sockaddr_in6 peer;
-  alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(int))];
+  // UDP_GRO's segment size, SO_RXQ_OVFL's count of the socket's drops.
+  alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint32_t))];
   uint8_t data[kMaxDatagram];
 };
 
@@ -220,6 +221,9 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
   int one = 1;
   if (setsockopt(rx_fd_, SOL_UDP, UDP_GRO, &one, sizeof(one)) < 0)
     return absl::ErrnoToStatus(errno, "setsockopt UDP_GRO");
+  // Each datagram then says how many the kernel dropped at this socket so far (rx_dropped).
+  if (setsockopt(rx_fd_, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one)) < 0)
+    return absl::ErrnoToStatus(errno, "setsockopt SO_RXQ_OVFL");
   gso_ = cfg.gso;
   // Source ports for flow entropy; ports other programs hold are skipped.
   for (uint32_t port = 0xc000; port <= 0xffff && tx_fds_.size() < cfg.tx_sockets; port++) {
@@ -487,6 +491,10 @@ void UdpPort::on_datagram(RxBuffer &buf, int len) {
       int gso_size;
       std::memcpy(&gso_size, CMSG_DATA(cm), sizeof(gso_size));
       if (gso_size > 0) segment = gso_size;
+    } else if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SO_RXQ_OVFL) {
+      uint32_t drops;
+      std::memcpy(&drops, CMSG_DATA(cm), sizeof(drops));
+      counters_.rx_dropped = drops;
     }
   }
   uint16_t index = 0;

@@ -431,7 +431,9 @@ class DpdkPort final : public Port {
   bool rx_intr_enabled_ = false;  // rte_eth_dev_rx_intr_enable() took (not every PMD has it)
   bool rx_armed_ = false;         // the worker sleeps on rx_intr_fd_
   uint64_t next_housekeeping_ = 0;
-  uint32_t tx_in_flight_ = 0;  // zero-copy payloads the device still holds
+  uint32_t tx_in_flight_ = 0;    // zero-copy payloads the device still holds
+  uint64_t imissed_seen_ = 0;    // the device's count of missed frames, last read
+  uint64_t imissed_before_ = 0;  // ... and what it had counted before a restart
   // Frames waiting for room in the TX queue, oldest first (a ring): sent before newer ones.
   std::array<rte_mbuf *, kTxBacklog> backlog_{};
   uint32_t backlog_head_ = 0;
@@ -1019,6 +1021,14 @@ void DpdkPort::housekeeping(uint64_t now) {
 
 // The device's link (worker 0's port looks after it).
 void DpdkPort::watch_device(uint64_t now) {
+  // Frames the device dropped for want of RX descriptors (af_packet's and af_xdp's kernel
+  // rings included). A restarted device counts from 0 again.
+  rte_eth_stats st;
+  if (rte_eth_stats_get(port_id_, &st) == 0) {
+    if (st.imissed < imissed_seen_) imissed_before_ += imissed_seen_;
+    imissed_seen_ = st.imissed;
+    counters_.rx_dropped = imissed_before_ + imissed_seen_;
+  }
   rte_eth_link link{};
   bool up = rte_eth_link_get_nowait(port_id_, &link) != 0 || link.link_status;
   if (!iface_.empty()) up = up && kernel_link_running(iface_);

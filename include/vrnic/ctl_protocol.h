@@ -344,6 +344,7 @@ struct StatsResp {
   uint64_t wire_rx_interrupts;  // worker sleeps ended by a frame (the port's RX interrupt)
   uint64_t qp_moves;            // QPs moved between workers (rebalancing and vrnicctl move)
   uint64_t workers;
+  uint64_t wire_rx_dropped;  // dropped before the port read them (full socket buffer, ring)
 };
 
 // Per-QP state and counters, a page at a time (vrnicctl qps).

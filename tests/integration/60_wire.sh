@@ -160,6 +160,35 @@ bad_fault_specs() {
 }
 check "vrnicctl faults with a bad spec: exit 2 and what is wrong" bad_fault_specs
 
+# A stopped vrnicd's socket overflows: the datagrams the kernel drops are counted
+# (udp_rx_dropped, the socket's SO_RXQ_OVFL count), those it kept are read and refused (not
+# RoCE: udp_rx_malformed). Each is one or the other, and the daemon carries traffic after.
+# (The kernel reports its count with the next datagram queued, here the pingpong's.)
+socket_overflow() {
+  local n=20000 d0 m0 d m
+  wire_daemons || return 1
+  d0=$(vrnic_stat udp_rx_dropped "$PEER_SOCKET") m0=$(vrnic_stat udp_rx_malformed "$PEER_SOCKET")
+  echo "+ kill -STOP $PEER_PID; $n datagrams of 1000 x 0xff to 127.0.0.2:$WIRE_PORT; kill -CONT"
+  kill -STOP "$PEER_PID"
+  /usr/bin/python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.3", 0))
+for _ in range(int(sys.argv[2])):
+    s.sendto(b"\xff" * 1000, ("127.0.0.2", int(sys.argv[1])))
+' "$WIRE_PORT" "$n"
+  kill -CONT "$PEER_PID"
+  pingpong_across ibv_rc_pingpong -n 100 >/dev/null || { echo "FAIL: no traffic afterwards"; return 1; }
+  d=$(($(vrnic_stat udp_rx_dropped "$PEER_SOCKET") - d0))
+  m=$(($(vrnic_stat udp_rx_malformed "$PEER_SOCKET") - m0))
+  echo "dropped by the kernel (udp_rx_dropped): $d; read and refused (udp_rx_malformed): $m"
+  ((d > 0)) || { echo "FAIL: no drop counted"; return 1; }
+  ((d + m == n)) || { echo "FAIL: $((d + m)) accounted for, $n sent"; return 1; }
+  CHECK_NOTE="$d dropped, $m refused"
+}
+check "a stopped vrnicd's socket overflows: the kernel's drops counted, every datagram accounted for" \
+  socket_overflow
+
 # Peer death: the remote vrnicd is killed mid-transfer; the local RC QP must fail with
 # IBV_WC_RETRY_EXC_ERR (perftest: "status 12") after the retry budget that its timeout and
 # retry_cnt define -- perftest sets timeout 14 (4.096 us x 2^14 = 67 ms) and retry_cnt 7, so
