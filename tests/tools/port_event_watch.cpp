@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "first_device.h"
+
 namespace {
 
 const char *state_name(ibv_port_state s) {
@@ -41,12 +43,9 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  int n = 0;
-  ibv_device **list = ibv_get_device_list(&n);
-  if (!list || n < 1) return fail("no device");
-  ibv_context *ctx = ibv_open_device(list[0]);
-  ibv_free_device_list(list);
-  if (!ctx) return fail("ibv_open_device");
+  const char *why = nullptr;
+  ibv_context *ctx = open_first_device(&why);
+  if (!ctx) return fail(why);
   ibv_port_attr attr;
   if (ibv_query_port(ctx, 1, &attr)) return fail("ibv_query_port");
   std::printf("ready port_state=%s\n", state_name(attr.state));

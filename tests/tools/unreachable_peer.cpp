@@ -16,6 +16,8 @@
 #include <cstring>
 #include <string>
 
+#include "first_device.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -60,12 +62,9 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "usage: unreachable_peer --peer ADDR [--timeout 1-20] [--retry 0-7]\n");
     return 2;
   }
-  int n = 0;
-  ibv_device **list = ibv_get_device_list(&n);
-  if (!list || n < 1) return fail("no device");
-  ibv_context *ctx = ibv_open_device(list[0]);
-  ibv_free_device_list(list);
-  if (!ctx) return fail("ibv_open_device");
+  const char *why = nullptr;
+  ibv_context *ctx = open_first_device(&why);
+  if (!ctx) return fail(why);
   static char buf[4096];
   ibv_pd *pd = ibv_alloc_pd(ctx);
   ibv_cq *cq = pd ? ibv_create_cq(ctx, 4, nullptr, nullptr, 0) : nullptr;
