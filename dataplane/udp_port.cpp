@@ -32,7 +32,9 @@ constexpr uint32_t kMaxDatagram = 65535;
 // IPv6 payload length, counts the headers after it too.
 constexpr uint32_t kMaxUdpPayloadV4 = 65535 - 20 - 8;
 constexpr uint32_t kMaxUdpPayloadV6 = 65535 - 8;
-constexpr int kSocketBuffer = 8 << 20;
+// Socket buffers: room for the bursts 64 QPs both ways put on a receiver sharing its CPU (with
+// 8 MiB the kernel dropped hundreds of datagrams a run, each a go-back-N timeout).
+constexpr int kSocketBuffer = 32 << 20;
 constexpr uint8_t kTtl = 64;
 
 // Per-packet state while the kernel owns the packet, kept in Packet::wire.
