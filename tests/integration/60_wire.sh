@@ -165,7 +165,7 @@ check "vrnicctl faults with a bad spec: exit 2 and what is wrong" bad_fault_spec
 # RoCE: udp_rx_malformed). Each is one or the other, and the daemon carries traffic after.
 # (The kernel reports its count with the next datagram queued, here the pingpong's.)
 socket_overflow() {
-  local n=20000 d0 m0 d m
+  local n=60000 d0 m0 d m
   wire_daemons || return 1
   d0=$(vrnic_stat udp_rx_dropped "$PEER_SOCKET") m0=$(vrnic_stat udp_rx_malformed "$PEER_SOCKET")
   echo "+ kill -STOP $PEER_PID; $n datagrams of 1000 x 0xff to 127.0.0.2:$WIRE_PORT; kill -CONT"
