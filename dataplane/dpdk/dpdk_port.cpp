@@ -46,11 +46,6 @@ constexpr unsigned kMbufCache = 256;
 constexpr uint16_t kBurst = 32;
 constexpr uint32_t kZeroCopyMin = 256;  // smaller payloads cost less to copy than to attach
 constexpr uint32_t kMaxPendingPerPeer = 256;
-
-// Whether a packet's payload is in its own bounce buffer (copied out of registered memory).
-bool bounced(const Packet *pkt) {
-  return pkt->payload >= pkt->bounce && pkt->payload < pkt->bounce + kPacketBufferBytes;
-}
 constexpr uint64_t kHousekeepingNs = 50'000'000;  // link state, ARP retries
 constexpr uint64_t kPollNs = 200'000;             // no RX interrupt: look this often when idle
 constexpr uint64_t kMemifRetryNs = 1'000'000'000;
@@ -68,6 +63,11 @@ constexpr uint32_t kTxBacklogFull = kTxBacklog / 2;
 // worker waiting for its port to empty (before a QP is destroyed, at exit) is not stuck.
 constexpr uint64_t kTxStallNs = 200'000'000;
 constexpr uint16_t kMaxQueues = 8;  // one RX/TX pair per worker
+
+// Whether a packet's payload is in its own bounce buffer (copied out of registered memory).
+bool bounced(const Packet *pkt) {
+  return pkt->payload >= pkt->bounce && pkt->payload < pkt->bounce + kPacketBufferBytes;
+}
 
 // Nanoseconds from the TSC: a clock_gettime per burst showed in profiles.
 uint64_t now_ns() {
@@ -853,8 +853,9 @@ void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
   if (nframes) send_frames(frames, nframes);
 }
 
+// Any thread may ask (the request goes out on this port's queue while its worker runs the
+// command, or is parked): nothing here needs the worker's per-lcore mbuf cache.
 void DpdkPort::resolve(const uint8_t *peer_gid) {
-  on_thread();
   if (gid_is_ipv4(peer_gid) == ipv6_ || !running_ || !link_up() || !enter_device()) return;
   bool ask;
   {
