@@ -30,7 +30,8 @@ void usage(FILE *out) {
   std::fprintf(
       out,
       "usage: vrnicd [--socket PATH] DEVICE [--device DEVICE]...\n"
-      "  DEVICE: [--workers N] [--cpus LIST] [--udp ADDR [--udp-port PORT] [--no-gso]]\n"
+      "  DEVICE: [--workers N] [--cpus LIST]\n"
+      "          [--udp ADDR [--udp-port PORT] [--udp-buffer BYTES] [--no-gso]]\n"
       "          [--dpdk ADDR --eal 'EAL ARGS' [--udp-port PORT]] [--faults SPEC]\n"
       "  --socket PATH    control socket (default: $VRNIC_SOCKET, else\n"
       "                   $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>.sock);\n"
@@ -55,6 +56,8 @@ void usage(FILE *out) {
       "                   repeats the other options or gives none\n"
       "  --eal ARGS       DPDK EAL arguments, split at spaces\n"
       "  --udp-port PORT  UDP port to listen on and send to (default 4791)\n"
+      "  --udp-buffer BYTES  each udp socket's receive and send buffer (default 33554432);\n"
+      "                   without root the kernel caps it at net.core.rmem_max/wmem_max\n"
       "  --no-gso         one sendmsg per packet (by default runs of equal-size packets to\n"
       "                   an IPv6 or loopback peer leave as one UDP GSO send)\n"
       "  --faults SPEC    inject faults on the wire port's receive path, e.g.\n"
@@ -82,6 +85,8 @@ std::string wire_key(const vrnic::ServerConfig &d) {
 std::string check_device(const vrnic::ServerConfig &d, uint32_t index) {
   if (d.udp && d.dpdk) return "one wire port per device: --udp or --dpdk, not both";
   if (!d.dpdk && !d.dpdk_port.eal_args.empty()) return "--eal is for the dpdk port (--dpdk ADDR)";
+  if (!d.udp && d.udp_port.socket_buffer != vrnic::UdpPortConfig{}.socket_buffer)
+    return "--udp-buffer is for the udp port (--udp ADDR)";
   if (d.faults.any() && !d.udp && !d.dpdk) return "--faults needs a wire port (--udp or --dpdk)";
   if (index > 0 && !d.udp && !d.dpdk)
     return "vrnic" + std::to_string(index) + " needs a wire port (--udp or --dpdk)";
@@ -97,8 +102,8 @@ int main(int argc, char **argv) {
     vrnic::ServerConfig &cfg = devices.back();
     std::string arg = argv[i];
     bool takes_value = arg == "--socket" || arg == "--workers" || arg == "--cpus" ||
-                       arg == "--udp" || arg == "--udp-port" || arg == "--faults" ||
-                       arg == "--dpdk" || arg == "--eal";
+                       arg == "--udp" || arg == "--udp-port" || arg == "--udp-buffer" ||
+                       arg == "--faults" || arg == "--dpdk" || arg == "--eal";
     if (takes_value && i + 1 >= argc) {
       std::fprintf(stderr, "vrnicd: %s needs a value\n", arg.c_str());
       return 2;
@@ -141,6 +146,12 @@ int main(int argc, char **argv) {
       }
       cfg.udp_port.udp_port = uint16_t(n);
       cfg.dpdk_port.udp_port = uint16_t(n);
+    } else if (arg == "--udp-buffer") {
+      if (!parse_number(argv[++i], 4096, 1ul << 30, &n)) {
+        std::fprintf(stderr, "vrnicd: --udp-buffer: a number of bytes from 4096 to 1073741824\n");
+        return 2;
+      }
+      cfg.udp_port.socket_buffer = uint32_t(n);
     } else if (arg == "--dpdk") {
       cfg.dpdk = true;
       cfg.dpdk_port.address = argv[++i];

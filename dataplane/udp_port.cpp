@@ -32,9 +32,6 @@ constexpr uint32_t kMaxDatagram = 65535;
 // IPv6 payload length, counts the headers after it too.
 constexpr uint32_t kMaxUdpPayloadV4 = 65535 - 20 - 8;
 constexpr uint32_t kMaxUdpPayloadV6 = 65535 - 8;
-// Socket buffers: room for the bursts 64 QPs both ways put on a receiver sharing its CPU (with
-// 8 MiB the kernel dropped hundreds of datagrams a run, each a go-back-N timeout).
-constexpr int kSocketBuffer = 32 << 20;
 constexpr uint8_t kTtl = 64;
 
 // Per-packet state while the kernel owns the packet, kept in Packet::wire.
@@ -56,12 +53,13 @@ T &scratch(Packet *pkt) {
   return *reinterpret_cast<T *>(pkt->wire.storage);
 }
 
-void set_buffers(int fd) {
+void set_buffers(int fd, uint32_t bytes) {
   // As root the limits can be exceeded; otherwise the kernel caps them at rmem/wmem_max.
-  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kSocketBuffer, sizeof(kSocketBuffer)) < 0)
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kSocketBuffer, sizeof(kSocketBuffer));
-  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &kSocketBuffer, sizeof(kSocketBuffer)) < 0)
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kSocketBuffer, sizeof(kSocketBuffer));
+  int n = int(std::min<uint32_t>(bytes, INT32_MAX / 2));
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &n, sizeof(n)) < 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &n, sizeof(n));
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &n, sizeof(n)) < 0)
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &n, sizeof(n));
 }
 
 // The IP and UDP headers the ICRC covers. The kernel builds the real ones; the fields it
@@ -207,7 +205,7 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
     int pmtu = ipv4_ ? IP_PMTUDISC_DO : IPV6_PMTUDISC_DO;
     setsockopt(*fd, ipv4_ ? IPPROTO_IP : IPPROTO_IPV6, ipv4_ ? IP_MTU_DISCOVER : IPV6_MTU_DISCOVER,
                &pmtu, sizeof(pmtu));
-    set_buffers(*fd);
+    set_buffers(*fd, cfg.socket_buffer);
     if (reuse_port_ && port == udp_port_)
       setsockopt(*fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
     sockaddr_in6 sa;

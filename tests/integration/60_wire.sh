@@ -189,6 +189,58 @@ for _ in range(int(sys.argv[2])):
 check "a stopped vrnicd's socket overflows: the kernel's drops counted, every datagram accounted for" \
   socket_overflow
 
+# --udp-buffer: every udp socket of the daemon gets the buffers asked for (as root: exactly;
+# the kernel reports twice the size, its bookkeeping included), the default 32 MiB otherwise.
+# A size out of range, or the option without a udp port, is refused with the reason.
+udp_buffer_option() {
+  local port=$((WIRE_PORT + 1)) want=$((2 * 212992)) sock pid rb out ok=0
+  local main_pid=$VRNICD_PID main_log=$VRNICD_LOG
+  wire_daemons || return 1
+  rb=$(ss -H -uamn "src 127.0.0.1:$WIRE_PORT" | grep -o 'rb[0-9]*' | sort -u)
+  echo "the wire daemon's receive socket (default): ${rb:-none}"
+  if ((EUID == 0)) && [[ $rb != "rb$((2 * 32 * 1024 * 1024))" ]]; then
+    echo "FAIL: want rb$((2 * 32 * 1024 * 1024)) as root"
+    ok=1
+  fi
+  sock=$VRNIC_TMP/udp-buffer.sock
+  _vrnicd_spawn "$sock" "$VRNIC_TMP/udp-buffer.log" "$VRNICD" --socket "$sock" \
+    --udp 127.0.0.3 --udp-port "$port" --udp-buffer 212992
+  ok=$?
+  pid=$VRNICD_PID
+  VRNICD_PID=$main_pid VRNICD_LOG=$main_log
+  ((ok == 0)) || return 1
+  out=$(ss -H -uamn "src 127.0.0.3" | grep -o 'rb[0-9]*' | sort | uniq -c)
+  echo "--udp-buffer 212992, its sockets (count, receive buffer):"
+  echo "$out"
+  if ((EUID == 0)) && { [[ -z $out ]] || grep -v -q " rb$want\$" <<<"$out"; }; then
+    echo "FAIL: want rb$want on every socket"
+    ok=1
+  fi
+  kill -TERM "$pid"
+  vrnic_wait_exit "$pid" 10
+  [[ $VRNIC_RC == 0 ]] || { echo "FAIL: vrnicd exit $VRNIC_RC on SIGTERM"; ok=1; }
+  local args want_msg
+  while IFS='|' read -r args want_msg; do
+    # shellcheck disable=SC2086 # args are words
+    out=$("$VRNICD" --socket "$VRNIC_TMP/udp-buffer-bad.sock" $args 2>&1)
+    VRNIC_RC=$?
+    echo "+ vrnicd $args -> exit $VRNIC_RC: $out"
+    if [[ $VRNIC_RC != 2 || $out != *"$want_msg"* ]]; then
+      echo "FAIL: want exit 2 and '$want_msg'"
+      ok=1
+    fi
+  done <<EOT
+--udp 127.0.0.3 --udp-buffer 4095|--udp-buffer: a number of bytes from 4096
+--udp 127.0.0.3 --udp-buffer 1073741825|--udp-buffer: a number of bytes from 4096
+--udp 127.0.0.3 --udp-buffer 64k|--udp-buffer: a number of bytes from 4096
+--udp 127.0.0.3 --udp-buffer|--udp-buffer needs a value
+--udp-buffer 212992|--udp-buffer is for the udp port
+EOT
+  return "$ok"
+}
+check "vrnicd --udp-buffer: every socket's buffers as asked; bad sizes and misuse refused" \
+  udp_buffer_option
+
 # Peer death: the remote vrnicd is killed mid-transfer; the local RC QP must fail with
 # IBV_WC_RETRY_EXC_ERR (perftest: "status 12") after the retry budget that its timeout and
 # retry_cnt define -- perftest sets timeout 14 (4.096 us x 2^14 = 67 ms) and retry_cnt 7, so
