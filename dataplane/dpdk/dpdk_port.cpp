@@ -60,7 +60,9 @@ constexpr uint32_t kTxBacklog = 4096;
 constexpr uint32_t kTxBacklogFull = kTxBacklog / 2;
 // A queue that has taken nothing for this long has a peer that stopped reading (a stopped
 // process on the other end of memif, a wedged device): its backlog is dropped, so that a
-// worker waiting for its port to empty (before a QP is destroyed, at exit) is not stuck.
+// worker waiting for its port to empty (before a QP is destroyed, at exit) is not stuck; and
+// so is whatever it is offered after, until it takes a frame again. (A stall timed from each new
+// backlog instead held every control operation 200 ms while a stopped peer's QPs resent.)
 constexpr uint64_t kTxStallNs = 200'000'000;
 constexpr uint16_t kMaxQueues = 8;  // one RX/TX pair per worker
 
@@ -438,7 +440,7 @@ class DpdkPort final : public Port {
   std::array<rte_mbuf *, kTxBacklog> backlog_{};
   uint32_t backlog_head_ = 0;
   uint32_t backlog_count_ = 0;
-  uint64_t backlog_moved_ns_ = 0;  // when the queue last took a frame, or the backlog began
+  uint64_t stalled_since_ns_ = 0;  // the queue refused a frame then and took none since; 0: not
   // Packets waiting for a peer's ARP (or ND) answer, by peer, each payload in its own bounce
   // buffer: nothing of a client's memory is held while the peer is resolved. (A QP moved to
   // another worker meanwhile may have its packets reordered, at worst: go-back-N recovers.)
@@ -758,7 +760,6 @@ void DpdkPort::send_frames(rte_mbuf **frames, uint16_t n) {
       counters_.tx_errors++;
       continue;
     }
-    if (!backlog_count_) backlog_moved_ns_ = now_ns();
     backlog_[(backlog_head_ + backlog_count_++) % kTxBacklog] = frames[i];
   }
 }
@@ -767,6 +768,8 @@ uint16_t DpdkPort::send_now(rte_mbuf **frames, uint16_t n) {
   const uint16_t sent = rte_eth_tx_burst(port_id_, queue_, frames, n);
   for (uint16_t i = 0; i < sent; i++) counters_.tx_bytes += frames[i]->pkt_len;
   counters_.tx_packets += sent;
+  if (sent) stalled_since_ns_ = 0;
+  if (sent < n && !stalled_since_ns_) stalled_since_ns_ = now_ns();
   return sent;
 }
 
@@ -782,10 +785,8 @@ bool DpdkPort::drain_backlog() {
     const uint16_t sent = send_now(&backlog_[backlog_head_], run);
     backlog_head_ = (backlog_head_ + sent) % kTxBacklog;
     backlog_count_ -= sent;
-    const uint64_t now = now_ns();
-    if (sent) backlog_moved_ns_ = now;
     if (sent < run) {
-      if (now - backlog_moved_ns_ < kTxStallNs) return false;
+      if (now_ns() - stalled_since_ns_ < kTxStallNs) return false;
       drop_backlog();
     }
   }
