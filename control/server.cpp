@@ -897,8 +897,8 @@ int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
 
     Worker &w = *workers_[qp.worker];
     if (next == IBV_QPS_RESET) {
+      w.forget_qp(qp);  // first: it detaches the QP from its peer's window
       qp_reset_transport(qp);
-      w.forget_qp(qp);
       qp.in_run_queue = qp.in_ack_list = qp.in_timer_list = false;
     } else if (next == IBV_QPS_ERR) {
       qp_enter_error(w, qp);  // flushes every outstanding WR
@@ -921,6 +921,7 @@ int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
     if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD) qp.sq_drained_reported = false;
     q.qp_state = next;
     qp.shared->state.store(next, std::memory_order_release);
+    if (next == IBV_QPS_RTS && qp.type == IBV_QPT_RC) w.attach_peer(qp);
     if (next == IBV_QPS_RTS) w.schedule(qp);  // WQEs posted before RTS may now go
     if (next == IBV_QPS_SQD) qp_check_drained(qp);
   });

@@ -71,11 +71,33 @@ void fail_oldest(Worker &w, QueuePair &qp, uint8_t status) {
   completer_retire(w, qp);
 }
 
+// Packets from `psn` on were lost (a timeout, or a NAK saying so): both windows shrink, and the
+// requester goes back to send them again.
+void lost(Worker &w, QueuePair &qp, PeerWindow::Loss kind, uint32_t psn, Reask reask) {
+  qp.req.window.on_loss();
+  if (qp.req.peer) qp.req.peer->on_loss(kind, w.now);
+  qp.comp.rtt_sent_at = 0;  // what is timed will be sent again: no sample from it
+  requester_rewind(qp, psn, reask);
+  w.recharge_peer(qp);
+  w.schedule(qp);
+}
+
 // The ACK acknowledges every PSN up to and including psn.
 void acknowledge(Worker &w, QueuePair &qp, uint32_t psn) {
   if (int32_t acked = psn_diff(psn, qp.comp.acked_psn); acked > 0) {
     qp.req.window.on_progress(uint32_t(acked));
     qp.comp.acked_psn = psn;
+    if (PeerWindow *peer = qp.req.peer) {
+      peer->on_progress(uint32_t(acked));
+      if (qp.comp.rtt_sent_at && psn_diff(psn, qp.comp.rtt_psn) >= 0) {
+        peer->rtt_sample(w.now - qp.comp.rtt_sent_at);
+        qp.comp.rtt_sent_at = 0;
+      }
+      w.recharge_peer(qp);
+      qp.comp.probes = 0;
+      qp.comp.probe_deadline = 0;
+      if (outstanding(qp)) completer_arm_probe(w, qp);
+    }
     w.schedule(qp);  // the window may have held the requester back
     qp.comp.retry_left = qp.attr.retry_cnt;
   }
@@ -90,9 +112,7 @@ void reask(Worker &w, QueuePair &qp, uint32_t resp_psn) {
   qp.comp.rerequested_psn = resp_psn;
   qp.comp.rerequested_psn_valid = true;
   w.count(qp, kRetransmits);
-  qp.req.window.on_loss();
-  requester_rewind(qp, resp_psn, Reask::kYes);
-  w.schedule(qp);
+  lost(w, qp, PeerWindow::Loss::kNak, resp_psn, Reask::kYes);
 }
 
 // The responder answers in PSN order, so an acknowledgement of the PSNs of an unfinished read
@@ -176,6 +196,7 @@ void nak(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
     }
     if (qp.attr.rnr_retry != 7) qp.comp.rnr_left--;
     requester_rewind(qp, psn, Reask::kNo);
+    w.recharge_peer(qp);
     qp.comp.rnr_deadline = w.now + uint64_t(kRnrTimerUs[syndrome & 0x1f]) * 1000;
     qp.comp.ack_deadline = 0;
     w.watch_timers(qp);
@@ -189,9 +210,7 @@ void nak(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
       }
       qp.comp.retry_left--;
       w.count(qp, kRetransmits);
-      qp.req.window.on_loss();
-      requester_rewind(qp, psn, Reask::kNo);
-      w.schedule(qp);
+      lost(w, qp, PeerWindow::Loss::kNak, psn, Reask::kNo);
       return;
     case kNakRemoteAccess:
       fail_oldest(w, qp, IBV_WC_REM_ACCESS_ERR);
@@ -283,10 +302,24 @@ void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
   reask_missing_answer(w, qp);
 }
 
+// A probe resends from the oldest unacknowledged PSN after a few round trips without progress,
+// long before the IB timeout (attr.timeout: the give-up clock, which alone counts against
+// retry_cnt), as a NIC's adaptive retransmission does; only while the path loses packets
+// (peer_window.h). Each probe in a row doubles the wait; one that would come after half the IB
+// timeout is not armed.
+void completer_arm_probe(Worker &w, QueuePair &qp) {
+  if (!qp.req.peer || !qp.attr.timeout || qp.comp.probe_deadline) return;
+  if (!qp.req.peer->lossy(w.now)) return;
+  uint64_t wait = qp.req.peer->probe_ns() << qp.comp.probes;
+  if (wait >= (4096ull << qp.attr.timeout) / 2) return;
+  qp.comp.probe_deadline = w.now + wait;
+  w.watch_timers(qp);
+}
+
 void completer_check_timers(Worker &w, QueuePair &qp) {
   CompleterState &comp = qp.comp;
   if (qp.state() == IBV_QPS_ERR) {
-    comp.ack_deadline = comp.rnr_deadline = 0;
+    comp.ack_deadline = comp.rnr_deadline = comp.probe_deadline = 0;
     return;
   }
   if (comp.rnr_deadline && w.now >= comp.rnr_deadline) {
@@ -294,8 +327,17 @@ void completer_check_timers(Worker &w, QueuePair &qp) {
     w.count(qp, kRetransmits);
     w.schedule(qp);
   }
+  if (comp.probe_deadline && w.now >= comp.probe_deadline) {
+    comp.probe_deadline = 0;
+    if (outstanding(qp) && !comp.rnr_deadline) {
+      comp.probes = uint8_t(std::min(comp.probes + 1, 6));
+      w.count(qp, kRetransmits);
+      lost(w, qp, PeerWindow::Loss::kProbe, psn_add(comp.acked_psn, 1), Reask::kYes);
+    }
+  }
   if (comp.ack_deadline && w.now >= comp.ack_deadline) {
     comp.ack_deadline = 0;
+    comp.probe_deadline = 0;
     if (!outstanding(qp)) return;
     w.count(qp, kTimeouts);
     if (comp.retry_left == 0) {
@@ -304,9 +346,10 @@ void completer_check_timers(Worker &w, QueuePair &qp) {
     }
     comp.retry_left--;
     w.count(qp, kRetransmits);
-    qp.req.window.on_loss();
-    requester_rewind(qp, psn_add(comp.acked_psn, 1), Reask::kYes);
-    w.schedule(qp);
+    lost(w, qp, PeerWindow::Loss::kTimeout, psn_add(comp.acked_psn, 1), Reask::kYes);
+    // The next retry's clock starts now, not when the peer window next lets the QP send: a
+    // dead peer's QPs must each run out of retries in their own budget, not in turns.
+    restart_ack_timer(w, qp);
   }
 }
 

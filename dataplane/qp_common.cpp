@@ -59,6 +59,7 @@ void qp_enter_error(Worker &w, QueuePair &qp) {
   qp.attr.qp_state = IBV_QPS_ERR;
   qp.shared->state.store(IBV_QPS_ERR, std::memory_order_release);
   qp.comp.ack_deadline = qp.comp.rnr_deadline = 0;
+  w.detach_peer(qp);  // it sends no more: what it had out holds no other QP back
   qp_flush(w, qp);
   // A QP on an SRQ takes no more WQEs from it: tell the owner (IB spec 11.6.3).
   if (qp.rq != &qp.own_rq) raise_event(qp.async_fd, IBV_EVENT_QP_LAST_WQE_REACHED, qp.cookie);

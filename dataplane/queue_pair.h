@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "completion_queue.h"
+#include "peer_window.h"
 #include "receive_queue.h"
 #include "send_window.h"
 #include "vrnic/counters.h"
@@ -40,6 +41,11 @@ struct RequesterState {
   uint32_t rd_atomic_outstanding = 0;
   uint32_t started = 0;  // WQEs [completer.wqe, started) have been started
   SendWindow window;
+  // RC, from RTS until error, reset or destroy: the window shared with the worker's other QPs
+  // to the same peer, the PSNs it counts for this QP, and whether the QP waits for it.
+  PeerWindow *peer = nullptr;
+  uint32_t peer_charged = 0;
+  bool peer_waiting = false;
 };
 
 struct CompleterState {
@@ -51,6 +57,13 @@ struct CompleterState {
   uint64_t rnr_deadline = 0;     // requester paused until then; 0: not paused
   uint32_t rerequested_psn = 0;  // read response gap already asked again for
   bool rerequested_psn_valid = false;
+  // With a peer window (wire peers): the probe timer (0: not armed) and how many probes in a
+  // row found no progress (each doubles the wait); the PSN being timed and when it left (0:
+  // none).
+  uint8_t probes = 0;
+  uint64_t probe_deadline = 0;
+  uint32_t rtt_psn = 0;
+  uint64_t rtt_sent_at = 0;
 };
 
 // A read or atomic the responder is answering (IB "responder resources").

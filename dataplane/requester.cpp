@@ -124,10 +124,15 @@ bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
   bool first = req.offset == 0;
   bool last = req.offset + chunk == meta.length;
   uint8_t opcode = send_or_write_opcode(meta.opcode, first, last) | transport_base(qp);
-  // Within a message, ask often enough that the ACKs reopen the window before it closes.
+  // Within a message, ask often enough that the ACKs reopen the window before it closes. A
+  // peer window below its ceiling (it has seen a loss, or is still growing) is shared: the
+  // other QPs may fill it behind this one, and packets that ask for no ACK would hold it shut
+  // until a probe. Then every packet asks (the responder still sends one ACK per burst).
   uint32_t interval = std::clamp<uint32_t>(req.window.psns() / 2, 1, kAckReqInterval);
+  bool peer_limited = req.peer && !req.peer->at_ceiling();
   bool ack_req = qp.type == IBV_QPT_RC &&
-                 (last || uint32_t(psn_diff(req.psn, meta.first_psn)) % interval == interval - 1);
+                 (last || peer_limited ||
+                  uint32_t(psn_diff(req.psn, meta.first_psn)) % interval == interval - 1);
   bool solicited = last && (meta.flags & shm::kWqeSolicited);
   Packet *pkt;
   if (qp.type == IBV_QPT_UD) {
@@ -297,6 +302,10 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
     skip_taken(qp);
     if (req.wqe == producer) break;
     if (qp.type == IBV_QPT_RC && !req.window.allows(psn_diff(req.psn, qp.comp.acked_psn))) break;
+    if (req.peer && !req.peer->allows()) {
+      w.wait_for_peer(qp);
+      break;
+    }
     shm::SendWqe &wqe = qp.wqe(req.wqe);
     WqeMeta &meta = qp.wqe_meta(req.wqe);
     if (req.wqe + 1 != producer) qp.prefetch_wqe(req.wqe + 1);
@@ -325,12 +334,21 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
     }
     sent++;
     // Kept up to date packet by packet: a rewind further on (skip_taken) lowers req.psn.
-    if (psn_diff(req.psn, req.psn_end) > 0) req.psn_end = req.psn;
+    if (psn_diff(req.psn, req.psn_end) > 0) {
+      req.psn_end = req.psn;
+      if (req.peer && !qp.comp.rtt_sent_at) {  // time a PSN sent for the first time
+        qp.comp.rtt_psn = psn_add(req.psn, -1u);
+        qp.comp.rtt_sent_at = w.now;
+      }
+    }
+    w.recharge_peer(qp);
   }
+  w.recharge_peer(qp);  // skip_taken may have rewound
   if (sent && !qp.comp.ack_deadline && qp.attr.timeout && qp.type == IBV_QPT_RC) {
     qp.comp.ack_deadline = w.now + (4096ull << qp.attr.timeout);
     w.watch_timers(qp);
   }
+  if (sent) completer_arm_probe(w, qp);
   // Unreliable QPs retire WQEs as soon as they are sent; a failed WQE is reported once the
   // ones before it have retired.
   if (retire || (sent && qp.type != IBV_QPT_RC)) completer_retire(w, qp);

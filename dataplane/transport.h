@@ -38,6 +38,7 @@ bool invalidate_window(Device &dev, const QueuePair &qp, uint32_t rkey);
 // Completer.
 void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt);
 void completer_check_timers(Worker &w, QueuePair &qp);
+void completer_arm_probe(Worker &w, QueuePair &qp);
 void completer_retire(Worker &w, QueuePair &qp);
 
 // Responder.

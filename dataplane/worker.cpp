@@ -122,7 +122,7 @@ void Worker::remove_session(uint32_t id) {
 }
 
 void Worker::move_qp(QueuePair &qp, Worker &to) {
-  bool acks = qp.in_ack_list, timers = qp.in_timer_list;
+  bool acks = qp.in_ack_list, timers = qp.in_timer_list, peer = qp.req.peer != nullptr;
   forget_qp(qp);
   qp.in_run_queue = qp.in_ack_list = qp.in_timer_list = false;
   qp.worker = uint8_t(to.index_);
@@ -130,9 +130,11 @@ void Worker::move_qp(QueuePair &qp, Worker &to) {
   to.schedule(qp);  // whatever was posted or rung before the move
   if (acks) to.ack_later(qp);
   if (timers) to.watch_timers(qp);
+  if (peer) to.attach_peer(qp);
 }
 
 void Worker::forget_qp(QueuePair &qp) {
+  detach_peer(qp);
   std::erase(run_queue_, &qp);
   std::erase(run_next_, &qp);
   std::erase(ack_list_, &qp);
@@ -170,6 +172,62 @@ void Worker::schedule(QueuePair &qp) {
   if (qp.in_run_queue) return;
   qp.in_run_queue = true;
   run_next_.push_back(&qp);
+}
+
+void Worker::attach_peer(QueuePair &qp) {
+  // The loop port loses nothing: a peer on this device needs no window.
+  if (qp.req.peer || dev.is_local_gid(qp.attr.ah.dgid)) return;
+  std::array<uint8_t, 16> gid;
+  std::copy(std::begin(qp.attr.ah.dgid), std::end(qp.attr.ah.dgid), gid.begin());
+  std::unique_ptr<PeerWindow> &p = peer_windows_[gid];
+  if (!p) {
+    p = std::make_unique<PeerWindow>();
+    p->gid = gid;
+  }
+  p->refs++;
+  qp.req.peer = p.get();
+  qp.req.peer_charged = 0;
+  recharge_peer(qp);
+}
+
+void Worker::detach_peer(QueuePair &qp) {
+  PeerWindow *p = qp.req.peer;
+  if (!p) return;
+  p->charge(qp.req.peer_charged, 0);
+  if (qp.req.peer_waiting) std::erase(p->waiting, &qp);
+  qp.req.peer = nullptr;
+  qp.req.peer_charged = 0;
+  qp.req.peer_waiting = false;
+  if (--p->refs == 0) {
+    peer_windows_.erase(p->gid);
+    return;
+  }
+  wake_peer_waiters(*p);
+}
+
+void Worker::recharge_peer(QueuePair &qp) {
+  PeerWindow *p = qp.req.peer;
+  if (!p) return;
+  int32_t out = wire::psn_diff(qp.req.psn, qp.comp.acked_psn) - 1;
+  uint32_t now = out > 0 ? uint32_t(out) : 0;
+  p->charge(qp.req.peer_charged, now);
+  qp.req.peer_charged = now;
+  wake_peer_waiters(*p);
+}
+
+void Worker::wake_peer_waiters(PeerWindow &p) {
+  if (p.waiting.empty() || !p.allows()) return;
+  for (QueuePair *waiter : p.waiting) {
+    waiter->req.peer_waiting = false;
+    schedule(*waiter);
+  }
+  p.waiting.clear();
+}
+
+void Worker::wait_for_peer(QueuePair &qp) {
+  if (qp.req.peer_waiting || !qp.req.peer) return;
+  qp.req.peer_waiting = true;
+  qp.req.peer->waiting.push_back(&qp);
 }
 
 void Worker::watch_timers(QueuePair &qp) {
@@ -419,7 +477,7 @@ void Worker::check_timers() {
   for (size_t i = 0; i < timer_list_.size();) {
     QueuePair *qp = timer_list_[i];
     completer_check_timers(*this, *qp);
-    if (!qp->comp.ack_deadline && !qp->comp.rnr_deadline) {
+    if (!qp->comp.ack_deadline && !qp->comp.rnr_deadline && !qp->comp.probe_deadline) {
       qp->in_timer_list = false;
       timer_list_[i] = timer_list_.back();
       timer_list_.pop_back();

@@ -7,6 +7,7 @@
 // parked (park()/unpark(), several).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "device.h"
 #include "packet.h"
 #include "port.h"
@@ -93,6 +95,15 @@ class Worker {
   void schedule(QueuePair &qp);
   void watch_timers(QueuePair &qp);
   void ack_later(QueuePair &qp);
+  // The window an RC requester shares with this worker's other QPs to the same peer
+  // (peer_window.h): attached at RTS, detached on error, reset, destroy and move (both
+  // idempotent). recharge_peer() brings the QP's share up to date after it sent, was
+  // acknowledged or rewound, and schedules the QPs waiting once the window has room;
+  // wait_for_peer() makes the QP one of them.
+  void attach_peer(QueuePair &qp);
+  void detach_peer(QueuePair &qp);
+  void recharge_peer(QueuePair &qp);
+  void wait_for_peer(QueuePair &qp);
 
  private:
   void run();
@@ -109,6 +120,7 @@ class Worker {
   bool poll_peers();
   void wake();
   void park_here();
+  void wake_peer_waiters(PeerWindow &p);
 
   uint32_t index_;
   shm::DaemonShared *daemon_shm_;
@@ -122,6 +134,7 @@ class Worker {
   std::vector<QueuePair *> run_queue_, run_next_;
   std::vector<QueuePair *> ack_list_;
   std::vector<QueuePair *> timer_list_;
+  absl::flat_hash_map<std::array<uint8_t, 16>, std::unique_ptr<PeerWindow>> peer_windows_;
   uint64_t next_timer_check_ = 0;
   uint64_t contended_until_ = 0;  // nap rather than yield when idle until then
   struct TxBatch {
