@@ -341,9 +341,10 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
         qp.comp.rtt_sent_at = w.now;
       }
     }
-    w.recharge_peer(qp);
+    // Per packet while the peer window matters; at its ceiling a QP's turn may overshoot it.
+    if (req.peer && !req.peer->at_ceiling()) w.recharge_peer(qp);
   }
-  w.recharge_peer(qp);  // skip_taken may have rewound
+  w.recharge_peer(qp);
   if (sent && !qp.comp.ack_deadline && qp.attr.timeout && qp.type == IBV_QPT_RC) {
     qp.comp.ack_deadline = w.now + (4096ull << qp.attr.timeout);
     w.watch_timers(qp);

@@ -205,18 +205,8 @@ void Worker::detach_peer(QueuePair &qp) {
   wake_peer_waiters(*p);
 }
 
-void Worker::recharge_peer(QueuePair &qp) {
-  PeerWindow *p = qp.req.peer;
-  if (!p) return;
-  int32_t out = wire::psn_diff(qp.req.psn, qp.comp.acked_psn) - 1;
-  uint32_t now = out > 0 ? uint32_t(out) : 0;
-  p->charge(qp.req.peer_charged, now);
-  qp.req.peer_charged = now;
-  wake_peer_waiters(*p);
-}
-
 void Worker::wake_peer_waiters(PeerWindow &p) {
-  if (p.waiting.empty() || !p.allows()) return;
+  if (!p.allows()) return;
   for (QueuePair *waiter : p.waiting) {
     waiter->req.peer_waiting = false;
     schedule(*waiter);

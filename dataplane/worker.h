@@ -21,6 +21,7 @@
 #include "packet.h"
 #include "port.h"
 #include "spsc_ring.h"
+#include "vrnic/wire.h"
 #include "vrnic/shm_layout.h"
 
 namespace vrnic {
@@ -102,7 +103,15 @@ class Worker {
   // wait_for_peer() makes the QP one of them.
   void attach_peer(QueuePair &qp);
   void detach_peer(QueuePair &qp);
-  void recharge_peer(QueuePair &qp);
+  void recharge_peer(QueuePair &qp) {
+    PeerWindow *p = qp.req.peer;
+    if (!p) return;
+    int32_t out = wire::psn_diff(qp.req.psn, qp.comp.acked_psn) - 1;
+    uint32_t now = out > 0 ? uint32_t(out) : 0;
+    p->charge(qp.req.peer_charged, now);
+    qp.req.peer_charged = now;
+    if (!p->waiting.empty()) wake_peer_waiters(*p);
+  }
   void wait_for_peer(QueuePair &qp);
 
  private:
