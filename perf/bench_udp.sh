@@ -50,12 +50,8 @@ fi
 bench_out_dir bench-udp || exit 1
 out=$BENCH_OUT
 
-# A UDP port of our own for both vrnicd (not 4791, nor the wire tests' 20000-39999 range),
-# free on this machine now.
-udp_port=$((40000 + $$ % 20000))
-while [[ -n $(ss -Huan "( sport = :$udp_port )" 2>/dev/null) ]]; do
-  udp_port=$((udp_port + 1))
-done
+bench_free_udp_port
+udp_port=$BENCH_UDP_PORT
 
 echo "== vrnic udp-port benchmark: $rounds rounds"
 {

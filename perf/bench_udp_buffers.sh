@@ -36,10 +36,8 @@ vrnic_tmp_init || exit 1
 bench_setup || exit 1
 bench_out_dir bench-udp-buffers || exit 1
 out=$BENCH_OUT
-udp_port=$((40000 + $$ % 20000))
-while [[ -n $(ss -Huan "( sport = :$udp_port )" 2>/dev/null) ]]; do
-  udp_port=$((udp_port + 1))
-done
+bench_free_udp_port
+udp_port=$BENCH_UDP_PORT
 
 echo "== udp port with small and default socket buffers: $rounds rounds"
 {

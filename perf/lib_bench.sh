@@ -13,6 +13,7 @@
 #   bench_median VALUES...       the median, two decimals ("n/a" if no values)
 #   bench_median_fmt FMT VALUES...  the same, printed with printf format FMT
 #   bench_ratio A B              "A/B (P%)", or "n/a"
+#   bench_free_udp_port          a UDP port for two udp vrnicd, free now, in BENCH_UDP_PORT
 #
 # State: BENCH_ROUNDS and BENCH_STEPS (set by the script), BENCH_STEP and BENCH_FAILURES
 # (counted here), BENCH_OUT, ROW.
@@ -160,4 +161,13 @@ bench_lat() {
     bench_progress "$round" "$*" ""
     bench_fail "$out/$name.$round.log"
   fi
+}
+
+# bench_free_udp_port: a UDP port of the benchmark's own for its vrnicd (not 4791, nor the
+# wire tests' 20000-39999 range), free on this machine now; in BENCH_UDP_PORT.
+bench_free_udp_port() {
+  BENCH_UDP_PORT=$((40000 + $$ % 20000))
+  while [[ -n $(ss -Huan "( sport = :$BENCH_UDP_PORT )" 2>/dev/null) ]]; do
+    BENCH_UDP_PORT=$((BENCH_UDP_PORT + 1))
+  done
 }
