@@ -138,6 +138,13 @@ ctl::QpTransportState qp_transport_state(QueuePair &qp, uint64_t now) {
   t.retry_left = qp.comp.retry_left;
   t.rnr_left = qp.comp.rnr_left;
   t.nak_sent = qp.resp.nak_sent;
+  t.probes = qp.comp.probes;
+  if (const PeerWindow *p = qp.req.peer) {
+    t.peer_window = p->packets();
+    t.peer_in_flight = p->in_flight();
+    t.srtt_us = uint32_t(std::min<uint64_t>(p->srtt_ns() / 1000, UINT32_MAX));
+  }
+  t.probe_timer_us = until(qp.comp.probe_deadline);
   return t;
 }
 

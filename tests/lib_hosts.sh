@@ -159,13 +159,15 @@ expect_refusal() {
 # stop_hosts: every daemon idle (no objects left) and exits 0 on SIGTERM.
 stop_hosts() {
   local d ok=0
+  # Local: a group's own vrnicd (wire's, say) keeps its VRNICD_PID and VRNIC_SOCKET.
+  local VRNICD_PID VRNICD_LOG VRNIC_SOCKET
   for d in "${!PID[@]}"; do
     [[ -n ${PID[$d]} ]] || continue
+    # shellcheck disable=SC2034 # VRNIC_SOCKET: vrnicd_idle_and_stop's daemon
     VRNICD_PID=${PID[$d]} VRNICD_LOG=${LOG[$d]} VRNIC_SOCKET=${SOCK[$d]}
     echo "== vrnicd $d"
     vrnicd_idle_and_stop || ok=1
     PID[$d]=
   done
-  VRNICD_PID=
   return "$ok"
 }

@@ -367,8 +367,14 @@ struct QpTransportState {
   uint8_t retry_left;
   uint8_t rnr_left;
   uint8_t nak_sent;  // the responder waits for the PSN it NAKed
-  uint8_t reserved;
-  uint32_t reserved2;
+  uint8_t probes;    // probes in a row without progress
+  // The window the QP shares with its worker's other RC QPs to the same peer
+  // (dataplane/peer_window.h); all 0 when it has none (not RC, not in RTS, a local peer).
+  uint32_t peer_window;     // packets it allows out
+  uint32_t peer_in_flight;  // packets out, all those QPs together
+  uint32_t srtt_us;         // smoothed round trip to the peer; 0: not measured yet
+  uint32_t probe_timer_us;  // until this QP's probe; 0: not armed
+  uint32_t reserved;
 };
 struct QpEntry {
   uint32_t qpn;

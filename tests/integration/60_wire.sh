@@ -55,6 +55,43 @@ stop_both() {
   return "$ok"
 }
 
+# `vrnicctl qps` during a transfer shows each requester's peer window and the round trip it
+# measured: the client's RC QPs share one window towards the server's vrnicd (the same
+# peer_window and peer_in_flight on every line) and have a round trip measured.
+peer_window_shown() {
+  local port srv cli lines bad
+  wire_daemons || return 1
+  port=$(next_port)
+  "${VRUN[@]}" timeout -k 5 30 ib_write_bw -d vrnic0 -x 0 -F -s 65536 -q 4 -D 3 -p "$port" \
+    >"$VRNIC_TMP/pw.server.log" 2>&1 &
+  srv=$!
+  _vrnic_track "$srv"
+  wait_listen "$port" "$srv" 15 || return 1
+  VRNIC_SOCKET=$PEER_SOCKET "${VRUN[@]}" timeout -k 5 30 ib_write_bw -d vrnic0 -x 0 -F \
+    -s 65536 -q 4 -D 3 -p "$port" 127.0.0.1 >"$VRNIC_TMP/pw.client.log" 2>&1 &
+  cli=$!
+  _vrnic_track "$cli"
+  sleep 1.5
+  lines=$(timeout -k 2 10 "$VRNICCTL" --socket "$PEER_SOCKET" qps | grep 'type=RC state=RTS')
+  vrnic_wait_exit "$cli" 20
+  [[ $VRNIC_RC == 0 ]] || { echo "FAIL: client exit $VRNIC_RC"; return 1; }
+  vrnic_wait_exit "$srv" 20
+  [[ $VRNIC_RC == 0 ]] || { echo "FAIL: server exit $VRNIC_RC"; return 1; }
+  echo "the client's QPs during the run:"
+  grep -o 'qpn=[^ ]*\|peer_[a-z_]*=[0-9]*\|srtt_us=[0-9]*' <<<"$lines" | paste -d' ' - - - - |
+    sed 's/^/    /'
+  [[ $(grep -c . <<<"$lines") == 4 ]] || { echo "FAIL: want 4 RC QPs in RTS"; return 1; }
+  bad=$(grep -v -E 'peer_window=([1-9][0-9]+) ' <<<"$lines" | grep -c . || true)
+  ((bad == 0)) || { echo "FAIL: a QP without a peer window of 16 or more"; return 1; }
+  bad=$(grep -E 'srtt_us=0 ' <<<"$lines" | grep -c . || true)
+  ((bad == 0)) || { echo "FAIL: a QP with no round trip measured"; return 1; }
+  [[ $(grep -o 'peer_window=[0-9]* peer_in_flight=[0-9]*' <<<"$lines" | sort -u | grep -c .) == 1 ]] ||
+    { echo "FAIL: the QPs show different windows: not one shared window"; return 1; }
+  CHECK_NOTE=$(grep -o -m1 'peer_window=[0-9]*' <<<"$lines")
+}
+check "vrnicctl qps during ib_write_bw -q 4 across udp: one shared peer window, round trips measured" \
+  peer_window_shown
+
 # Socket buffers of 212992 bytes, what an unprivileged vrnicd gets on most hosts
 # (net.core.rmem_max): 64 QPs both ways overflow them. A QP's go-back-N resends then kept
 # landing in full buffers until IBV_WC_RETRY_EXC_ERR (6 of 9 runs of the first check failed
