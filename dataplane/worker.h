@@ -21,8 +21,8 @@
 #include "packet.h"
 #include "port.h"
 #include "spsc_ring.h"
-#include "vrnic/wire.h"
 #include "vrnic/shm_layout.h"
+#include "vrnic/wire.h"
 
 namespace vrnic {
 
