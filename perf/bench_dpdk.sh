@@ -37,8 +37,8 @@ source tests/lib.sh
 # shellcheck source=perf/lib_bench.sh
 source perf/lib_bench.sh
 
-rounds=${1:-3}
-[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "usage: perf/bench_dpdk.sh [ROUNDS]" >&2; exit 2; }
+bench_count_arg ROUNDS 3 "${1:-}" || exit 2
+rounds=$BENCH_COUNT
 secs=${BENCH_SECONDS:-5}
 target=0.60
 

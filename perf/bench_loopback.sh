@@ -23,8 +23,8 @@ source tests/lib.sh
 # shellcheck source=perf/lib_bench.sh
 source perf/lib_bench.sh
 
-runs=${1:-5}
-[[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "usage: perf/bench_loopback.sh [RUNS]" >&2; exit 2; }
+bench_count_arg RUNS 5 "${1:-}" || exit 2
+runs=$BENCH_COUNT
 read -r -a bw_args <<<"${BENCH_BW_ARGS:--s 65536 -D 5}"
 lat_iters=${BENCH_LAT_ITERS:-10000}
 memcpy_size=65536

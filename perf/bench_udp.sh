@@ -30,8 +30,8 @@ source tests/lib.sh
 # shellcheck source=perf/lib_bench.sh
 source perf/lib_bench.sh
 
-rounds=${1:-3}
-[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "usage: perf/bench_udp.sh [ROUNDS]" >&2; exit 2; }
+bench_count_arg ROUNDS 3 "${1:-}" || exit 2
+rounds=$BENCH_COUNT
 read -r -a bw_args <<<"${BENCH_BW_ARGS:--s 65536 -D 5}"
 lat_iters=${BENCH_LAT_ITERS:-5000}
 read -r -a udp_args <<<"${BENCH_UDP_ARGS:---runs 3 --seconds 3}"

@@ -25,8 +25,8 @@ source tests/lib.sh
 # shellcheck source=perf/lib_bench.sh
 source perf/lib_bench.sh
 
-rounds=${1:-3}
-[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "usage: perf/bench_udp_buffers.sh [ROUNDS]" >&2; exit 2; }
+bench_count_arg ROUNDS 3 "${1:-}" || exit 2
+rounds=$BENCH_COUNT
 ((EUID == 0)) || { echo "perf/bench_udp_buffers.sh: run as root (socket buffers past rmem_max)" >&2; exit 2; }
 commands=("ib_write_bw -s 4096 -n 2000 -q 64 -b" "ib_write_bw -s 65536 -n 2000 -q 16"
   "ib_read_bw -s 65536 -n 1000 -q 16" "ib_send_bw -s 65536 -n 1000 -q 16")

@@ -14,6 +14,8 @@
 #   bench_median_fmt FMT VALUES...  the same, printed with printf format FMT
 #   bench_ratio A B              "A/B (P%)", or "n/a"
 #   bench_free_udp_port          a UDP port for two udp vrnicd, free now, in BENCH_UDP_PORT
+#   bench_count_arg WHAT DEFAULT [VALUE]   the script's one argument (rounds, runs): VALUE or
+#                                DEFAULT, a positive integer, in BENCH_COUNT; else usage, 1
 #
 # State: BENCH_ROUNDS and BENCH_STEPS (set by the script), BENCH_STEP and BENCH_FAILURES
 # (counted here), BENCH_OUT, ROW.
@@ -170,4 +172,14 @@ bench_free_udp_port() {
   while [[ -n $(ss -Huan "( sport = :$BENCH_UDP_PORT )" 2>/dev/null) ]]; do
     BENCH_UDP_PORT=$((BENCH_UDP_PORT + 1))
   done
+}
+
+# bench_count_arg WHAT DEFAULT [VALUE]: the benchmark's count argument (WHAT: ROUNDS, RUNS),
+# VALUE if given, else DEFAULT, in BENCH_COUNT; a usage line and status 1 if it is not a
+# positive integer.
+bench_count_arg() {
+  BENCH_COUNT=${3:-$2}
+  [[ $BENCH_COUNT =~ ^[1-9][0-9]*$ ]] && return 0
+  echo "usage: perf/${0##*/} [$1]" >&2
+  return 1
 }
