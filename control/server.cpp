@@ -1140,6 +1140,7 @@ void Server::stats(ctl::StatsResp &resp) {
       resp.wire_rx_malformed += c.rx_malformed;
       resp.wire_rx_no_buffer += c.rx_no_buffer;
       resp.wire_rx_dropped += c.rx_dropped;
+      resp.wire_rx_ip_id_solved += c.rx_ip_id_solved;
       resp.wire_tx_payload_copied += c.tx_payload_copied;
       resp.wire_tx_payload_zero_copy += c.tx_payload_zero_copy;
       resp.wire_tx_no_route += c.tx_no_route;

@@ -41,6 +41,7 @@ int stats(int sock) {
       {"udp_rx_malformed", r->wire_rx_malformed},
       {"udp_rx_no_buffer", r->wire_rx_no_buffer},
       {"udp_rx_dropped", r->wire_rx_dropped},
+      {"udp_rx_ip_id_solved", r->wire_rx_ip_id_solved},
       {"faults_dropped", r->faults_dropped},
       {"faults_duplicated", r->faults_duplicated},
       {"faults_reordered", r->faults_reordered},

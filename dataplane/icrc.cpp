@@ -174,7 +174,65 @@ uint32_t head_crc_gathered(const uint8_t *ip, size_t ip_len, const uint8_t *udp,
   return crc32_gzip_refl(kMaskedLrhCrc, head, uint64_t(bth + bth_len - head));
 }
 
+// ---- Solving for the IPv4 ID (solve_ipv4_id) ----
+//
+// Polynomials mod the CRC-32 polynomial P in the reflected form zlib uses: bit 31 is x^0, bit
+// 0 is x^31. The linear part of the CRC (no initial value, no final inversion) of a message m
+// followed by n zero bytes is crc_lin(m) * x^(8n) mod P; that of a 4-byte word w (read
+// little-endian) is w * x^32 mod P. P has a constant term, so x is invertible mod P and both
+// steps can be undone.
+constexpr uint32_t kPolyReflected = 0xedb88320;
+constexpr uint32_t kOne = 0x80000000;  // x^0
+
+constexpr uint32_t mul_mod_p(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t bit = kOne; bit; bit >>= 1) {
+    if (a & bit) product ^= b;
+    b = b & 1 ? (b >> 1) ^ kPolyReflected : b >> 1;  // b *= x
+  }
+  return product;
+}
+
+// x^-1 = (P - 1) / x: the terms of P of degree 1..32, each one degree down.
+constexpr uint32_t kXInverse = (kPolyReflected << 1) | 1;
+static_assert(mul_mod_p(kXInverse, kOne >> 1) == kOne, "x * x^-1 = 1");
+
+constexpr uint32_t pow_mod_p(uint32_t base, uint64_t exp) {
+  uint32_t r = kOne;
+  for (; exp; exp >>= 1, base = mul_mod_p(base, base))
+    if (exp & 1) r = mul_mod_p(r, base);
+  return r;
+}
+
+// x^-(8 (n + 4)) for the n bytes after the ID, by n, for packets up to a jumbo frame; longer
+// ones (no RoCE packet is) are computed on the spot.
+constexpr size_t kShiftTableBytes = 9216;
+const std::array<uint32_t, kShiftTableBytes> &id_shift_table() {
+  static const auto table = [] {
+    std::array<uint32_t, kShiftTableBytes> t{};
+    const uint32_t byte_back = pow_mod_p(kXInverse, 8);
+    t[0] = pow_mod_p(kXInverse, 32);
+    for (size_t n = 1; n < t.size(); n++) t[n] = mul_mod_p(t[n - 1], byte_back);
+    return t;
+  }();
+  return table;
+}
+
 }  // namespace
+
+std::optional<uint16_t> solve_ipv4_id(uint32_t icrc_with_guess, uint16_t guess, uint32_t received,
+                                      size_t bytes_after_id) {
+  uint32_t diff = icrc_with_guess ^ received;  // crc_lin of the ID's change, shifted to the end
+  if (!diff) return guess;
+  uint32_t back = bytes_after_id < kShiftTableBytes
+                      ? id_shift_table()[bytes_after_id]
+                      : pow_mod_p(kXInverse, 8 * (bytes_after_id + 4));
+  // The 4-byte word that ends with the ID's two bytes: its first two must be zero.
+  uint32_t word = mul_mod_p(back, diff);
+  if (word & 0xffff) return std::nullopt;
+  uint16_t change = uint16_t((word >> 16 & 0xff) << 8 | word >> 24);  // the ID is big-endian
+  return uint16_t(guess ^ change);
+}
 
 uint32_t roce_icrc(const uint8_t *ip, size_t ip_len, const uint8_t *udp,
                    const struct iovec *transport, size_t n) {

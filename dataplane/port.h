@@ -18,6 +18,9 @@ struct PortCounters {
   uint64_t rx_packets = 0;
   uint64_t rx_bytes = 0;
   uint64_t rx_icrc_errors = 0;
+  // Accepted with an IPv4 ID the port could not see and solved for from the ICRC (udp: a
+  // kernel or hardware sender's ID, see solve_ipv4_id), not the one it guessed.
+  uint64_t rx_ip_id_solved = 0;
   uint64_t rx_malformed = 0;
   uint64_t rx_no_buffer = 0;  // dropped: no free packet buffer to receive into
   // Dropped before the port could read them: the kernel's, at a full socket receive buffer

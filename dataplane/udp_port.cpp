@@ -450,28 +450,24 @@ void UdpPort::on_received(RxFrame f) {
   gid_from_sockaddr(rx.peer, pkt->src_gid);
   std::memcpy(pkt->dst_gid, gid_, 16);
   pkt->udp_sport = ntohs(rx.peer.sin6_port);  // same offset in sockaddr_in
-  uint32_t want = load_icrc(f.data + f.len - wire::kIcrcBytes);
-  auto icrc_with_id = [&](uint16_t ip_id) {
-    uint8_t ip[40], udp[8];
-    size_t ip_len = pseudo_headers(ipv4_, pkt->src_gid, gid_, pkt->udp_sport, udp_port_,
-                                   uint16_t(8 + f.len), ip_id, ip, udp);
-    iovec body{f.data, size_t(f.len) - wire::kIcrcBytes};
-    return roce_icrc(ip, ip_len, udp, &body, 1);
-  };
-  // The IPv4 ID is unseen here: a GSO segment's number (see gso_to), else 0 -- which is also
-  // what a GRO run of separately sent datagrams carries. The kernel sometimes segments a GSO
-  // send from a loopback peer before it reaches us, so such a datagram may be segment k.
-  auto icrc_ok = [&] {
-    if (icrc_with_id(rx.ip_id) == want || (rx.ip_id && icrc_with_id(0) == want)) return true;
-    if (!ipv4_ || pkt->src_gid[12] != 127) return false;
-    for (uint16_t id = 1; id < TxBatch::kMaxSegments; id++)
-      if (id != rx.ip_id && icrc_with_id(id) == want) return true;
-    return false;
-  };
-  if (!icrc_ok()) {
-    counters_.rx_icrc_errors++;
-    pool_.free(pkt);
-    return;
+  // The IPv4 ID is unseen here. The guess is what vrnic peers send: a GSO segment's number
+  // (see gso_to), else 0, as Linux UDP sockets send DF datagrams; a right guess keeps the full
+  // 32-bit check. Kernel RoCE senders (rdma_rxe) and NICs number their packets, and the
+  // kernel may segment a loopback GSO send before it reaches us: for those the ID is solved
+  // for from the ICRC, which leaves a 16-bit check (see solve_ipv4_id).
+  const uint32_t received = load_icrc(f.data + f.len - wire::kIcrcBytes);
+  uint8_t ip[40], udp[8];
+  size_t ip_len = pseudo_headers(ipv4_, pkt->src_gid, gid_, pkt->udp_sport, udp_port_,
+                                 uint16_t(8 + f.len), rx.ip_id, ip, udp);
+  iovec body{f.data, size_t(f.len) - wire::kIcrcBytes};
+  const uint32_t with_guess = roce_icrc(ip, ip_len, udp, &body, 1);
+  if (with_guess != received) {
+    if (!ipv4_ || !solve_ipv4_id(with_guess, rx.ip_id, received, ipv4_bytes_after_id(f.len))) {
+      counters_.rx_icrc_errors++;
+      pool_.free(pkt);
+      return;
+    }
+    counters_.rx_ip_id_solved++;
   }
   counters_.rx_packets++;
   counters_.rx_bytes += f.len;

@@ -345,6 +345,7 @@ struct StatsResp {
   uint64_t qp_moves;            // QPs moved between workers (rebalancing and vrnicctl move)
   uint64_t workers;
   uint64_t wire_rx_dropped;  // dropped before the port read them (full socket buffer, ring)
+  uint64_t wire_rx_ip_id_solved;  // accepted with an unseen IPv4 ID solved from the ICRC
 };
 
 // Per-QP state and counters, a page at a time (vrnicctl qps).

@@ -342,3 +342,104 @@ TEST_CASE("the ICRC matches a one-call reference over the masked bytes", "[icrc]
     CHECK(v4.icrc() == reference_icrc(v4));
   }
 }
+
+// ---- The IPv4 ID solved for from the ICRC (what the udp port does: it sees no IP header) ----
+
+namespace {
+
+// Every opcode class's packet shape at a payload size: RC WRITE only (BTH, RETH), UC SEND only
+// with immediate (BTH, ImmDt), UD SEND only (BTH, DETH).
+Bytes class_transport(int kind, size_t payload_len, uint32_t seed) {
+  std::mt19937 rng(seed);
+  if (kind == 0) return write_only_transport(payload_len, rng() & kQpnMask, rng());
+  uint8_t pad = uint8_t((4 - payload_len % 4) % 4);
+  size_t ext = kind == 1 ? ImmDt::kSize : Deth::kSize;
+  Bytes t(Bth::kSize + ext + payload_len + pad);
+  auto &bth = *reinterpret_cast<Bth *>(t.data());
+  uint8_t op = kind == 1 ? make_opcode(kUc, kSendOnlyImm) : make_opcode(kUd, kSendOnly);
+  bth.set(op, false, pad, kDefaultPkey, rng() & kQpnMask, false, rng());
+  for (size_t i = Bth::kSize; i < t.size() - pad; i++) t[i] = uint8_t(rng());
+  return t;
+}
+
+// The udp port's view: the IPv4 header it builds itself with ID 0, the ICRC the sender
+// computed with its real ID.
+struct UnseenIdCheck {
+  RocePacket guess;  // ID 0
+  Bytes received;    // BTH through ICRC, as it arrived
+
+  std::optional<uint16_t> solve() const {
+    size_t covered = received.size() - kIcrcBytes;
+    struct iovec t = {const_cast<uint8_t *>(received.data()), covered};
+    uint32_t with_guess = roce_icrc(guess.ip.data(), guess.ip.size(), guess.udp.data(), &t, 1);
+    return solve_ipv4_id(with_guess, 0, load_icrc(received.data() + covered),
+                         ipv4_bytes_after_id(received.size()));
+  }
+};
+
+UnseenIdCheck sent_with_id(Bytes transport, uint16_t id) {
+  RocePacket sent = ipv4_packet(std::move(transport));
+  store_be16(sent.ip.data() + 4, id);
+  UnseenIdCheck c{sent, sent.udp_payload_with_icrc()};
+  store_be16(c.guess.ip.data() + 4, 0);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("solve_ipv4_id finds every one of the 65,536 IDs", "[icrc]") {
+  for (size_t payload : {0, 1024, 4096}) {
+    for (int kind = 0; kind < 3; kind++) {
+      Bytes transport = class_transport(kind, payload, uint32_t(payload + kind));
+      for (uint32_t id = 0; id <= 0xffff; id++) {
+        INFO("class " << kind << ", payload " << payload << ", ID " << id);
+        REQUIRE(sent_with_id(transport, uint16_t(id)).solve() == std::optional<uint16_t>(id));
+      }
+    }
+  }
+}
+
+TEST_CASE("solve_ipv4_id at payload sizes 0..4096 with random IDs", "[icrc]") {
+  std::mt19937 rng(25570);
+  for (size_t payload = 0; payload <= 4096; payload += 1 + payload / 3) {
+    for (int kind = 0; kind < 3; kind++) {
+      uint16_t id = uint16_t(rng());
+      INFO("class " << kind << ", payload " << payload << ", ID " << id);
+      CHECK(sent_with_id(class_transport(kind, payload, rng()), id).solve() == id);
+    }
+  }
+  // A guess that is right keeps the full check; one that is wrong is corrected.
+  RocePacket sent = ipv4_packet(write_only_transport(100, 0x11, 5));
+  store_be16(sent.ip.data() + 4, 0x1234);
+  struct iovec t = {sent.transport.data(), sent.transport.size()};
+  uint32_t icrc = roce_icrc(sent.ip.data(), sent.ip.size(), sent.udp.data(), &t, 1);
+  size_t after = ipv4_bytes_after_id(sent.transport.size() + kIcrcBytes);
+  CHECK(solve_ipv4_id(icrc, 0x1234, icrc, after) == 0x1234);
+  CHECK(solve_ipv4_id(icrc, 0x1234, icrc ^ 1, after) == std::nullopt);
+  // A length past the table's (no RoCE packet is that long) is solved the slow way.
+  CHECK(sent_with_id(write_only_transport(12000, 0x11, 5), 0xbeef).solve() == 0xbeef);
+}
+
+// A flip at distance j bits after the ID passes only if x^-j mod P has degree below 16: the
+// first such j is 214,135 (26 KiB), far past any RoCE packet. Flipping every bit of the
+// largest packet covers every distance a smaller one has.
+TEST_CASE("solve_ipv4_id drops every packet with a single bit flipped", "[icrc]") {
+  for (size_t payload : {0, 1, 61, 1024, 4096}) {
+    for (int kind = 0; kind < 3; kind++) {
+      if (payload == 4096 && kind) continue;  // the largest once: distances are what matter
+      UnseenIdCheck c = sent_with_id(class_transport(kind, payload, 7), 25570);
+      REQUIRE(c.solve() == 25570);
+      size_t passed = 0;
+      for (size_t bit = 0; bit < 8 * c.received.size(); bit++) {
+        if (bit / 8 == 4) continue;  // BTH byte 4 (FECN, BECN): not covered, by the rules
+        UnseenIdCheck bad = c;
+        bad.received[bit / 8] ^= uint8_t(1 << (bit % 8));
+        if (bad.solve()) {
+          passed++;
+          UNSCOPED_INFO("class " << kind << ", payload " << payload << ": bit " << bit);
+        }
+      }
+      CHECK(passed == 0);
+    }
+  }
+}
