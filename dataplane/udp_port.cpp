@@ -221,6 +221,11 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
   int one = 1;
   if (setsockopt(rx_fd_, SOL_UDP, UDP_GRO, &one, sizeof(one)) < 0)
     return absl::ErrnoToStatus(errno, "setsockopt UDP_GRO");
+  // RoCEv2 senders may leave the UDP checksum 0 over IPv6 too, as rdma_rxe does (the ICRC
+  // covers what it would: RFC 6935 allows this for tunnels); Linux drops such datagrams
+  // unless the socket accepts them.
+  if (!ipv4_ && setsockopt(rx_fd_, SOL_UDP, UDP_NO_CHECK6_RX, &one, sizeof(one)) < 0)
+    return absl::ErrnoToStatus(errno, "setsockopt UDP_NO_CHECK6_RX");
   // Each datagram then says how many the kernel dropped at this socket so far (rx_dropped).
   if (setsockopt(rx_fd_, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one)) < 0)
     return absl::ErrnoToStatus(errno, "setsockopt SO_RXQ_OVFL");
