@@ -3,16 +3,16 @@
 # builds with meson/ninja, then runs the groups in tests/integration/ (ABI check, device
 # discovery, vrnicd lifecycle, rdma-core's pingpong examples, perftest, Catch2 binaries, RoCEv2
 # on the wire between vrnicds, the dpdk port in network namespaces and over memif, fuzzing a
-# sanitized vrnicd). Each check prints a
+# sanitized vrnicd, the kernel's rdma_rxe in a VM as a peer on the wire). Each check prints a
 # PASS/FAIL line as it finishes (failures with the tail of their log); the last line is
 # "N passed, N failed". Exit status 0 only if nothing failed (a failed build is a failure).
 #
 # Usage: tests/run.sh [GROUP...]      (GROUP: abi devices lifecycle pingpong perftest catch2
-#                                      wire workers vnics dpdk fuzz;
+#                                      wire workers vnics dpdk fuzz rxe;
 #                                      default: all)
 # Environment:
 #   VRNIC_SKIP_SETUP=1       skip the package and build steps (use the existing build/)
-#   VRNIC_SUITE_BUDGET=SECS  time budget of the whole run (default 1080); checks left when it
+#   VRNIC_SUITE_BUDGET=SECS  time budget of the whole run (default 1800); checks left when it
 #                            runs out fail as "not run". Each group also has a share of its
 #                            own (see group_cap; VRNIC_GROUP_BUDGET_PERFTEST=SECS etc.)
 #   VRNIC_TEST_TIMEOUT=SECS  timeout of one verbs program (default 60)
@@ -62,6 +62,7 @@ group_cap() {
     lifecycle | pingpong) def=180 ;;
     perftest) def=420 ;;
     catch2) def=600 ;;
+    rxe) def=1200 ;; # the VM image's first build, and a peer under emulation
     *) def=300 ;;
   esac
   echo "${!var:-$def}"
@@ -81,7 +82,7 @@ if ! vrnic_tmp_init; then
 fi
 VRNIC_RESULTS=$VRNIC_TMP/results
 VRNIC_PORT_STATE=$VRNIC_TMP/ports
-VRNIC_SUITE_DEADLINE=$((EPOCHSECONDS + ${VRNIC_SUITE_BUDGET:-1080}))
+VRNIC_SUITE_DEADLINE=$((EPOCHSECONDS + ${VRNIC_SUITE_BUDGET:-1800}))
 export VRNIC_RESULTS VRNIC_PORT_STATE VRNIC_SUITE_DEADLINE
 : >"$VRNIC_RESULTS"
 RUN_START=$(vrnic_now_us)
@@ -126,7 +127,7 @@ trap 'on_signal TERM 143' TERM
 trap 'on_signal HUP 129' HUP
 
 echo "vrnic test suite: $(git rev-parse --short HEAD 2>/dev/null || echo '?')," \
-  "$(nproc) CPUs, $(uname -r), budget ${VRNIC_SUITE_BUDGET:-1080}s"
+  "$(nproc) CPUs, $(uname -r), budget ${VRNIC_SUITE_BUDGET:-1800}s"
 
 # --- setup ------------------------------------------------------------------------------------
 if [[ ${VRNIC_SKIP_SETUP:-0} != 1 ]]; then

@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# A peer that no one here wrote: Linux's Soft-RoCE (rdma_rxe, Debian bookworm's kernel 6.1 and
+# rdma-core 44) in a QEMU VM on a tap, in a network namespace of the test's own, and vrnicd on
+# the host side of the tap with a udp port on each address family (vrnic0 on 10.77.0.1, vrnic1
+# on fd77::1). perftest and rdma-core's pingpong examples run as users run them, one end on
+# vrnic and the other on rxe, both ways; rdma_peer (tests/tools) checks every byte and
+# completion of every operation, without faults and with 1% loss on vrnicd's receive side
+# (go-back-N against rxe's responder and requester). A capture of the tap must pass an ICRC
+# check with the real IP headers and tshark's decoding. Root only (namespaces, tap, image).
+# shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+vrnic_script_init rxe
+# shellcheck source=tests/lib_rxe.sh
+source "$VRNIC_ROOT/tests/lib_rxe.sh"
+# shellcheck source=tests/lib_hosts.sh
+source "$VRNIC_ROOT/tests/lib_hosts.sh"
+
+# The VM is emulated: a verbs program there is slow to start and slow to move data.
+export VRNIC_TEST_TIMEOUT=${VRNIC_TEST_TIMEOUT_RXE:-150}
+RXE_T=$VRNIC_TEST_TIMEOUT
+CAPTURE=$VRNIC_TMP/rxe.pcap
+
+if (($(id -u) != 0)); then
+  record_result FAIL "rxe: needs root (network namespace, tap, VM image)"
+  vrnic_script_finish
+fi
+
+packages_ok() {
+  vrnic_install_packages "${RXE_PACKAGES[@]}"
+}
+check "host tools for the VM (${RXE_PACKAGES[*]})" packages_ok || vrnic_script_finish
+check "VM image: Debian bookworm with rdma_rxe, perftest, ibverbs-utils (built or reused)" \
+  rxe_image || vrnic_script_finish
+
+vm_up() {
+  rxe_vm_up || return 1
+  local out
+  out=$(rxe_run 30 'ibv_devinfo -d rxe0')
+  echo "$out"
+  grep -q 'PORT_ACTIVE' <<<"$out" || { echo "FAIL: rxe0 is not active"; return 1; }
+  CHECK_NOTE="$(grep -m1 -o 'active_mtu:.*' <<<"$out")"
+}
+check "the VM boots with rxe0 on its tap, port active" vm_up || vrnic_script_finish
+
+start_daemon() {
+  host_vrnicd rxe "$RXE_NS" --udp "$RXE_HOST_IP4" --device --udp "$RXE_HOST_IP6" || return 1
+  ip netns exec "$RXE_NS" timeout 1200 tcpdump -q -i "$RXE_TAP" -s 0 -w "$CAPTURE" \
+    udp port 4791 >"$VRNIC_TMP/tcpdump.log" 2>&1 &
+  _vrnic_track $!
+  sleep 1  # tcpdump opens the tap
+}
+check "vrnicd on the tap: vrnic0 on $RXE_HOST_IP4, vrnic1 on $RXE_HOST_IP6" start_daemon ||
+  vrnic_script_finish
+
+# rxe_pair SERVER FAMILY KIND PROG ARGS...: PROG between vrnic and rxe, its server on SERVER
+# (vrnic or rxe), over IPv4 or IPv6 GIDs (FAMILY 4 or 6; the TCP exchange is over IPv4).
+# KIND says how the program names device, GID and port: perftest, pingpong or peer
+# (rdma_peer). Both ends must exit 0; leaves SERVER_LOG and CLIENT_LOG.
+rxe_pair() {
+  local server=$1 fam=$2 kind=$3 prog=$4 port vdev rgid vopts=() ropts=() id tag srv_rc
+  shift 4
+  port=$(next_port)
+  # shellcheck disable=SC2016 # expanded in the VM, where the GID indexes are known
+  vdev=vrnic0 rgid='$RXE_GID4'
+  # shellcheck disable=SC2016
+  [[ $fam == 6 ]] && vdev=vrnic1 rgid='$RXE_GID6'
+  case $kind in
+    perftest) vopts=(-d "$vdev" -x 0 -F -p "$port") ropts=(-d rxe0 -x "$rgid" -F -p "$port") ;;
+    pingpong) vopts=(-d "$vdev" -g 0 -p "$port") ropts=(-d rxe0 -g "$rgid" -p "$port") ;;
+    peer)
+      prog=$VRNIC_BUILD_DIR/tests/rdma_peer
+      vopts=(--dev "$vdev" --gid-index 0 --port "$port") ropts=(--dev rxe0 --gid-index "$rgid" --port "$port")
+      ;;
+  esac
+  local connect_v=("$RXE_VM_IP4") connect_r=("$RXE_HOST_IP4")
+  [[ $kind == peer ]] && connect_v=(--connect "$RXE_VM_IP4") connect_r=(--connect "$RXE_HOST_IP4")
+  tag=rxe-${prog##*/}-$port
+  CLIENT_LOG=$VRNIC_TMP/$tag.client.log SERVER_LOG=$VRNIC_TMP/$tag.server.log
+  export VRNIC_SOCKET=${SOCK[rxe]}  # vrnic0's: a client finds vrnic1 through it too
+  if [[ $server == vrnic ]]; then
+    VRNIC_SERVER_NS=$RXE_NS start_server "$tag" "$port" "$prog" "${vopts[@]}" "$@" || return 1
+    echo "+ (in the VM) $prog ${ropts[*]} $* ${connect_r[*]}"
+    rxe_run "$RXE_T" "$prog ${ropts[*]} $* ${connect_r[*]}" >"$CLIENT_LOG" 2>&1
+    CLIENT_RC=$?
+    finish_server
+    srv_rc=$VRNIC_RC
+  else
+    echo "+ (in the VM) $prog ${ropts[*]} $* &"
+    id=$(rxe_start "timeout -k 5 $RXE_T $prog ${ropts[*]} $*")
+    if ! rxe_wait_listen "$port" 30; then
+      echo "FAIL: the server in the VM does not listen on TCP port $port"
+      rxe_wait "$id" 20
+      return 1
+    fi
+    run_client "$tag" ip netns exec "$RXE_NS" "$prog" "${vopts[@]}" "$@" "${connect_v[@]}"
+    rxe_wait "$id" $((RXE_T + 15)) >"$SERVER_LOG" 2>&1
+    srv_rc=$?
+  fi
+  echo "server ($server): $(_vrnic_status_word "$srv_rc"); client: $(_vrnic_status_word "$CLIENT_RC")"
+  if ((srv_rc != 0 || CLIENT_RC != 0)); then
+    echo "--- server output (tail):"
+    vrnic_tail "$SERVER_LOG" 15
+    echo "--- client output (tail):"
+    vrnic_tail "$CLIENT_LOG" 15
+    vrnicd_alive rxe
+    return 1
+  fi
+  vrnicd_alive rxe
+}
+
+vrnicd_alive() {
+  _vrnic_running "${PID[$1]}" && return 0
+  echo "FAIL: vrnicd died. Its log:"
+  vrnic_tail "${LOG[$1]}"
+  return 1
+}
+
+perftest_rxe() { rxe_pair "$1" "$2" perftest "${@:3}" && cat "$CLIENT_LOG" && perftest_result_ok; }
+pingpong_rxe() { rxe_pair "$1" "$2" pingpong "${@:3}" && cat "$CLIENT_LOG" && pingpong_result_ok; }
+peer_rxe() {
+  rxe_pair "$1" 4 peer x "${@:2}" || return 1
+  tail -n 3 "$CLIENT_LOG"
+  if ! grep -q '^PASS' "$CLIENT_LOG" || ! grep -q '^PASS' "$SERVER_LOG"; then
+    echo "FAIL: rdma_peer did not report PASS on both ends"
+    return 1
+  fi
+}
+
+# Reads and atomics: rxe answers 128 at a time, vrnic (as ConnectX) 16. perftest sets the
+# initiator depth of each end to the other end's answering depth, which the one with fewer
+# refuses (IBV_QP_MAX_QP_RD_ATOMIC beyond the device's maximum: EINVAL, as mlx5 and rxe
+# answer too); -o 16 on both ends, as between a ConnectX and rxe.
+OUTS=(-o 16)
+declare -a PERFTESTS=(
+  "ib_write_bw -s 65536 -n 200"
+  "ib_read_bw -s 65536 -n 200 ${OUTS[*]}"
+  "ib_send_bw -s 65536 -n 200"
+  "ib_atomic_bw -n 1000 ${OUTS[*]}"
+  "ib_write_lat -s 2 -n 500"
+  "ib_send_lat -s 2 -n 500"
+  "ib_read_lat -s 2 -n 500 ${OUTS[*]}"
+)
+for server in rxe vrnic; do
+  client=vrnic
+  [[ $server == vrnic ]] && client=rxe
+  for t in "${PERFTESTS[@]}"; do
+    # shellcheck disable=SC2086 # t holds the program and its arguments
+    check "$t: $client client, $server server (IPv4)" perftest_rxe "$server" 4 $t
+  done
+  for p in ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong; do
+    extra=(-n 200 -c)
+    [[ $p == ibv_ud_pingpong ]] && extra=(-n 200 -s 1024 -c)
+    check "$p ${extra[*]}: $client client, $server server (IPv4)" pingpong_rxe "$server" 4 $p \
+      "${extra[@]}"
+  done
+done
+
+# Every byte and completion, every operation, sizes 0..1 MiB; then with 1% of what vrnicd
+# receives lost (its requester and responder recover, and so do rxe's).
+for server in rxe vrnic; do
+  client=vrnic
+  [[ $server == vrnic ]] && client=rxe
+  check "rdma_peer, every operation 0..1 MiB checked: $client client, $server server" \
+    peer_rxe "$server"
+done
+set_loss() { timeout -k 2 10 "$VRNICCTL" --socket "${SOCK[rxe]}" faults "$1"; }
+check "vrnicd: faults loss=1" set_loss loss=1
+for server in rxe vrnic; do
+  client=vrnic
+  [[ $server == vrnic ]] && client=rxe
+  check "rdma_peer under loss=1 on vrnicd: $client client, $server server" peer_rxe "$server"
+done
+losses_seen() {
+  local d r
+  d=$(vrnic_stat faults_dropped "${SOCK[rxe]}") r=$(vrnic_stat retransmits "${SOCK[rxe]}")
+  echo "faults_dropped=$d retransmits=$r"
+  ((d > 0 && r > 0)) || { echo "FAIL: no loss, or no recovery, counted"; return 1; }
+  set_loss ""
+}
+check "the losses happened and vrnic recovered from its own (faults_dropped, retransmits)" \
+  losses_seen
+
+# IPv6: GIDs fd77::1 and fd77::2 (rxe sends a zero UDP checksum there, which vrnic accepts).
+for server in rxe vrnic; do
+  client=vrnic
+  [[ $server == vrnic ]] && client=rxe
+  for t in "ib_write_bw -s 65536 -n 200" "ib_send_bw -s 65536 -n 200" \
+    "ib_read_bw -s 65536 -n 200 ${OUTS[*]}"; do
+    # shellcheck disable=SC2086
+    check "$t: $client client, $server server (IPv6)" perftest_rxe "$server" 6 $t
+  done
+  check "ibv_rc_pingpong -n 200 -c: $client client, $server server (IPv6)" pingpong_rxe \
+    "$server" 6 ibv_rc_pingpong -n 200 -c
+done
+
+# What rxe sent was taken: its IPv4 IDs (one per packet) were solved for, no ICRC error.
+rxe_counters() {
+  local s=${SOCK[rxe]} solved icrc
+  solved=$(vrnic_stat udp_rx_ip_id_solved "$s") icrc=$(vrnic_stat udp_rx_icrc_errors "$s")
+  echo "vrnic0: udp_rx_ip_id_solved=$solved udp_rx_icrc_errors=$icrc"
+  ((solved > 0)) || { echo "FAIL: no packet with a solved IPv4 ID"; return 1; }
+  ((icrc == 0)) || { echo "FAIL: ICRC errors"; return 1; }
+  CHECK_NOTE="$solved packets with rxe's IPv4 IDs"
+}
+check "vrnicd took rxe's packets whatever their IPv4 ID, with no ICRC error" rxe_counters
+
+# The capture, both directions, checked independently of vrnic's code with the real headers.
+capture_ok() {
+  local pid
+  pid=$(pgrep -f "tcpdump -q -i $RXE_TAP" | head -n 1)
+  [[ -n $pid ]] && kill -INT "$pid" && sleep 1
+  ls -l "$CAPTURE"
+  echo "+ roce_pcap_check.py --tshark rxe.pcap"
+  vrnic_fg timeout -k 5 600 /usr/bin/python3 "$VRNIC_ROOT/tests/tools/roce_pcap_check.py" \
+    --tshark --zero-udp6-checksum-from "$RXE_VM_IP6" "$CAPTURE"
+}
+check "the capture of every run: each packet's ICRC right with its real IP header, tshark clean" \
+  capture_ok
+
+vrnic_script_finish
