@@ -443,3 +443,28 @@ TEST_CASE("solve_ipv4_id drops every packet with a single bit flipped", "[icrc]"
     }
   }
 }
+
+// The headers the receiver rebuilds must be the sender's: a bit of the IPv4 or UDP header
+// that differs (an address, a port, a length, the flags) is not taken for an ID change. The
+// fields the ICRC masks (TOS, TTL, checksums) may differ; the ID is what is solved for.
+TEST_CASE("solve_ipv4_id drops a packet whose IPv4 or UDP header differs in any bit", "[icrc]") {
+  for (size_t payload : {0, 100, 4096}) {
+    const UnseenIdCheck good = sent_with_id(write_only_transport(payload, 0x11, 5), 4242);
+    REQUIRE(good.solve() == 4242);
+    const std::vector<size_t> masked_or_id = {1, 4, 5, 8, 10, 11};
+    for (size_t bit = 0; bit < 8 * (kIpv4HeaderBytes + kUdpHeaderBytes); bit++) {
+      const size_t byte = bit / 8;
+      if (byte < kIpv4HeaderBytes) {
+        if (std::find(masked_or_id.begin(), masked_or_id.end(), byte) != masked_or_id.end())
+          continue;
+      } else if (byte >= kIpv4HeaderBytes + 6) {
+        continue;  // UDP checksum: masked
+      }
+      UnseenIdCheck bad = good;  // the receiver's view differs from what was sent in one bit
+      Bytes &header = byte < kIpv4HeaderBytes ? bad.guess.ip : bad.guess.udp;
+      header[byte < kIpv4HeaderBytes ? byte : byte - kIpv4HeaderBytes] ^= uint8_t(1 << (bit % 8));
+      INFO("payload " << payload << ", header bit " << bit);
+      CHECK(bad.solve() == std::nullopt);
+    }
+  }
+}
