@@ -249,6 +249,7 @@ bool Server::handle(Session &s) {
       auto resp = std::make_unique<ctl::HelloResp>();
       std::vector<int> fds;
       int st = hello(s, *m, *resp, fds);
+      m->close_fds();  // hello() keeps a dup of the event pipe: every open leaked one fd
       reply(st, resp.get(), sizeof(*resp), fds);
       return st == 0;
     }

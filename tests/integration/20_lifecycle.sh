@@ -97,4 +97,21 @@ check "vrnicd, vrnicctl and the provider use \$VRNIC_SOCKET" socket_from_env
 check "vrnicd, vrnicctl and the provider default to \$XDG_RUNTIME_DIR/vrnicd.sock" socket_from_xdg
 check "client SIGKILLed mid-transfer (ib_write_bw): vrnicd frees all its objects" sigkill_reclaim
 
+# Every open of the device (one per verbs program, ibv_devinfo's included) used to leave vrnicd
+# one fd more: its copy of the event pipe the client sends with Hello. 10,000 opens and closes
+# must leave vrnicd's fd count as it was (issue 17, row 7).
+open_close_fds() {
+  local before after
+  # shellcheck disable=SC2119 # the default vrnicd
+  ensure_vrnicd || return 1
+  before=$(find "/proc/$VRNICD_PID/fd" -mindepth 1 | wc -l)
+  vrnic_fg "${VRUN[@]}" timeout -k 5 120 "$VRNIC_BUILD_DIR/tests/open_close" 10000 || return 1
+  wait_objects_zero 10 || return 1
+  after=$(find "/proc/$VRNICD_PID/fd" -mindepth 1 | wc -l)
+  echo "vrnicd's open fds: $before before, $after after"
+  ((after == before)) || { echo "FAIL: vrnicd leaked $((after - before)) fds"; return 1; }
+  CHECK_NOTE="$before fds before and after"
+}
+check "10,000 ibv_open_device/ibv_close_device cycles: vrnicd's fd count unchanged" open_close_fds
+
 vrnic_script_finish
