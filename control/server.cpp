@@ -25,18 +25,26 @@
 namespace vrnic {
 namespace {
 
-// A memfd of `bytes`, mapped read-write here; returns the fd or -errno.
-int make_region(const char *name, size_t bytes, void **map) {
-  int fd = ::memfd_create(name, MFD_CLOEXEC);
+// Whether the clients a region is shared with may write it (rings, CQs) or only read it (the
+// daemon region, every client's).
+enum class ClientAccess { kReadWrite, kReadOnly };
+
+// A memfd of `bytes` that vrnicd maps read-write at *map and shares with clients, sealed so
+// that no client can change its size (a shrink would have vrnicd's next access die of
+// SIGBUS: issue 17, row 4) nor, read-only, map it writable or write() it (row 12); the seals
+// themselves are sealed. Returns the fd, or -errno.
+int make_region(const char *name, size_t bytes, void **map,
+                ClientAccess clients = ClientAccess::kReadWrite) {
+  int fd = ::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return -errno;
-  if (::ftruncate(fd, off_t(bytes)) < 0) {
+  int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+  if (clients == ClientAccess::kReadOnly) seals |= F_SEAL_FUTURE_WRITE;  // vrnicd's map stays
+  void *p = MAP_FAILED;
+  if (::ftruncate(fd, off_t(bytes)) < 0 ||
+      (p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED ||
+      ::fcntl(fd, F_ADD_SEALS, seals) < 0) {
     int err = errno;
-    ::close(fd);
-    return -err;
-  }
-  void *p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    int err = errno;
+    if (p != MAP_FAILED) ::munmap(p, bytes);
     ::close(fd);
     return -err;
   }
@@ -96,7 +104,8 @@ absl::Status Server::start() {
   if (path_.size() >= sizeof(addr.sun_path))
     return absl::InvalidArgumentError("socket path too long: " + path_);
   void *map;
-  daemon_shm_fd_ = make_region("vrnic-daemon", sizeof(shm::DaemonShared), &map);
+  daemon_shm_fd_ =
+      make_region("vrnic-daemon", sizeof(shm::DaemonShared), &map, ClientAccess::kReadOnly);
   if (daemon_shm_fd_ < 0) return absl::ErrnoToStatus(-daemon_shm_fd_, "memfd");
   daemon_shm_ = static_cast<shm::DaemonShared *>(map);
 
@@ -479,6 +488,10 @@ int Server::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp) {
     if (p.kind == uint32_t(ctl::PieceKind::kMemfd)) {
       if (p.fd_index >= m.fds.size()) return EINVAL;
       int fd = m.fds[p.fd_index];
+      // Only a memfd sealed against shrinking: vrnicd's access to a page cut off would die
+      // of SIGBUS (issue 17, row 4). Other files have no seals at all.
+      int seals = ::fcntl(fd, F_GET_SEALS);
+      if (seals < 0 || !(seals & F_SEAL_SHRINK)) return EINVAL;
       struct stat st;
       if (::fstat(fd, &st) < 0 || p.fd_offset + p.length > uint64_t(st.st_size)) return EINVAL;
       uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));

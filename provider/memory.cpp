@@ -83,11 +83,14 @@ bool convertible(const MapsEntry &e, uint64_t sp) {
 
 // Replaces [start, start+len) with memfd pages holding the same bytes; returns the inode.
 uint64_t convert_pages(uint64_t start, uint64_t len) {
-  int fd = ::memfd_create(kMemfdName, MFD_CLOEXEC);
+  int fd = ::memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return 0;
   void *tmp = MAP_FAILED;
   struct stat st;
-  if (::ftruncate(fd, off_t(len)) == 0)
+  // Sealed at its size: vrnicd maps these pages, and refuses a memfd that could shrink under
+  // it (its next access would die of SIGBUS).
+  if (::ftruncate(fd, off_t(len)) == 0 &&
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
     tmp = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (tmp == MAP_FAILED || ::fstat(fd, &st) < 0) {
     if (tmp != MAP_FAILED) ::munmap(tmp, len);

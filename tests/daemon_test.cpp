@@ -6,12 +6,14 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "vrnic/ctl_io.h"
+#include "vrnic/ctl_protocol.h"
 
 namespace {
 
@@ -313,4 +316,58 @@ TEST_CASE("several devices in one vrnicd: each listed, opened and addressed on i
   CHECK(ibv_open_device(list[1]) == nullptr);
   CHECK(errno == ENODEV);
   ibv_free_device_list(list);
+}
+
+// Registered memory shared through a memfd must be sealed against shrinking (issue 17, row
+// 4): a client that shrank one under vrnicd would have vrnicd die of SIGBUS at its next access
+// to the pages cut off. A client speaking the protocol itself, without the provider's seals,
+// is refused; so is a file that is not a memfd (no seals at all). Sealed, it is taken.
+TEST_CASE("reg_mr takes only memfds sealed against shrinking", "[daemon]") {
+  Daemon d;
+  RawClient raw(d.path());
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  vrnic::ctl::HelloReq hello{vrnic::ctl::kProtocolVersion, 0};
+  REQUIRE(vrnic::ctl::send_message(raw.sock, vrnic::ctl::Op::kHello, 0, &hello, sizeof(hello),
+                                   &pipe_fds[1], 1) == 0);
+  vrnic::ctl::Message m;
+  REQUIRE(vrnic::ctl::recv_message(raw.sock, &m) == 0);
+  m.close_fds();
+  REQUIRE(m.header.status == 0);
+  REQUIRE(raw.call(vrnic::ctl::Op::kAllocPd, nullptr, 0, &m) == 0);
+  const uint32_t pd = m.as<vrnic::ctl::HandleResp>()->handle;
+  constexpr size_t kLen = 4 * 4096;
+  auto reg = [&](int fd) {
+    void *map = ::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    REQUIRE(map != MAP_FAILED);
+    vrnic::ctl::RegMrReq req{};
+    req.pd = pd;
+    req.access = IBV_ACCESS_LOCAL_WRITE;
+    req.addr = req.iova = reinterpret_cast<uint64_t>(map);
+    req.length = kLen;
+    req.npieces = 1;
+    req.pieces[0] = {req.addr, kLen, 0, uint32_t(vrnic::ctl::PieceKind::kMemfd), 0};
+    size_t len = offsetof(vrnic::ctl::RegMrReq, pieces) + sizeof(vrnic::ctl::MrPiece);
+    REQUIRE(vrnic::ctl::send_message(raw.sock, vrnic::ctl::Op::kRegMr, 0, &req, len, &fd, 1) == 0);
+    vrnic::ctl::Message resp;
+    REQUIRE(vrnic::ctl::recv_message(raw.sock, &resp) == 0);
+    resp.close_fds();
+    ::munmap(map, kLen);
+    return resp.header.status;
+  };
+  int unsealed = ::memfd_create("unsealed", MFD_CLOEXEC);
+  REQUIRE(::ftruncate(unsealed, kLen) == 0);
+  CHECK(reg(unsealed) == EINVAL);
+  char file_path[] = "/tmp/vrnic-reg-file.XXXXXX";
+  int file = ::mkstemp(file_path);
+  REQUIRE(file >= 0);
+  ::unlink(file_path);
+  REQUIRE(::ftruncate(file, kLen) == 0);
+  CHECK(reg(file) == EINVAL);
+  int sealed = ::memfd_create("sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  REQUIRE(::ftruncate(sealed, kLen) == 0);
+  REQUIRE(::fcntl(sealed, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+  CHECK(reg(sealed) == 0);
+  CHECK(::ftruncate(sealed, 0) < 0);  // and it stays so
+  for (int fd : {unsealed, file, sealed, pipe_fds[0], pipe_fds[1]}) ::close(fd);
 }

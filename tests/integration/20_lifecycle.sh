@@ -114,4 +114,17 @@ open_close_fds() {
 }
 check "10,000 ibv_open_device/ibv_close_device cycles: vrnicd's fd count unchanged" open_close_fds
 
+# A client shrinking or growing a region it shares with vrnicd (its session, its CQ, QP and MR
+# memory), or writing the daemon region every client reads: refused by the memfds' seals, and
+# vrnicd serves on (issue 17, rows 4 and 12; unsealed, the shrink killed vrnicd with SIGBUS).
+regions_sealed() {
+  # shellcheck disable=SC2119 # the default vrnicd
+  ensure_vrnicd || return 1
+  vrnic_fg "${VRUN[@]}" timeout -k 5 60 "$VRNIC_BUILD_DIR/tests/region_attack" || return 1
+  vrnicd_check_alive || return 1
+  wait_objects_zero 10
+}
+check "shrinking, growing or writing the regions shared with vrnicd is refused; vrnicd serves on" \
+  regions_sealed
+
 vrnic_script_finish
