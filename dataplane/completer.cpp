@@ -200,7 +200,7 @@ void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
   bool last = pkt.info().flags & kOpLast;
   uint32_t expect = last ? meta.length - offset : qp.mtu;
   if (offset > meta.length || pkt.payload_len != expect) return;  // malformed: drop
-  SgeList list{wqe.sge, wqe.num_sge, qp.pd};
+  SgeList list = send_sge_list(wqe, qp.pd);
   SgeCursor cur = sge_seek(list, offset);
   if (int st = sge_scatter(w.dev, list, cur, pkt.payload, pkt.payload_len)) {
     fail_wqe(w, qp, index, uint8_t(st));

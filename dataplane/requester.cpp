@@ -18,8 +18,6 @@ using namespace wire;
 // does not fire) before the last packet.
 constexpr uint32_t kAckReqInterval = 256;
 
-
-
 uint8_t transport_base(const QueuePair &qp) {
   return qp.type == IBV_QPT_UC ? kUc : qp.type == IBV_QPT_UD ? kUd : kRc;
 }
@@ -65,14 +63,14 @@ void start_wqe(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
       } else if (wqe.num_sge > shm::kMaxSge) {
         meta.status = IBV_WC_LOC_QP_OP_ERR;
       } else {
-        meta.status = uint8_t(sge_validate(w.dev, {wqe.sge, wqe.num_sge, qp.pd}, false, &total));
+        meta.status = uint8_t(sge_validate(w.dev, send_sge_list(wqe, qp.pd), false, &total));
       }
       break;
     case IBV_WR_RDMA_READ:
       if (wqe.num_sge > shm::kMaxSge || (wqe.flags & shm::kWqeInline))
         meta.status = IBV_WC_LOC_QP_OP_ERR;
       else
-        meta.status = uint8_t(sge_validate(w.dev, {wqe.sge, wqe.num_sge, qp.pd}, true, &total));
+        meta.status = uint8_t(sge_validate(w.dev, send_sge_list(wqe, qp.pd), true, &total));
       break;
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
@@ -160,7 +158,7 @@ bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
     std::memcpy(pkt->bounce, wqe.inline_data + req.offset, chunk);
     pkt->payload = pkt->bounce;
   } else if (chunk) {
-    SgeList list{wqe.sge, wqe.num_sge, qp.pd};
+    SgeList list = send_sge_list(wqe, qp.pd);
     SgeCursor cur{req.sge, req.sge_offset};
     pkt->payload = reference ? sge_reference(w.dev, list, cur, chunk) : nullptr;
     if (!pkt->payload) {
@@ -253,8 +251,7 @@ void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask) {
     req.offset = into * qp.mtu;
     const shm::SendWqe &wqe = qp.wqe(i);
     if (!(m.flags & shm::kWqeInline)) {
-      SgeCursor cur =
-          sge_seek({wqe.sge, std::min<uint32_t>(wqe.num_sge, shm::kMaxSge), qp.pd}, req.offset);
+      SgeCursor cur = sge_seek(send_sge_list(wqe, qp.pd), req.offset);
       req.sge = cur.index;
       req.sge_offset = cur.offset;
     }

@@ -20,6 +20,15 @@ struct SgeList {
   uint32_t pd;
 };
 
+// The gather list of a send WQE where it lies, in the client's ring: its count is read once
+// and clamped to the WQE's kMaxSge entries, every time. The client may rewrite a WQE after
+// vrnicd has checked it, and a retransmission reads it again: a count past the array read
+// past the ring (issue 17, row 5). The entries themselves are checked at each use.
+inline SgeList send_sge_list(const shm::SendWqe &wqe, uint32_t pd) {
+  uint32_t n = reinterpret_cast<const volatile uint8_t &>(wqe.num_sge);
+  return {wqe.sge, n < shm::kMaxSge ? n : shm::kMaxSge, pd};
+}
+
 // Positions a cursor `offset` bytes into the list (skipping empty entries).
 SgeCursor sge_seek(const SgeList &list, uint64_t offset);
 

@@ -2,10 +2,13 @@
 // payload, the pad count, the pool's release hook (a DPDK mbuf held by a received packet),
 // and the receive-path fault stage every wire port shares.
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "dataplane/packet.h"
+#include "dataplane/sge_io.h"
 #include "dataplane/rx_fault_stage.h"
 
 using vrnic::Packet;
@@ -195,4 +198,17 @@ TEST_CASE("RxFaultStage: delayed frames wait their time; dropped ones return at 
   }
   CHECK(sink.seen.empty());
   CHECK(pool.available() == 64);  // the destructor gave the held packets back
+}
+
+// A send WQE lies in the client's ring, which the client may rewrite after vrnicd checked it:
+// whatever count it holds, the gather list vrnicd walks stays within the WQE's own entries.
+TEST_CASE("send_sge_list keeps a send WQE's gather list within its kMaxSge entries", "[packet]") {
+  vrnic::shm::SendWqe wqe{};
+  for (uint32_t n : {0u, 1u, 16u, 17u, 255u}) {
+    wqe.num_sge = uint8_t(n);
+    vrnic::SgeList list = vrnic::send_sge_list(wqe, 7);
+    CHECK(list.count == std::min<uint32_t>(n, vrnic::shm::kMaxSge));
+    CHECK(list.sge == wqe.sge);
+    CHECK(list.pd == 7);
+  }
 }
