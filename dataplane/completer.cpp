@@ -21,6 +21,11 @@ constexpr uint32_t kRnrTimerUs[32] = {655360, 10,    20,    30,     40,     60, 
                                       2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
                                       40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
 
+bool is_read_or_atomic(uint8_t op) {
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
 uint8_t wc_opcode(uint8_t wr_op) {
   switch (wr_op) {
     case IBV_WR_RDMA_WRITE:
@@ -66,12 +71,6 @@ void fail_oldest(Worker &w, QueuePair &qp, uint8_t status) {
   completer_retire(w, qp);
 }
 
-// WQE `index` failed; reported once the ones before it have retired.
-void fail_wqe(Worker &w, QueuePair &qp, uint32_t index, uint8_t status) {
-  qp.wqe_meta(index).status = status;
-  completer_retire(w, qp);
-}
-
 // Packets from `psn` on were lost (a timeout, or a NAK saying so): both windows shrink, and the
 // requester goes back to send them again.
 void lost(Worker &w, QueuePair &qp, PeerWindow::Loss kind, uint32_t psn, Reask reask) {
@@ -106,93 +105,38 @@ void acknowledge(Worker &w, QueuePair &qp, uint32_t psn) {
   restart_ack_timer(w, qp);
 }
 
-// The read or atomic WQE `index` lacks answers from `resp_psn` on: ask again at once rather
-// than wait for the timer, once per gap (every later packet in flight would show the gap), and
-// for that answer alone (requester_reask), without going back over the requests after it: the
-// responder has them, and their answers, still coming, are taken as they come (read_response).
-//
-// Going back (go-back-N) asked again for every later read. rdma_rxe answers requests in the
-// order they came, and repeated ones after everything it had queued, so at each loss it sent
-// each later read whole once more: with perftest's 16 reads of 1 MiB in flight, 27 times the
-// data at 1% loss, and a SEND queued behind them ran out of retries waiting.
-void reask(Worker &w, QueuePair &qp, uint32_t index, uint32_t resp_psn) {
-  CompleterState &comp = qp.comp;
-  WqeMeta &meta = qp.wqe_meta(index);
-  if (meta.reasked == (resp_psn | WqeMeta::kReasked)) return;
-  meta.reasked = resp_psn | WqeMeta::kReasked;
+// The oldest WQE, a read or atomic, lacks answers from `resp_psn` on: ask again at once rather
+// than wait for the timer, once per gap (every later packet in flight would show the gap).
+void reask(Worker &w, QueuePair &qp, uint32_t resp_psn) {
+  if (qp.comp.rerequested_psn_valid && qp.comp.rerequested_psn == resp_psn) return;
+  qp.comp.rerequested_psn = resp_psn;
+  qp.comp.rerequested_psn_valid = true;
   w.count(qp, kRetransmits);
-  if (!requester_reask(w, qp, index))
-    return lost(w, qp, PeerWindow::Loss::kNak, resp_psn, Reask::kYes);  // no packet to ask with
-  qp.req.window.on_loss();
-  if (qp.req.peer) qp.req.peer->on_loss(PeerWindow::Loss::kNak, w.now);
-  comp.rtt_sent_at = 0;
-  restart_ack_timer(w, qp);
+  lost(w, qp, PeerWindow::Loss::kNak, resp_psn, Reask::kYes);
 }
 
-// The responder answers in PSN order, so an ACK or answer (PSN `seen`) beyond the oldest WQE,
-// an unfinished read or atomic, means its answer went missing: lost, or overtaken on the way
-// (loopback reorders when the sending thread moves between CPUs). The spec's implied NAK:
-// without it the requester waited for the ack timer (17 ms and more, with the window halved).
-//
-// The evidence is that packet, not acked_psn: once a later answer has moved acked_psn past
-// the read, each answer of its replay would show the gap again, one PSN further on each time.
-void reask_missing_answer(Worker &w, QueuePair &qp, uint32_t seen) {
+// The responder answers in PSN order, so an acknowledgement of the PSNs of an unfinished read
+// or atomic means its answer went missing: lost, or overtaken on the way (loopback reorders
+// when the sending thread moves between CPUs). The spec's implied NAK: without it the
+// requester waited for the ack timer (17 ms and more, with the window halved).
+void reask_missing_answer(Worker &w, QueuePair &qp) {
   if (!outstanding(qp)) return;
   const WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
   if (!is_read_or_atomic(meta.opcode) || meta.resp_done || meta.status) return;
-  if (psn_diff(seen, meta.last_psn) <= 0) return;
-  reask(w, qp, qp.comp.wqe, meta.resp_psn);
+  if (psn_diff(qp.comp.acked_psn, meta.last_psn) < 0) return;
+  reask(w, qp, meta.resp_psn);
 }
 
-// No progress for too long (the IB timeout, or a probe's shorter wait): send again what the
-// responder may lack. When the oldest WQE is a read or atomic still unanswered, that is its
-// answer alone, as after a gap (see reask): the requests after it may well have arrived, and
-// a responder that answers in order (rdma_rxe) is still working through them -- under
-// emulation, through a whole queue of 1 MiB reads -- so that asking for them all again made
-// the queue longer at every timeout, until retries ran out. Otherwise, go back to the oldest
-// PSN not acknowledged.
-void retry(Worker &w, QueuePair &qp, PeerWindow::Loss kind) {
-  const uint32_t oldest = qp.comp.wqe;
-  const WqeMeta &meta = qp.wqe_meta(oldest);
-  if (is_read_or_atomic(meta.opcode) && !meta.resp_done && !meta.status &&
-      int32_t(qp.req.wqe - oldest) > 0 && requester_reask(w, qp, oldest)) {
-    qp.req.window.on_loss();
-    if (qp.req.peer) qp.req.peer->on_loss(kind, w.now);
-    qp.comp.rtt_sent_at = 0;
-    return;
-  }
-  lost(w, qp, kind, psn_add(qp.comp.acked_psn, 1), Reask::kYes);
-}
-
-// The outstanding read or atomic whose answer includes `psn`, if any: the oldest WQE almost
-// always, else one after it (WQEs hold ascending PSNs, so the search ends at one that starts
-// later). Answers are taken for any of them, as they come, each read's in order; they retire
-// in order once whole.
-bool answered_wqe(QueuePair &qp, uint32_t psn, bool read_response, uint32_t *index) {
-  for (uint32_t i = qp.comp.wqe; i != qp.req.started; i++) {
-    const WqeMeta &m = qp.wqe_meta(i);
-    if (is_local_op(m.opcode)) continue;
-    if (psn_diff(psn, m.first_psn) < 0) return false;
-    if (psn_diff(psn, m.last_psn) > 0) continue;
-    *index = i;
-    bool read = m.opcode == IBV_WR_RDMA_READ;
-    return is_read_or_atomic(m.opcode) && read == read_response && !m.status && !m.resp_done;
-  }
-  return false;
-}
-
-// A read response, for the oldest read or a later one: each read takes its responses in order
-// into its own memory, and retires in order once whole.
 void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
   uint32_t psn = pkt.bth().psn();
   acknowledge(w, qp, psn_add(psn, -1u));
-  reask_missing_answer(w, qp, psn);  // when this answers a later one
-  uint32_t index;
-  if (!answered_wqe(qp, psn, true, &index)) return;
-  shm::SendWqe &wqe = qp.wqe(index);
-  WqeMeta &meta = qp.wqe_meta(index);
+  reask_missing_answer(w, qp);  // when this answers a later one
+  if (!outstanding(qp)) return;
+  shm::SendWqe &wqe = qp.wqe(qp.comp.wqe);
+  WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
+  if (meta.opcode != IBV_WR_RDMA_READ || meta.resp_done) return;
   if (psn_diff(psn, meta.resp_psn) > 0) {  // a response went missing
-    reask(w, qp, index, meta.resp_psn);
+    reask(w, qp, meta.resp_psn);
     return;
   }
   if (psn != meta.resp_psn) return;  // a duplicate
@@ -203,13 +147,13 @@ void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
   SgeList list = send_sge_list(wqe, qp.pd);
   SgeCursor cur = sge_seek(list, offset);
   if (int st = sge_scatter(w.dev, list, cur, pkt.payload, pkt.payload_len)) {
-    fail_wqe(w, qp, index, uint8_t(st));
+    fail_oldest(w, qp, uint8_t(st));
     return;
   }
   meta.resp_psn = psn_add(psn, 1);
   qp.comp.retry_left = qp.attr.retry_cnt;
   if (last) {
-    answered(qp, index);
+    answered(qp, qp.comp.wqe);
     acknowledge(w, qp, psn);  // the whole read, up to its last PSN
     w.schedule(qp);
     return;
@@ -220,20 +164,23 @@ void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
 void atomic_ack(Worker &w, QueuePair &qp, const Packet &pkt) {
   uint32_t psn = pkt.bth().psn();
   acknowledge(w, qp, psn_add(psn, -1u));
-  reask_missing_answer(w, qp, psn);  // when this answers a later one
-  uint32_t index;
-  if (!answered_wqe(qp, psn, false, &index)) return;
-  shm::SendWqe &wqe = qp.wqe(index);
+  reask_missing_answer(w, qp);  // when this answers a later one
+  if (!outstanding(qp)) return;
+  shm::SendWqe &wqe = qp.wqe(qp.comp.wqe);
+  WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
+  if (!is_read_or_atomic(meta.opcode) || meta.opcode == IBV_WR_RDMA_READ || meta.resp_done ||
+      psn != meta.first_psn)
+    return;
   uint8_t orig[8];
   uint64_t value = pkt.ext<AtomicAckEth>(pkt.info().atomic_ack_off).orig();
   std::memcpy(orig, &value, 8);  // host order into the application's buffer, as NICs do
   SgeList list{wqe.sge, 1, qp.pd};
   SgeCursor cur;
   if (int st = sge_scatter(w.dev, list, cur, orig, 8)) {
-    fail_wqe(w, qp, index, uint8_t(st));
+    fail_oldest(w, qp, uint8_t(st));
     return;
   }
-  answered(qp, index);
+  answered(qp, qp.comp.wqe);
   acknowledge(w, qp, psn);
   w.schedule(qp);
 }
@@ -352,7 +299,7 @@ void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
   if (aeth_kind(syndrome) != kAethAck) return nak(w, qp, psn, syndrome);
   if (op == kAtomicAcknowledge) return atomic_ack(w, qp, pkt);
   acknowledge(w, qp, psn);
-  reask_missing_answer(w, qp, psn);
+  reask_missing_answer(w, qp);
 }
 
 // A probe resends from the oldest unacknowledged PSN after a few round trips without progress,
@@ -385,7 +332,7 @@ void completer_check_timers(Worker &w, QueuePair &qp) {
     if (outstanding(qp) && !comp.rnr_deadline) {
       comp.probes = uint8_t(std::min(comp.probes + 1, 6));
       w.count(qp, kRetransmits);
-      retry(w, qp, PeerWindow::Loss::kProbe);
+      lost(w, qp, PeerWindow::Loss::kProbe, psn_add(comp.acked_psn, 1), Reask::kYes);
     }
   }
   if (comp.ack_deadline && w.now >= comp.ack_deadline) {

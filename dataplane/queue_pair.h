@@ -4,8 +4,6 @@
 // peer's requests.
 #pragma once
 
-#include <infiniband/verbs.h>
-
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -23,17 +21,6 @@ namespace vrnic {
 inline constexpr uint32_t kMaxRdAtomic = 16;
 
 // Worker-private bookkeeping per send-queue slot (never trusted to shared memory).
-// Send work requests by what they need of the transport (WqeMeta::opcode, an ibv_wr_opcode).
-// Local operations (memory window bind, local invalidate) put nothing on the wire.
-inline bool is_local_op(uint8_t op) {
-  return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
-}
-// Reads and atomics are answered by the responder (and count against max_rd_atomic).
-inline bool is_read_or_atomic(uint8_t op) {
-  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
 struct WqeMeta {
   uint32_t first_psn;
   uint32_t last_psn;
@@ -43,10 +30,6 @@ struct WqeMeta {
   uint8_t flags;
   uint8_t status;  // ibv_wc_status found while sending (local errors), else 0
   bool resp_done;  // read/atomic: response fully received
-  // read/atomic: kReasked | the resp_psn its answer was last asked for again from (0: never),
-  // so that each gap is asked for once, however many later packets show it.
-  uint32_t reasked;
-  static constexpr uint32_t kReasked = 1u << 31;
 };
 
 struct RequesterState {
@@ -72,6 +55,8 @@ struct CompleterState {
   uint8_t rnr_left = 0;
   uint64_t ack_deadline = 0;     // local ACK timeout; 0: not armed
   uint64_t rnr_deadline = 0;     // requester paused until then; 0: not paused
+  uint32_t rerequested_psn = 0;  // read response gap already asked again for
+  bool rerequested_psn_valid = false;
   // With a peer window (wire peers): the probe timer (0: not armed) and how many probes in a
   // row found no progress (each doubles the wait); the PSN being timed and when it left (0:
   // none).

@@ -18,6 +18,15 @@ using namespace wire;
 // does not fire) before the last packet.
 constexpr uint32_t kAckReqInterval = 256;
 
+bool is_local_op(uint8_t op) {
+  return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
+}
+
+bool is_read_or_atomic(uint8_t op) {
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
 uint8_t transport_base(const QueuePair &qp) {
   return qp.type == IBV_QPT_UC ? kUc : qp.type == IBV_QPT_UD ? kUd : kRc;
 }
@@ -33,7 +42,6 @@ void start_wqe(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
   meta.flags = wqe.flags;
   meta.status = IBV_WC_SUCCESS;
   meta.resp_done = false;
-  meta.reasked = 0;
   meta.first_psn = meta.resp_psn = qp.req.psn;
   uint64_t total = 0;
   bool allowed = qp.type == IBV_QPT_RC ||
@@ -183,15 +191,13 @@ bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
   return true;
 }
 
-// The request packet of a read or atomic; a read resumed after lost responses asks only for
-// what is missing (from `offset`, whose responses arrived), and its responses then carry the
-// PSNs they would have had.
-bool transmit_read_or_atomic(Worker &w, QueuePair &qp, const shm::SendWqe &wqe, const WqeMeta &meta,
-                             uint32_t offset) {
+bool send_read_or_atomic(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
   uint8_t opcode = meta.opcode == IBV_WR_RDMA_READ            ? kReadRequest
                    : meta.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap
                                                               : kFetchAdd;
-  if (opcode != kReadRequest) offset = 0;
+  // A read resumed after lost responses asks only for what is missing (req.offset bytes
+  // arrived); its responses then carry the PSNs they would have had.
+  uint32_t offset = opcode == kReadRequest ? qp.req.offset : 0;
   Packet *pkt = new_packet(w, qp, opcode, psn_add(meta.first_psn, offset / qp.mtu), true);
   if (!pkt) return false;
   const OpcodeInfo &info = opcode_info(opcode);
@@ -204,12 +210,6 @@ bool transmit_read_or_atomic(Worker &w, QueuePair &qp, const shm::SendWqe &wqe, 
     pkt->ext<AtomicEth>(info.atomic_eth_off).set(wqe.remote_addr, wqe.rkey, wqe.compare_add, 0);
   }
   w.transmit(qp, pkt);
-  return true;
-}
-
-bool send_read_or_atomic(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
-  uint32_t offset = meta.opcode == IBV_WR_RDMA_READ ? qp.req.offset : 0;
-  if (!transmit_read_or_atomic(w, qp, wqe, meta, offset)) return false;
   if (!offset) meta.resp_psn = meta.first_psn;
   meta.resp_done = false;
   qp.req.offset = 0;
@@ -260,12 +260,6 @@ void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask) {
   // Everything started has been taken: carry on with new work.
   req.wqe = req.started;
   req.psn = req.psn_end;  // the PSN after everything sent
-}
-
-bool requester_reask(Worker &w, QueuePair &qp, uint32_t index) {
-  const WqeMeta &meta = qp.wqe_meta(index);
-  uint32_t offset = uint32_t(psn_diff(meta.resp_psn, meta.first_psn)) * qp.mtu;
-  return transmit_read_or_atomic(w, qp, qp.wqe(index), meta, offset);
 }
 
 // After a rewind, ACKs and answers may cover what the requester was about to send again

@@ -3,8 +3,6 @@
 // coalesced ACKs, NAKs and read/atomic responses (which go out in PSN order).
 #include <infiniband/verbs.h>
 
-#include <utility>
-
 #include "events.h"
 #include "ip_header.h"
 #include "sge_io.h"
@@ -181,8 +179,8 @@ void receive_write(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo
 
 // Takes a responder resource slot; nullptr when the peer exceeds max_dest_rd_atomic.
 //
-// The queue [res_sending, res_head) stays in PSN order (a replay takes its place among the
-// answers queued, see new_replay), and a conforming requester has at most max_rd_atomic
+// The queue [res_sending, res_head) stays in PSN order (a repeated request first drops the
+// answers queued from its PSN on), and a conforming requester has at most max_rd_atomic
 // requests outstanding, the newest of them the one arriving. So when the queue is full, its
 // oldest entries answer requests the requester has finished with: a replay there is stale
 // and is dropped. A first answer there is still owed, so the peer really exceeded the limit.
@@ -199,32 +197,15 @@ ResponderResource *new_resource(QueuePair &qp, bool replay) {
   return &res;
 }
 
-// A repeated read or atomic request: the answer still queued for it (a read, `psn` anywhere in
-// its responses), or nullptr.
-//
-// Answers queued for later requests stay queued. A requester that went back (go-back-N, as
-// rdma_rxe's does) asks for them again too and finds them there; one that asked for this
-// answer alone (vrnic's, after a gap in it) still awaits them. Dropping them, as this
-// responder once did, made the second kind wait for its timer.
-ResponderResource *queued_answer(QueuePair &qp, uint32_t psn) {
+// The requester asks again from `psn` (it went back to there): responses still queued for
+// PSNs from there on are stale -- it will ask for them again too.
+void forget_responses_from(QueuePair &qp, uint32_t psn) {
   ResponderState &r = qp.resp;
-  for (uint32_t i = r.res_sending; i != r.res_head; i++) {
-    ResponderResource &res = r.res[i % kMaxRdAtomic];
-    if (psn_diff(psn, res.first_psn) >= 0 && psn_diff(psn, res.first_psn + res.packets) < 0)
-      return &res;
+  while (r.res_head != r.res_sending) {
+    const ResponderResource &newest = r.res[(r.res_head - 1) % kMaxRdAtomic];
+    if (psn_diff(psn_add(newest.first_psn, newest.packets - 1), psn) < 0) break;
+    r.res_head--;
   }
-  return nullptr;
-}
-
-// A slot for the replay of an answer no longer queued, placed in PSN order among the queued
-// ones (ahead of a later answer half sent: that one resumes after it).
-ResponderResource *new_replay(QueuePair &qp, uint32_t psn) {
-  ResponderState &r = qp.resp;
-  if (!new_resource(qp, true)) return nullptr;
-  uint32_t i = r.res_head - 1;
-  for (; i != r.res_sending && psn_diff(r.res[(i - 1) % kMaxRdAtomic].first_psn, psn) > 0; i--)
-    std::swap(r.res[i % kMaxRdAtomic], r.res[(i - 1) % kMaxRdAtomic]);
-  return &r.res[i % kMaxRdAtomic];
 }
 
 void receive_read(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info,
@@ -238,15 +219,8 @@ void receive_read(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo 
     if (!duplicate) fail(w, qp, psn, kNakRemoteAccess);
     return;
   }
-  if (duplicate) {
-    if (ResponderResource *queued = queued_answer(qp, psn);
-        queued && queued->kind == ResponderResource::kRead) {
-      queued->sent = uint32_t(psn_diff(psn, queued->first_psn));  // from where it is missing
-      w.schedule(qp);
-      return;
-    }
-  }
-  ResponderResource *res = duplicate ? new_replay(qp, psn) : new_resource(qp, false);
+  if (duplicate) forget_responses_from(qp, psn);
+  ResponderResource *res = new_resource(qp, duplicate);
   if (!res) {
     if (!duplicate) fail(w, qp, psn, kNakInvalidRequest);
     return;
@@ -299,8 +273,8 @@ void receive_duplicate(Worker &w, QueuePair &qp, const Packet &pkt, const Opcode
   if (info.flags & kOpAtomic) {
     for (const ResponderState::AtomicResult &done : r.atomics) {
       if (!done.valid || done.psn != psn) continue;
-      if (queued_answer(qp, psn)) return;  // still queued: it goes out as it is
-      if (ResponderResource *again = new_replay(qp, psn)) {
+      forget_responses_from(qp, psn);  // the requester went back to here
+      if (ResponderResource *again = new_resource(qp, true)) {
         again->kind = ResponderResource::kAtomic;
         again->first_psn = psn;
         again->packets = 1;

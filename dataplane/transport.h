@@ -28,11 +28,6 @@ enum class Reask : bool {
 // Go-back-N: the requester sends again from `psn` (on a NAK, a timeout or a read gap, and
 // when ACKs show it was about to send again what the responder has).
 void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask);
-// Asks the responder again, alone, for the answer of the read or atomic WQE `index` that it
-// lacks (a read from its first missing response), without going back: the requests after it
-// went through and their answers are still to come (responders answer repeated requests
-// after, or in place of, what they had queued). False when no packet could be made.
-bool requester_reask(Worker &w, QueuePair &qp, uint32_t index);
 
 // Local operations of the send queue (memory window bind, local invalidate), executed when
 // the requester reaches them; returns 0 or the ibv_wc_status of the failure.
