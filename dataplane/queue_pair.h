@@ -158,7 +158,13 @@ class QueuePair {
 
   uint32_t state() const { return attr.qp_state; }
   bool sq_empty() const { return comp.wqe == sq_producer(); }
-  uint32_t sq_producer() const { return shared->sq.producer.load(std::memory_order_acquire); }
+  // The provider's producer index, read from shared memory and held to what the ring can
+  // hold: a client writing one far ahead would have vrnicd walk its ring round and round
+  // (issue 17, row 11); one behind the oldest WQE unretired counts as nothing posted.
+  uint32_t sq_producer() const {
+    uint32_t p = shared->sq.producer.load(std::memory_order_acquire);
+    return p - comp.wqe > sq_mask + 1 ? comp.wqe + sq_mask + 1 : p;
+  }
   shm::SendWqe &wqe(uint32_t index) { return sq[index & sq_mask]; }
   // Starts loading a WQE the provider wrote on another core (its header and first SGE), so
   // that the requester does not wait for it when it gets there.

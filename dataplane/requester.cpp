@@ -296,8 +296,11 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
   if ((qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD) || qp.comp.rnr_deadline) return 0;
   uint32_t producer = send_limit(qp);
   uint32_t sent = 0;
+  // WQEs that send nothing (local operations) cost a step of the budget too: a ring full of
+  // them must not hold the worker longer than one of sends would (issue 17, row 11).
+  uint32_t local_steps = 0;
   bool retire = false;
-  while (sent < budget && req.wqe != producer) {
+  while (sent + local_steps < budget && req.wqe != producer) {
     skip_taken(qp);
     if (req.wqe == producer) break;
     if (qp.type == IBV_QPT_RC && !req.window.allows(psn_diff(req.psn, qp.comp.acked_psn))) break;
@@ -322,6 +325,7 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
     }
     if (is_local_op(meta.opcode)) {  // done when started: nothing goes on the wire
       req.wqe++;
+      local_steps++;
       retire = true;
       continue;
     }
@@ -352,7 +356,7 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
   // Unreliable QPs retire WQEs as soon as they are sent; a failed WQE is reported once the
   // ones before it have retired.
   if (retire || (sent && qp.type != IBV_QPT_RC)) completer_retire(w, qp);
-  return sent;
+  return sent + local_steps;
 }
 
 }  // namespace vrnic

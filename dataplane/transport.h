@@ -13,7 +13,8 @@ namespace vrnic {
 
 class Worker;
 
-// Requester: packets for new and retransmitted WQEs; returns how many it sent.
+// Requester: packets for new and retransmitted WQEs, and local operations; returns the steps
+// it took of the budget (a packet sent or a local operation done).
 uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget);
 bool requester_has_work(QueuePair &qp);
 
@@ -71,6 +72,10 @@ struct PacketDestination {
 };
 Packet *new_packet(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
                    bool solicited = false);
+// Whether a packet for a connected (RC/UC) QP comes from the peer it is connected to: its
+// source address, and on the loop port the very QP (RoCE itself carries no source QPN for
+// connected QPs; between local sessions vrnicd knows it).
+bool from_connected_peer(const QueuePair &qp, const Packet &pkt);
 Packet *new_packet_to(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
                       bool solicited, const PacketDestination &to);
 

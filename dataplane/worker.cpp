@@ -114,7 +114,7 @@ bool Worker::quiescent() const {
 }
 
 void Worker::add_session(uint32_t id, shm::DoorbellRing *ring) {
-  sessions_.push_back({id, ring});
+  sessions_.push_back({id, shm::DoorbellConsumer{ring}});
 }
 
 void Worker::remove_session(uint32_t id) {
@@ -236,7 +236,10 @@ bool Worker::poll_doorbells() {
   bool any = false;
   for (SessionRings &s : sessions_) {
     uint32_t handle;
-    while (s.doorbells->pop(&handle)) {
+    // At most one lap of the ring per look: the cells are client memory, and a client that
+    // keeps forging them must not hold the worker here (issue 17, row 14).
+    for (uint32_t budget = shm::DoorbellRing::kSlots; budget && s.doorbells.pop(&handle);
+         budget--) {
       QueuePair *qp = dev.qps.get(handle);
       if (!qp || qp->session != s.id) continue;  // stale or foreign: ignore
       if (qp->worker != index_) {
@@ -496,11 +499,8 @@ void Worker::idle_wait(uint64_t idle_ns) {
   bool work = commands_pending_.load() || !run_next_.empty() ||
               park_requested_.load(std::memory_order_acquire);
   if (!inbox_empty()) work = true;
-  for (SessionRings &s : sessions_) {
-    uint32_t pos = s.doorbells->head;
-    if (int32_t(s.doorbells->cells[pos % shm::DoorbellRing::kSlots].seq.load() - (pos + 1)) >= 0)
-      work = true;
-  }
+  for (SessionRings &s : sessions_)
+    if (s.doorbells.ready()) work = true;
   if (!work && running_) {
     // The port's RX interrupt wakes us when it has one; a port that cannot wake us is polled
     // at its pace: adaptive polling.

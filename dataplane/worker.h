@@ -28,7 +28,7 @@ namespace vrnic {
 
 struct SessionRings {
   uint32_t id;
-  shm::DoorbellRing *doorbells;  // this worker's ring in the session's shared memory
+  shm::DoorbellConsumer doorbells;  // this worker's ring in the session's shared memory
 };
 
 class Worker {

@@ -163,12 +163,14 @@ struct DoorbellCell {
 struct DoorbellRing {
   static constexpr uint32_t kSlots = kMaxQpsPerSession;  // >= QPs per session: never full
   alignas(kCacheLine) std::atomic<uint32_t> tail;        // producers
-  alignas(kCacheLine) uint32_t head;                     // consumer (worker) only
+  // The consumer's index is not here: it lives in vrnicd's own memory (DoorbellConsumer), so
+  // that a client rewriting the ring cannot send the worker round it forever (issue 17,
+  // row 14); the cells' sequence numbers are all a client can forge, and each one popped
+  // costs a budgeted step.
   alignas(kCacheLine) DoorbellCell cells[kSlots];
 
   void init() {
     tail.store(0, std::memory_order_relaxed);
-    head = 0;
     for (uint32_t i = 0; i < kSlots; i++) cells[i].seq.store(i, std::memory_order_relaxed);
   }
 
@@ -191,13 +193,22 @@ struct DoorbellRing {
       }
     }
   }
+};
 
+// The worker's side of a DoorbellRing, in vrnicd's memory.
+struct DoorbellConsumer {
+  DoorbellRing *ring = nullptr;
+  uint32_t head = 0;
+
+  bool ready() const {
+    return int32_t(ring->cells[head % DoorbellRing::kSlots].seq.load(std::memory_order_acquire) -
+                   (head + 1)) >= 0;
+  }
   bool pop(uint32_t *handle) {
-    DoorbellCell &c = cells[head % kSlots];
-    uint32_t seq = c.seq.load(std::memory_order_acquire);
-    if (int32_t(seq - (head + 1)) < 0) return false;
+    if (!ready()) return false;
+    DoorbellCell &c = ring->cells[head % DoorbellRing::kSlots];
     *handle = c.qp_handle;
-    c.seq.store(head + kSlots, std::memory_order_release);
+    c.seq.store(head + DoorbellRing::kSlots, std::memory_order_release);
     head++;
     return true;
   }

@@ -49,18 +49,39 @@ TEST_CASE("illegal transitions are refused and RESET/ERR are reachable from anyw
 TEST_CASE("doorbell ring hands out each handle once, in order, and reports full", "[shm]") {
   auto ring = std::make_unique<shm::DoorbellRing>();
   ring->init();
+  shm::DoorbellConsumer consumer{ring.get()};
   uint32_t h;
-  CHECK_FALSE(ring->pop(&h));
+  CHECK_FALSE(consumer.pop(&h));
   for (uint32_t i = 0; i < shm::DoorbellRing::kSlots; i++) REQUIRE(ring->push(i + 1));
   CHECK_FALSE(ring->push(99));
   for (uint32_t i = 0; i < shm::DoorbellRing::kSlots; i++) {
-    REQUIRE(ring->pop(&h));
+    REQUIRE(consumer.pop(&h));
     REQUIRE(h == i + 1);
   }
-  CHECK_FALSE(ring->pop(&h));
+  CHECK_FALSE(consumer.pop(&h));
   CHECK(ring->push(7));  // wraps around
-  CHECK(ring->pop(&h));
+  CHECK(consumer.pop(&h));
   CHECK(h == 7);
+}
+
+TEST_CASE("a forged doorbell ring yields at most one lap of cells per look (issue 17, row 14)",
+          "[shm]") {
+  auto ring = std::make_unique<shm::DoorbellRing>();
+  ring->init();
+  shm::DoorbellConsumer consumer{ring.get()};
+  // A client that keeps every cell looking full, as fast as the worker empties them.
+  uint64_t popped = 0;
+  uint32_t h;
+  for (int look = 0; look < 3; look++) {
+    for (uint32_t i = 0; i < shm::DoorbellRing::kSlots; i++)
+      ring->cells[i].seq.store(0x7fffffff, std::memory_order_relaxed);
+    uint32_t n = 0;
+    while (n < shm::DoorbellRing::kSlots && consumer.pop(&h)) n++;
+    popped += n;
+  }
+  // The consumer's index is vrnicd's: the client could not move it back.
+  CHECK(consumer.head == popped);
+  CHECK(popped == 3ull * shm::DoorbellRing::kSlots);
 }
 
 TEST_CASE("slot table: handles start at 1, freed slots are reused late with a new generation",
