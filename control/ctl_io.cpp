@@ -1,6 +1,7 @@
 #include "vrnic/ctl_io.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <sys/socket.h>
@@ -83,6 +84,18 @@ int connect_daemon(const char *path) {
     int err = errno;
     ::close(s);
     return -err;
+  }
+  // Only a daemon of our own user or root may see the memory we register: anyone could have
+  // bound a socket at the path first (issue 17, row 13).
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+      (cred.uid != ::geteuid() && cred.uid != 0)) {
+    std::fprintf(stderr,
+                 "vrnic: %s is served by uid %u, neither you (uid %u) nor root: not using it\n",
+                 path, unsigned(cred.uid), unsigned(::geteuid()));
+    ::close(s);
+    return -EACCES;
   }
   return s;
 }

@@ -5,7 +5,9 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -16,11 +18,13 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/str_format.h"
 #include "dataplane/clock.h"
 #include "dataplane/events.h"
 #include "load_balance.h"
 #include "dataplane/transport.h"
 #include "qp_state_machine.h"
+#include "vrnic/socket_path.h"
 
 namespace vrnic {
 namespace {
@@ -52,17 +56,37 @@ int make_region(const char *name, size_t bytes, void **map,
   return fd;
 }
 
-void erase_handle(std::vector<uint32_t> &v, uint32_t h) {
-  std::erase(v, h);
+// A client's /proc/<pid>/mem, and nothing else: vrnicd's workers read and write it in place
+// of process_vm_readv/writev, so it must be a file that answers at once (not a pipe, a
+// socket or a FUSE file the client serves). Whose memory it is does not matter: the client
+// opened it with its own rights.
+bool is_proc_mem(int fd) {
+  struct statfs fs;
+  if (::fstatfs(fd, &fs) < 0 || fs.f_type != PROC_SUPER_MAGIC) return false;
+  char link[64], target[256];
+  std::snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+  ssize_t n = ::readlink(link, target, sizeof(target) - 1);
+  if (n <= 0) return false;
+  target[n] = 0;
+  const size_t len = size_t(n);
+  return len > 4 && std::strcmp(target + len - 4, "/mem") == 0 && std::strncmp(target, "/proc/", 6) == 0;
 }
-bool owns(const std::vector<uint32_t> &v, uint32_t h) {
-  return std::find(v.begin(), v.end(), h) != v.end();
+
+bool owns(const absl::flat_hash_set<uint32_t> &handles, uint32_t h) {
+  return handles.contains(h);
 }
 
 constexpr uint32_t kValidAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
                                   IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
                                   IBV_ACCESS_RELAXED_ORDERING;
+
+// How far a reused slot's key byte moves: 1 to 255 at random, so that the key of a new MR or
+// window cannot be told from the keys seen before it (issue 17, row 2) and never equals the
+// slot's previous key.
+uint8_t random_key_step() {
+  return uint8_t(1 + ::arc4random_uniform(255));
+}
 
 uint32_t mtu_bytes(uint32_t mtu) {
   return 128u << std::clamp<uint32_t>(mtu, 1, 5);
@@ -78,6 +102,7 @@ Session::~Session() {
   if (shm) ::munmap(shm, sizeof(shm::SessionShared));
   if (shm_fd >= 0) ::close(shm_fd);
   if (async_fd >= 0) ::close(async_fd);
+  if (mem_fd >= 0) ::close(mem_fd);
   if (sock >= 0) ::close(sock);
 }
 
@@ -85,7 +110,13 @@ Server::Server(ServerConfig cfg)
     : cfg_(std::move(cfg)),
       path_(cfg_.socket_path),
       nworkers_(cfg_.workers),
-      dev_(cfg_.device_index) {}
+      dev_(cfg_.device_index),
+      quotas_(cfg_.limits) {
+  // What one user may register and create, as ibv_query_device tells it.
+  dev_.info.max_mr_size = std::min<uint64_t>(dev_.info.max_mr_size, quotas_.limits().mr_bytes);
+  dev_.info.max_mr = std::min(dev_.info.max_mr, quotas_.limits().mrs);
+  dev_.info.max_qp = std::min(dev_.info.max_qp, quotas_.limits().qps);
+}
 
 Server::~Server() {
   while (!sessions_.empty()) close_session(sessions_.begin()->first);
@@ -113,19 +144,43 @@ absl::Status Server::start() {
   if (listen_fd_ < 0) return absl::ErrnoToStatus(errno, "socket");
   addr.sun_family = AF_UNIX;
   std::strcpy(addr.sun_path, path_.c_str());
+  if (absl::Status st = prepare_socket_dir(); !st.ok()) return st;
   // A socket file nobody listens on is a leftover from a crashed vrnicd: replace it.
   int probe = ctl::connect_daemon(path_.c_str());
-  if (probe >= 0) {
-    ::close(probe);
+  if (probe >= 0 || probe == -EACCES) {
+    if (probe >= 0) ::close(probe);
     return absl::AlreadyExistsError("another vrnicd is listening on " + path_);
   }
   ::unlink(path_.c_str());
   if (::bind(listen_fd_, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) < 0)
     return absl::ErrnoToStatus(errno, "bind " + path_);
   bound_ = true;
+  // Who may connect is the file's mode: the owner alone, or a group an admin names.
+  const bool group = cfg_.socket_group != gid_t(-1);
+  if ((group && ::chown(path_.c_str(), uid_t(-1), cfg_.socket_group) < 0) ||
+      ::chmod(path_.c_str(), group ? 0660 : 0600) < 0)
+    return absl::ErrnoToStatus(errno, "setting the mode of " + path_);
   if (::listen(listen_fd_, 64) < 0) return absl::ErrnoToStatus(errno, "listen");
 
   return start_workers();
+}
+
+// The default socket's directory (socket_path.h) is made private to us, and one that is not
+// (another user's, a symlink, open to others) is refused rather than used.
+absl::Status Server::prepare_socket_dir() {
+  const std::string dir = private_socket_dir();
+  if (path_.rfind(dir + "/", 0) != 0) return absl::OkStatus();  // the user chose the place
+  if (::mkdir(dir.c_str(), 0700) < 0 && errno != EEXIST)
+    return absl::ErrnoToStatus(errno, "mkdir " + dir);
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) < 0) return absl::ErrnoToStatus(errno, "stat " + dir);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077))
+    return absl::PermissionDeniedError(
+        absl::StrFormat("%s is not a directory of this user's own with mode 0700 (uid %u, "
+                        "mode %o): someone may be waiting there for our clients; remove it or "
+                        "use --socket",
+                        dir, unsigned(st.st_uid), unsigned(st.st_mode & 07777)));
+  return absl::OkStatus();
 }
 
 // Each worker has a port of its own (a udp port's receive sockets share the address with
@@ -215,7 +270,10 @@ void Server::serve(const std::atomic<bool> &stop) {
 }
 
 void Server::accept_client() {
-  int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  // Non-blocking: a client that sends requests and never reads the replies fills its
+  // socket's buffer, the bounded queue it has, and is dropped, rather than blocking vrnicd
+  // in sendmsg for everyone else (issue 17, row 6).
+  int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) return;
   ucred cred{};
   socklen_t len = sizeof(cred);
@@ -229,14 +287,22 @@ void Server::accept_client() {
   s->sock = fd;
   s->pid = cred.pid;
   s->uid = cred.uid;
+  s->admin = cred.uid == 0 || cred.uid == ::geteuid();
+  s->refused = quotas_.charge(cred.uid, Quota::kSessions) != 0;
   sessions_[s->id] = std::move(s);
 }
 
 bool Server::handle(Session &s) {
   auto m = std::make_unique<ctl::Message>();
   int err = ctl::recv_message(s.sock, m.get());
+  if (err == EAGAIN) return true;
   if (err) return false;  // closed or malformed: the client is gone or broken
   auto op = ctl::Op(m->header.op);
+  if (s.refused) {  // its user holds every connection allowed
+    m->close_fds();
+    ctl::send_message(s.sock, op, ENOMEM, nullptr, 0);
+    return false;
+  }
   // vrnicctl's commands need no session; everything else comes after Hello.
   bool management = op == ctl::Op::kStats || op == ctl::Op::kSetFaults || op == ctl::Op::kListQps ||
                     op == ctl::Op::kMoveQp || op == ctl::Op::kListDevices;
@@ -245,10 +311,19 @@ bool Server::handle(Session &s) {
     ctl::send_message(s.sock, op, EPROTO, nullptr, 0);
     return false;
   }
+  // A reply that does not fit in the socket's buffer: the client is not reading.
+  bool alive = true;
   auto reply = [&](int status, const void *body, size_t len, const std::vector<int> &fds = {}) {
-    ctl::send_message(s.sock, op, status, status ? nullptr : body, status ? 0 : len, fds.data(),
-                      status ? 0 : fds.size());
+    if (ctl::send_message(s.sock, op, status, status ? nullptr : body, status ? 0 : len,
+                          fds.data(), status ? 0 : fds.size()))
+      alive = false;
   };
+  // Changing the device for everyone is for vrnicd's own user and root (issue 17, row 3).
+  if ((op == ctl::Op::kSetFaults || op == ctl::Op::kMoveQp) && !s.admin) {
+    m->close_fds();
+    reply(EPERM, nullptr, 0);
+    return alive;
+  }
   auto handle_of = [&]() -> uint32_t {
     auto *r = m->as<ctl::HandleReq>();
     return r ? r->handle : 0;
@@ -260,7 +335,7 @@ bool Server::handle(Session &s) {
       int st = hello(s, *m, *resp, fds);
       m->close_fds();  // hello() keeps a dup of the event pipe: every open leaked one fd
       reply(st, resp.get(), sizeof(*resp), fds);
-      return st == 0;
+      return st == 0 && alive;
     }
     case ctl::Op::kAllocPd: {
       ctl::HandleResp resp{};
@@ -389,13 +464,13 @@ bool Server::handle(Session &s) {
     case ctl::Op::kListQps: {
       auto resp = std::make_unique<ctl::ListQpsResp>();
       auto *req = m->as<ctl::ListQpsReq>();
-      if (req) list_qps(req->start, *resp);
+      if (req) list_qps(s, req->start, *resp);
       reply(req ? 0 : EINVAL, resp.get(), sizeof(*resp));
       break;
     }
     case ctl::Op::kStats: {
       ctl::StatsResp resp{};
-      stats(resp);
+      stats(s, resp);
       reply(0, &resp, sizeof(resp));
       break;
     }
@@ -410,12 +485,13 @@ bool Server::handle(Session &s) {
       reply(EOPNOTSUPP, nullptr, 0);
   }
   m->close_fds();
-  return true;
+  return alive;
 }
 
 int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::vector<int> &fds) {
   auto *req = m.as<ctl::HelloReq>();
-  if (!req || m.fds.size() != 1) return EINVAL;
+  if (!req || m.fds.empty() || m.fds.size() > 2) return EINVAL;
+  if (m.fds.size() == 2 && !is_proc_mem(m.fds[1])) return EINVAL;
   if (req->version != ctl::kProtocolVersion) return EPROTONOSUPPORT;
   if (s.shm) return EEXIST;
   void *map;
@@ -425,6 +501,7 @@ int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::
   s.shm = static_cast<shm::SessionShared *>(map);
   for (auto &ring : s.shm->doorbells) ring.init();
   s.async_fd = ::dup(m.fds[0]);
+  if (m.fds.size() == 2) s.mem_fd = ::dup(m.fds[1]);
   ::fcntl(s.async_fd, F_SETFL, O_NONBLOCK);
   for (auto &w : workers_) {
     shm::DoorbellRing *ring = &s.shm->doorbells[w->index()];
@@ -443,7 +520,7 @@ int Server::alloc_pd(Session &s, ctl::HandleResp &resp) {
   if (pds_.size() >= dev_.info.max_pd) return ENOMEM;  // the limits ibv_query_device reports
   uint32_t h = pds_.insert(std::make_unique<ProtectionDomain>(ProtectionDomain{s.id}));
   if (!h) return ENOMEM;
-  s.pds.push_back(h);
+  s.pds.insert(h);
   resp.handle = h;
   return 0;
 }
@@ -453,7 +530,7 @@ int Server::dealloc_pd(Session &s, uint32_t handle) {
   if (!pd || pd->session != s.id) return EINVAL;
   if (pd->refs) return EBUSY;
   pds_.remove(handle);
-  erase_handle(s.pds, handle);
+  s.pds.erase(handle);
   return 0;
 }
 
@@ -475,7 +552,7 @@ int Server::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp) {
   mr->pd = req->pd;
   mr->access = req->access;
   mr->session = s.id;
-  mr->pid = s.pid;
+  mr->mem_fd = s.mem_fd;
   mr->addr = req->addr;
   mr->iova = req->iova;
   mr->length = req->length;
@@ -502,36 +579,45 @@ int Server::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp) {
       mr->mappings.push_back({map, len});
       piece.local = static_cast<uint8_t *>(map) + (p.fd_offset - base);
     } else if (p.kind == uint32_t(ctl::PieceKind::kProcessVm)) {
-      // Can we reach it? (a client of another user, or memory that is not there)
+      // Through the client's own /proc/self/mem: is the memory there?
       uint8_t probe;
-      iovec local{&probe, 1}, remote{reinterpret_cast<void *>(p.va), 1};
-      if (::process_vm_readv(s.pid, &local, 1, &remote, 1, 0) != 1)
-        return errno == EPERM ? EPERM : EFAULT;
+      if (s.mem_fd < 0 || ::pread(s.mem_fd, &probe, 1, off_t(p.va)) != 1) return EFAULT;
     } else {
       return EINVAL;
     }
     mr->pieces.push_back(piece);
   }
   if (expect != req->addr + req->length) return EINVAL;
-  return insert_mr(s, std::move(mr), resp) ? 0 : ENOMEM;
+  // Charged like the kernel's pinned memory (RLIMIT_MEMLOCK): what vrnicd maps or reaches
+  // for the user, so that sparse memfds cannot take vrnicd's address space (issue 17, row 8).
+  if (int err = quotas_.charge(s.uid, Quota::kMrBytes, req->length)) return err;
+  if (int err = insert_mr(s, std::move(mr), resp)) {
+    quotas_.release(s.uid, Quota::kMrBytes, req->length);
+    return err;
+  }
+  return 0;
 }
 
-uint32_t Server::insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp) {
+int Server::insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp) {
+  if (int err = quotas_.charge(s.uid, Quota::kMrs)) return err;
   uint32_t handle = 0, key = 0, pd = mr->pd;
   MemoryRegion *raw = mr.get();
   execute_all([&] {
-    handle = dev_.mrs.insert(std::move(mr));
+    handle = dev_.mrs.insert(std::move(mr), random_key_step());
     if (!handle) return;
     key = handle << 8 | dev_.mrs.generation(handle);
     raw->handle = handle;
     raw->key = key;
   });
-  if (!handle) return 0;
+  if (!handle) {
+    quotas_.release(s.uid, Quota::kMrs);
+    return ENOMEM;
+  }
   pds_.get(pd)->refs++;
-  s.mrs.push_back(handle);
+  s.mrs.insert(handle);
   resp.handle = handle;
   resp.lkey = resp.rkey = key;
-  return handle;
+  return 0;
 }
 
 int Server::alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp) {
@@ -543,7 +629,7 @@ int Server::alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp) {
   mr->null_mr = true;
   mr->access = IBV_ACCESS_LOCAL_WRITE;  // local use only: no rkey works on it
   mr->length = UINT64_MAX;
-  return insert_mr(s, std::move(mr), resp) ? 0 : ENOMEM;
+  return insert_mr(s, std::move(mr), resp);
 }
 
 int Server::dereg_mr(Session &s, uint32_t handle) {
@@ -555,11 +641,11 @@ int Server::dereg_mr(Session &s, uint32_t handle) {
       st = EBUSY;  // memory windows still expose it
       return;
     }
-    if (auto mr = dev_.mrs.remove(handle)) pd = mr->pd;
+    pd = remove_mr(s, handle);
   });
   if (st) return st;
   if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
-  erase_handle(s.mrs, handle);
+  s.mrs.erase(handle);
   return 0;
 }
 
@@ -574,7 +660,7 @@ int Server::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &r
   uint32_t handle = 0;
   execute_all([&] {
     MemoryWindow *raw = mw.get();
-    handle = dev_.mws.insert(std::move(mw));
+    handle = dev_.mws.insert(std::move(mw), random_key_step());
     if (!handle) return;
     raw->handle = handle;
     raw->key = kMwKeyBit | handle << 8 | dev_.mws.generation(handle);
@@ -582,7 +668,7 @@ int Server::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &r
   });
   if (!handle) return ENOMEM;
   pd->refs++;
-  s.mws.push_back(handle);
+  s.mws.insert(handle);
   resp.handle = handle;
   return 0;
 }
@@ -590,31 +676,29 @@ int Server::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &r
 int Server::dealloc_mw(Session &s, uint32_t handle) {
   if (!owns(s.mws, handle)) return EINVAL;
   uint32_t pd = 0;
-  execute_all([&] {
-    MemoryWindow *mw = dev_.mws.get(handle);
-    if (mw->bound) {
-      if (MemoryRegion *mr = dev_.mr_by_key(mw->mr_key)) mr->bound_windows--;
-    }
-    pd = mw->pd;
-    dev_.mws.remove(handle);
-  });
+  execute_all([&] { pd = remove_mw(handle); });
   if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
-  erase_handle(s.mws, handle);
+  s.mws.erase(handle);
   return 0;
 }
 
 int Server::create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp) {
   if (m.fds.size() != 1) return EINVAL;
+  // Each costs vrnicd an fd (issue 17, row 9).
+  if (int err = quotas_.charge(s.uid, Quota::kChannels)) return err;
   int fd = ::dup(m.fds[0]);
-  if (fd < 0) return errno;
+  if (fd < 0) {
+    quotas_.release(s.uid, Quota::kChannels);
+    return errno;
+  }
   ::fcntl(fd, F_SETFL, O_NONBLOCK);
   uint32_t h =
       channels_.insert(std::unique_ptr<CompletionChannel>(new CompletionChannel{s.id, fd}));
   if (!h) {
-    ::close(fd);
+    quotas_.release(s.uid, Quota::kChannels);
     return ENOMEM;
   }
-  s.channels.push_back(h);
+  s.channels.insert(h);
   resp.handle = h;
   return 0;
 }
@@ -624,7 +708,8 @@ int Server::destroy_channel(Session &s, uint32_t handle) {
   if (!ch || ch->session != s.id) return EINVAL;
   if (ch->refs) return EBUSY;
   channels_.remove(handle);
-  erase_handle(s.channels, handle);
+  s.channels.erase(handle);
+  quotas_.release(s.uid, Quota::kChannels);
   return 0;
 }
 
@@ -662,7 +747,7 @@ int Server::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::CreateCqResp
     return ENOMEM;
   }
   if (ch) ch->refs++;
-  s.cqs.push_back(handle);
+  s.cqs.insert(handle);
   resp.handle = handle;
   resp.slots = slots;
   fds.push_back(fd);
@@ -679,13 +764,11 @@ int Server::destroy_cq(Session &s, uint32_t handle) {
       st = EBUSY;
       return;
     }
-    channel = cq->channel;
-    ::munmap(cq->shared, shm::cq_region_bytes(cq->mask + 1));
-    dev_.cqs.remove(handle);
+    channel = remove_cq(handle);
   });
   if (st) return st;
   if (CompletionChannel *ch = channels_.get(channel)) ch->refs--;
-  erase_handle(s.cqs, handle);
+  s.cqs.erase(handle);
   return 0;
 }
 
@@ -777,12 +860,16 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
       c.max_inline_data > shm::kMaxInline)
     return EINVAL;
   if (s.qps.size() >= shm::kMaxQpsPerSession || dev_.qps.size() >= dev_.info.max_qp) return ENOMEM;
+  if (int err = quotas_.charge(s.uid, Quota::kQps)) return err;
   uint32_t sq_slots = std::bit_ceil(std::max(c.max_send_wr, 1u));
   uint32_t rq_slots = std::bit_ceil(std::max(c.max_recv_wr, 1u));
   size_t bytes = shm::qp_region_bytes(sq_slots, rq_slots);
   void *map;
   int fd = make_region("vrnic-qp", bytes, &map);
-  if (fd < 0) return -fd;
+  if (fd < 0) {
+    quotas_.release(s.uid, Quota::kQps);
+    return -fd;
+  }
   auto qp = std::make_unique<QueuePair>();
   qp->session = s.id;
   qp->pd = req.pd;
@@ -818,7 +905,7 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
     handle = dev_.qps.insert(std::move(qp));
     if (!handle) return;
     raw->handle = handle;
-    raw->qpn = Device::qpn_of_handle(handle);
+    raw->qpn = Device::qpn_of_handle(handle, ::arc4random());
     raw->send_cq->refs++;
     raw->recv_cq->refs++;
     raw->send_cq->multi_worker = raw->recv_cq->multi_worker = shared;
@@ -831,13 +918,14 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
   if (!handle) {
     ::munmap(map, bytes);
     ::close(fd);
+    quotas_.release(s.uid, Quota::kQps);
     return ENOMEM;
   }
   pd->refs++;
-  s.qps.push_back(handle);
+  s.qps.insert(handle);
   qp_owners_[handle] = {req.pd, req.send_cq, req.recv_cq, req.srq};
   resp.handle = handle;
-  resp.qpn = Device::qpn_of_handle(handle);
+  resp.qpn = dev_.qps.get(handle)->qpn;
   resp.sq_slots = sq_slots;
   resp.rq_slots = rq_slots;
   resp.worker = w.index();
@@ -965,19 +1053,10 @@ int Server::query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp) {
 
 int Server::destroy_qp(Session &s, uint32_t handle) {
   if (!owns(s.qps, handle)) return EINVAL;
-  execute_all([&] {
-    QueuePair *qp = dev_.qps.get(handle);
-    workers_[qp->worker]->forget_qp(*qp);
-    qps_per_worker_[qp->worker]--;
-    qp->send_cq->refs--;
-    qp->recv_cq->refs--;
-    if (qp->rq != &qp->own_rq) qp->rq->refs--;
-    ::munmap(qp->shared, shm::qp_region_bytes(qp->sq_mask + 1, qp->own_rq.mask + 1));
-    dev_.qps.remove(handle);
-  });
+  execute_all([&] { remove_qp(s, handle); });
   if (ProtectionDomain *pd = pds_.get(qp_owners_[handle].pd)) pd->refs--;
   qp_owners_.erase(handle);
-  erase_handle(s.qps, handle);
+  s.qps.erase(handle);
   return 0;
 }
 
@@ -1018,7 +1097,7 @@ int Server::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::CreateSrqR
     return ENOMEM;
   }
   pd->refs++;
-  s.srqs.push_back(handle);
+  s.srqs.insert(handle);
   resp.handle = handle;
   resp.slots = slots;
   resp.attr = {slots, shm::kMaxSge, a.srq_limit, 0};
@@ -1068,13 +1147,11 @@ int Server::destroy_srq(Session &s, uint32_t handle) {
       st = EBUSY;
       return;
     }
-    pd = srq->pd;
-    ::munmap(reinterpret_cast<uint8_t *>(srq->indices), shm::srq_region_bytes(srq->mask + 1));
-    dev_.srqs.remove(handle);
+    pd = remove_srq(handle);
   });
   if (st) return st;
   if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
-  erase_handle(s.srqs, handle);
+  s.srqs.erase(handle);
   return 0;
 }
 
@@ -1089,7 +1166,7 @@ int Server::create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &
   uint32_t h = ahs_.insert(std::make_unique<AddressHandle>(AddressHandle{s.id, req.pd, req.av}));
   if (!h) return ENOMEM;
   pd->refs++;
-  s.ahs.push_back(h);
+  s.ahs.insert(h);
   resp.handle = h;
   if (req.av.is_global) resolve_peer(0, req.av.dgid);
   return 0;
@@ -1100,7 +1177,7 @@ int Server::destroy_ah(Session &s, uint32_t handle) {
   if (!ah || ah->session != s.id) return EINVAL;
   if (ProtectionDomain *pd = pds_.get(ah->pd)) pd->refs--;
   ahs_.remove(handle);
-  erase_handle(s.ahs, handle);
+  s.ahs.erase(handle);
   return 0;
 }
 
@@ -1122,7 +1199,22 @@ void Server::list_devices(ctl::DeviceListResp &resp) const {
   std::copy_n(device_list_.begin(), resp.count, resp.devices);
 }
 
-void Server::stats(ctl::StatsResp &resp) {
+void Server::stats(const Session &s, ctl::StatsResp &resp) {
+  // The caller's own account.
+  const UserUsage u = quotas_.usage(s.uid);
+  const UserLimits &l = quotas_.limits();
+  resp.user_uid = s.uid;
+  resp.user_sessions = u.sessions;
+  resp.user_channels = u.channels;
+  resp.user_mrs = u.mrs;
+  resp.user_qps = u.qps;
+  resp.user_mr_bytes = u.mr_bytes;
+  resp.user_quota_refusals = u.refusals;
+  resp.limit_sessions = l.sessions;
+  resp.limit_channels = l.channels;
+  resp.limit_mrs = l.mrs;
+  resp.limit_qps = l.qps;
+  resp.limit_mr_bytes = l.mr_bytes;
   // Sessions are clients that opened the device; vrnicctl's own connection is not one.
   resp.sessions = uint32_t(std::count_if(sessions_.begin(), sessions_.end(),
                                          [](const auto &kv) { return kv.second->shm != nullptr; }));
@@ -1172,10 +1264,16 @@ void Server::stats(ctl::StatsResp &resp) {
   });
 }
 
-void Server::list_qps(uint32_t start, ctl::ListQpsResp &resp) {
+void Server::list_qps(const Session &s, uint32_t start, ctl::ListQpsResp &resp) {
+  // Another user's QPNs and PSNs are what it would take to inject into its connections.
+  auto visible = [&](const QueuePair &qp) {
+    if (s.admin) return true;
+    auto it = sessions_.find(qp.session);
+    return it != sessions_.end() && it->second->uid == s.uid;
+  };
   execute_all([&] {
     dev_.qps.for_each([&](uint32_t handle, QueuePair &qp) {
-      if (handle < start) return;
+      if (handle < start || !visible(qp)) return;
       if (resp.count == ctl::ListQpsResp::kMaxEntries) {
         if (!resp.next) resp.next = handle;
         return;
@@ -1256,34 +1354,78 @@ int Server::set_faults(const ctl::SetFaultsReq &req) {
   return 0;
 }
 
-// Everything a client created goes when its connection does (process exit or SIGKILL):
-// QPs first (they reference CQs, MRs and PDs), then the rest.
+// The dataplane side of destroying each object: called where every worker is stopped or is
+// the caller (inside execute_all). Each returns what the control side must release.
+void Server::remove_qp(Session &s, uint32_t handle) {
+  quotas_.release(s.uid, Quota::kQps);
+  QueuePair *qp = dev_.qps.get(handle);
+  workers_[qp->worker]->forget_qp(*qp);
+  qps_per_worker_[qp->worker]--;
+  qp->send_cq->refs--;
+  qp->recv_cq->refs--;
+  if (qp->rq != &qp->own_rq) qp->rq->refs--;
+  ::munmap(qp->shared, shm::qp_region_bytes(qp->sq_mask + 1, qp->own_rq.mask + 1));
+  dev_.qps.remove(handle);
+}
+
+uint32_t Server::remove_mw(uint32_t handle) {
+  MemoryWindow *mw = dev_.mws.get(handle);
+  if (mw->bound) {
+    if (MemoryRegion *mr = dev_.mr_by_key(mw->mr_key)) mr->bound_windows--;
+  }
+  uint32_t pd = mw->pd;
+  dev_.mws.remove(handle);
+  return pd;
+}
+
+uint32_t Server::remove_mr(Session &s, uint32_t handle) {
+  std::unique_ptr<MemoryRegion> mr = dev_.mrs.remove(handle);
+  if (!mr) return 0;
+  quotas_.release(s.uid, Quota::kMrs);
+  if (!mr->null_mr) quotas_.release(s.uid, Quota::kMrBytes, mr->length);
+  return mr->pd;
+}
+
+uint32_t Server::remove_srq(uint32_t handle) {
+  ReceiveQueue *srq = dev_.srqs.get(handle);
+  uint32_t pd = srq->pd;
+  ::munmap(reinterpret_cast<uint8_t *>(srq->indices), shm::srq_region_bytes(srq->mask + 1));
+  dev_.srqs.remove(handle);
+  return pd;
+}
+
+uint32_t Server::remove_cq(uint32_t handle) {
+  CompletionQueue *cq = dev_.cqs.get(handle);
+  uint32_t channel = cq->channel;
+  ::munmap(cq->shared, shm::cq_region_bytes(cq->mask + 1));
+  dev_.cqs.remove(handle);
+  return channel;
+}
+
+// Everything a client created goes when its connection does (process exit or SIGKILL), in
+// one stop of the dataplane whatever it held: a session's objects refer only to each other,
+// so none needs its references counted down on the way. QPs first (they point at CQs and
+// SRQs), windows before the regions they expose.
 void Server::close_session(uint32_t id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
   Session &s = *it->second;
-  while (!s.qps.empty()) destroy_qp(s, s.qps.back());
-  while (!s.srqs.empty()) {
-    if (destroy_srq(s, s.srqs.back())) break;
-  }
-  while (!s.mws.empty()) dealloc_mw(s, s.mws.back());
-  while (!s.mrs.empty()) dereg_mr(s, s.mrs.back());
-  while (!s.ahs.empty()) destroy_ah(s, s.ahs.back());
-  while (!s.cqs.empty()) {
-    if (destroy_cq(s, s.cqs.back())) break;
-  }
-  while (!s.channels.empty()) {
-    CompletionChannel *ch = channels_.get(s.channels.back());
-    if (ch) ch->refs = 0;
-    destroy_channel(s, s.channels.back());
-  }
-  while (!s.pds.empty()) {
-    if (ProtectionDomain *pd = pds_.get(s.pds.back())) pd->refs = 0;
-    dealloc_pd(s, s.pds.back());
-  }
+  execute_all([&] {
+    for (uint32_t h : s.qps) remove_qp(s, h);
+    for (uint32_t h : s.mws) remove_mw(h);
+    for (uint32_t h : s.mrs) remove_mr(s, h);
+    for (uint32_t h : s.srqs) remove_srq(h);
+    for (uint32_t h : s.cqs) remove_cq(h);
+  });
+  for (uint32_t h : s.qps) qp_owners_.erase(h);
+  for (uint32_t h : s.ahs) ahs_.remove(h);
+  for (uint32_t h : s.channels) channels_.remove(h);
+  for (uint32_t h : s.pds) pds_.remove(h);
   if (s.shm) {
     for (auto &w : workers_) w->execute([&] { w->remove_session(id); });
   }
+  quotas_.release(s.uid, Quota::kChannels, s.channels.size());
+  if (!s.refused) quotas_.release(s.uid, Quota::kSessions);
   sessions_.erase(it);
 }
 

@@ -12,12 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "dataplane/device.h"
 #include "dataplane/slot_table.h"
 #include "dataplane/dpdk_port.h"
 #include "dataplane/udp_port.h"
 #include "dataplane/worker.h"
+#include "quota.h"
 #include "vrnic/ctl_io.h"
 
 namespace vrnic {
@@ -49,10 +51,15 @@ struct Session {
   int sock = -1;
   pid_t pid = 0;
   uid_t uid = 0;
+  bool admin = false;    // vrnicd's own user or root: management and fault injection
+  bool refused = false;  // over its user's session quota: answered ENOMEM, then closed
   int async_fd = -1;
+  int mem_fd = -1;  // the client's /proc/self/mem, or -1 (it sent none)
   int shm_fd = -1;
   shm::SessionShared *shm = nullptr;
-  std::vector<uint32_t> pds, mrs, cqs, qps, ahs, channels, srqs, mws;
+  // What it owns, by handle: sets, so that each check and each removal costs the same
+  // whatever a session holds (a million MRs, then exit: teardown is linear, issue 17 row 10).
+  absl::flat_hash_set<uint32_t> pds, mrs, cqs, qps, ahs, channels, srqs, mws;
   ~Session();
 };
 
@@ -69,6 +76,10 @@ struct ServerConfig {
   bool dpdk = false;
   DpdkPortConfig dpdk_port;
   FaultConfig faults;  // on the wire port's receive path
+  UserLimits limits;   // per user, on this device
+  // The socket: owner-only (0600) unless a group is given, then 0660 for that group (a root
+  // vrnicd serving several users).
+  gid_t socket_group = gid_t(-1);
 };
 
 class Server {
@@ -97,8 +108,15 @@ class Server {
   int alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp);
   int alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &resp);
   int dealloc_mw(Session &s, uint32_t handle);
-  // Puts an MR in the key table (on the worker); returns its handle, 0 when full.
-  uint32_t insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp);
+  // Puts an MR in the key table (on the worker); 0 or ENOMEM (table or quota full).
+  int insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp);
+  // The dataplane side of destroying one object, inside execute_all; each returns what the
+  // control side still has to release (the PD, the channel).
+  void remove_qp(Session &s, uint32_t handle);
+  uint32_t remove_mw(uint32_t handle);
+  uint32_t remove_mr(Session &s, uint32_t handle);
+  uint32_t remove_srq(uint32_t handle);
+  uint32_t remove_cq(uint32_t handle);
   int create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp);
   int destroy_channel(Session &s, uint32_t handle);
   int create_cq(Session &s, const ctl::CreateCqReq &req, ctl::CreateCqResp &resp,
@@ -118,10 +136,11 @@ class Server {
   int destroy_srq(Session &s, uint32_t handle);
   int create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &resp);
   int destroy_ah(Session &s, uint32_t handle);
-  void stats(ctl::StatsResp &resp);
+  void stats(const Session &s, ctl::StatsResp &resp);
   void list_devices(ctl::DeviceListResp &resp) const;
   int set_faults(const ctl::SetFaultsReq &req);
-  void list_qps(uint32_t start, ctl::ListQpsResp &resp);
+  // Every QP for an admin, a user's own otherwise.
+  void list_qps(const Session &s, uint32_t start, ctl::ListQpsResp &resp);
   int move_qp(const ctl::MoveQpReq &req);
   // Several workers: every second, moves a QP from the busiest worker to the idlest when
   // their loads (packets in and out) are far apart.
@@ -130,6 +149,7 @@ class Server {
   uint64_t moves_ = 0;
   std::vector<uint64_t> last_qp_packets_;  // by QP handle, at the last rebalance
   absl::Status start_workers();
+  absl::Status prepare_socket_dir();
   absl::StatusOr<std::unique_ptr<Port>> open_wire_port(Worker &w);
   // Link up or down on the wire port: port state and an async event to every client.
   void watch_link();
@@ -157,6 +177,7 @@ class Server {
   SlotTable<CompletionChannel> channels_{1u << 16};
   SlotTable<AddressHandle> ahs_{1u << 16};
   std::map<uint32_t, QpOwner> qp_owners_;
+  UserQuotas quotas_;
 };
 
 }  // namespace vrnic

@@ -55,6 +55,19 @@ int stats(int sock) {
       {"rx_interrupts", r->wire_rx_interrupts},
       {"workers", r->workers},
       {"qp_moves", r->qp_moves},
+      // The asking user's quota account (vrnicd --limits).
+      {"user_uid", r->user_uid},
+      {"user_sessions", r->user_sessions},
+      {"user_channels", r->user_channels},
+      {"user_mrs", r->user_mrs},
+      {"user_qps", r->user_qps},
+      {"user_mr_bytes", r->user_mr_bytes},
+      {"user_quota_refusals", r->user_quota_refusals},
+      {"limit_sessions", r->limit_sessions},
+      {"limit_channels", r->limit_channels},
+      {"limit_mrs", r->limit_mrs},
+      {"limit_qps", r->limit_qps},
+      {"limit_mr_bytes", r->limit_mr_bytes},
   };
   for (const auto &c : wire) std::printf("%s=%llu\n", c.name, u(c.value));
   return 0;
@@ -76,7 +89,9 @@ int set_faults(int sock, const std::string &spec) {
   if (err) {
     std::fprintf(
         stderr, "vrnicctl: faults '%s': %s\n", spec.c_str(),
-        err == ENODEV ? "vrnicd has no wire port (start it with --udp)" : std::strerror(err));
+        err == ENODEV  ? "vrnicd has no wire port (start it with --udp)"
+        : err == EPERM ? "only vrnicd's own user and root may set faults"
+                       : std::strerror(err));
     return 1;
   }
   return 0;

@@ -1,7 +1,9 @@
 // vrnicd: the NIC. Runs in the foreground until SIGINT or SIGTERM, then exits 0 after
 // removing its socket and releasing its shared memory.
 #include <arpa/inet.h>
+#include <grp.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -29,13 +31,22 @@ void on_signal(int) {
 void usage(FILE *out) {
   std::fprintf(
       out,
-      "usage: vrnicd [--socket PATH] DEVICE [--device DEVICE]...\n"
+      "usage: vrnicd [--socket PATH] [--socket-group GROUP] [--limits SPEC] DEVICE\n"
+      "              [--device DEVICE]...\n"
       "  DEVICE: [--workers N] [--cpus LIST]\n"
       "          [--udp ADDR [--udp-port PORT] [--udp-buffer BYTES] [--no-gso]]\n"
       "          [--dpdk ADDR --eal 'EAL ARGS' [--udp-port PORT]] [--faults SPEC]\n"
       "  --socket PATH    control socket (default: $VRNIC_SOCKET, else\n"
-      "                   $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>.sock);\n"
-      "                   vrnic0's, and clients ask it for the others\n"
+      "                   $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>/vrnicd.sock);\n"
+      "                   vrnic0's, and clients ask it for the others. Mode 0600: only\n"
+      "                   this user (and root) may connect\n"
+      "  --socket-group GROUP  mode 0660 and this group instead: a root vrnicd serving the\n"
+      "                   group's users (each sees and changes only its own objects; faults\n"
+      "                   and QP moves stay root's)\n"
+      "  --limits SPEC    quotas per user and device, e.g. sessions=64,channels=256,\n"
+      "                   mrs=4096,qps=1024,mr_bytes=1073741824 (defaults: sessions=1024,\n"
+      "                   channels=4096, mrs=1048576, qps=65536, mr_bytes=the machine's RAM);\n"
+      "                   past one, the request fails with ENOMEM\n"
       "  --device         starts the next device (vrnic1, vrnic2, ... up to 8): a virtual NIC\n"
       "                   with its own port, addresses, GID table, workers and socket\n"
       "                   (PATH.vrnicN); the options after it are its own. Each needs a wire\n"
@@ -97,13 +108,16 @@ std::string check_device(const vrnic::ServerConfig &d, uint32_t index) {
 
 int main(int argc, char **argv) {
   std::string socket_path = vrnic::default_socket_path();
+  gid_t socket_group = gid_t(-1);
+  vrnic::UserLimits limits;
   std::vector<vrnic::ServerConfig> devices(1);
   for (int i = 1; i < argc; i++) {
     vrnic::ServerConfig &cfg = devices.back();
     std::string arg = argv[i];
     bool takes_value = arg == "--socket" || arg == "--workers" || arg == "--cpus" ||
                        arg == "--udp" || arg == "--udp-port" || arg == "--udp-buffer" ||
-                       arg == "--faults" || arg == "--dpdk" || arg == "--eal";
+                       arg == "--faults" || arg == "--dpdk" || arg == "--eal" ||
+                       arg == "--socket-group" || arg == "--limits";
     if (takes_value && i + 1 >= argc) {
       std::fprintf(stderr, "vrnicd: %s needs a value\n", arg.c_str());
       return 2;
@@ -111,6 +125,20 @@ int main(int argc, char **argv) {
     unsigned long n;
     if (arg == "--socket") {
       socket_path = argv[++i];
+    } else if (arg == "--socket-group") {
+      const group *g = ::getgrnam(argv[++i]);
+      if (!g) {
+        std::fprintf(stderr, "vrnicd: --socket-group: no group '%s'\n", argv[i]);
+        return 2;
+      }
+      socket_group = g->gr_gid;
+    } else if (arg == "--limits") {
+      absl::StatusOr<vrnic::UserLimits> l = vrnic::UserLimits::parse(argv[++i]);
+      if (!l.ok()) {
+        std::fprintf(stderr, "vrnicd: --limits: %s\n", std::string(l.status().message()).c_str());
+        return 2;
+      }
+      limits = *l;
     } else if (arg == "--device") {
       if (devices.size() == vrnic::ctl::kMaxDevices) {
         std::fprintf(stderr, "vrnicd: at most %u devices\n", vrnic::ctl::kMaxDevices);
@@ -196,6 +224,15 @@ int main(int argc, char **argv) {
     cfg.device_index = d;
     cfg.dpdk_port.device = d;
     cfg.socket_path = vrnic::device_socket_path(socket_path, d);
+    cfg.socket_group = socket_group;
+    cfg.limits = limits;
+  }
+  // Every client costs a few fds (its socket, event pipe, session memory) and each completion
+  // channel one: as many as the hard limit allows, the quotas share them out.
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
   }
   struct sigaction sa {};
   sa.sa_handler = on_signal;

@@ -272,7 +272,7 @@ void completer_retire(Worker &w, QueuePair &qp) {
 void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
   if (qp.type != IBV_QPT_RC || qp.state() == IBV_QPS_ERR) return;
   // Responses come from the connected peer only (as requests do, see the responder).
-  if (std::memcmp(pkt.src_gid, qp.attr.ah.dgid, 16) != 0) {
+  if (!from_connected_peer(qp, pkt)) {
     w.count(qp, kPacketsDropped);
     return;
   }

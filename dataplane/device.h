@@ -18,6 +18,9 @@
 namespace vrnic {
 
 inline constexpr uint32_t kQpnBase = 0x10;  // QPN 0 and 1 are special in IB; keep clear
+// A QPN is a random tag (bits 17-23) above the QP's table index (+ kQpnBase): looked up as an
+// array index, but not guessed from the QPNs one has seen (issue 17, row 2).
+inline constexpr uint32_t kQpnIndexBits = 17;
 
 class Device {
  public:
@@ -49,9 +52,13 @@ class Device {
   const MemoryRegion *resolve_rkey(const QueuePair &qp, uint32_t rkey, uint64_t va, uint64_t len,
                                    uint32_t right) const;
   QueuePair *qp_by_qpn(uint32_t qpn) const {
-    return qpn >= kQpnBase ? qps.get(qpn - kQpnBase + 1) : nullptr;
+    const uint32_t index = qpn & ((1u << kQpnIndexBits) - 1);
+    QueuePair *qp = index >= kQpnBase ? qps.get(index - kQpnBase + 1) : nullptr;
+    return qp && qp->qpn == qpn ? qp : nullptr;
   }
-  static uint32_t qpn_of_handle(uint32_t handle) { return handle - 1 + kQpnBase; }
+  static uint32_t qpn_of_handle(uint32_t handle, uint32_t tag) {
+    return (tag & 0x7f) << kQpnIndexBits | (handle - 1 + kQpnBase);
+  }
 
   // Writes GID table entry `index` (info.gids is written only through here).
   void set_gid(uint32_t index, const uint8_t gid[16], uint32_t type);

@@ -1,7 +1,7 @@
 #include "memory_region.h"
 
 #include <sys/mman.h>
-#include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -57,8 +57,7 @@ bool MemoryRegion::read(uint64_t io_addr, void *dst, size_t len) const {
     if (p.local) {
       std::memcpy(out, p.local + (va - p.va), n);
     } else {
-      iovec local{out, n}, remote{reinterpret_cast<void *>(va), n};
-      if (::process_vm_readv(pid, &local, 1, &remote, 1, 0) != ssize_t(n)) return false;
+      if (::pread(mem_fd, out, n, off_t(va)) != ssize_t(n)) return false;
     }
     out += n;
     return true;
@@ -72,8 +71,7 @@ bool MemoryRegion::write(uint64_t io_addr, const void *src, size_t len) const {
     if (p.local) {
       std::memcpy(p.local + (va - p.va), in, n);
     } else {
-      iovec local{const_cast<uint8_t *>(in), n}, remote{reinterpret_cast<void *>(va), n};
-      if (::process_vm_writev(pid, &local, 1, &remote, 1, 0) != ssize_t(n)) return false;
+      if (::pwrite(mem_fd, in, n, off_t(va)) != ssize_t(n)) return false;
     }
     in += n;
     return true;

@@ -35,7 +35,9 @@ class MemoryRegion {
   uint32_t pd = 0;
   uint32_t access = 0;
   uint32_t session = 0;
-  pid_t pid = 0;
+  // The client's /proc/self/mem (its session's, open while the MR lives), for pieces not
+  // mapped here: bound to that process's memory, it reads nothing once the process is gone.
+  int mem_fd = -1;
   uint64_t addr = 0;  // client VA of the first byte
   uint64_t iova = 0;  // address the region is accessed by
   uint64_t length = 0;

@@ -42,6 +42,11 @@ struct Packet {
   void (*release)(Packet *) = nullptr;
   void *release_arg = nullptr;
   uint8_t home = 0;  // the worker whose pool it belongs to (packets may visit another)
+  // The QP that sent it, when vrnicd knows (kUnknownSource from a wire): on the loop port
+  // every local session shares one source address, so isolation between users rests on this
+  // (issue 17, row 2).
+  static constexpr uint32_t kUnknownSource = ~0u;
+  uint32_t src_qpn = kUnknownSource;
 
   // Takes a received UDP payload (BTH through ICRC, len bytes): copies the transport headers
   // and points payload at the bytes after them. False, with nothing changed, when it is not
@@ -76,6 +81,7 @@ class PacketPool {
     if (free_.empty()) return nullptr;
     Packet *p = free_.back();
     free_.pop_back();
+    p->src_qpn = Packet::kUnknownSource;
     return p;
   }
   void free(Packet *p) {

@@ -33,7 +33,13 @@ Packet *new_packet_to(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bo
   pkt->payload = nullptr;
   pkt->payload_len = 0;
   pkt->bth().set(opcode, solicited, 0, wire::kDefaultPkey, to.qpn, ack_req, psn);
+  pkt->src_qpn = qp.qpn;
   return pkt;
+}
+
+bool from_connected_peer(const QueuePair &qp, const Packet &pkt) {
+  return std::memcmp(pkt.src_gid, qp.attr.ah.dgid, 16) == 0 &&
+         (pkt.src_qpn == Packet::kUnknownSource || pkt.src_qpn == qp.attr.dest_qp_num);
 }
 
 Packet *new_packet(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,

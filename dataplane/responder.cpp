@@ -377,7 +377,7 @@ void responder_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
   }
   if (qp.type == IBV_QPT_UD) return receive_ud(w, qp, pkt, info);
   if (op_transport(pkt.bth().opcode()) != (qp.type == IBV_QPT_UC ? kUc : kRc) ||
-      std::memcmp(pkt.src_gid, qp.attr.ah.dgid, 16) != 0) {
+      !from_connected_peer(qp, pkt)) {
     w.count(qp, kPacketsDropped);
     return;
   }

@@ -15,8 +15,9 @@ class SlotTable {
  public:
   explicit SlotTable(uint32_t capacity) : capacity_(capacity) {}
 
-  // Returns the handle (index + 1), or 0 when full.
-  uint32_t insert(std::unique_ptr<T> obj) {
+  // Returns the handle (index + 1), or 0 when full. The slot's generation moves on by
+  // generation_step (1-255: never back to the value a stale key holds).
+  uint32_t insert(std::unique_ptr<T> obj, uint8_t generation_step = 1) {
     uint32_t index;
     if (!free_.empty() && (free_.size() > kReuseDelay || slots_.size() >= capacity_)) {
       index = free_.front();
@@ -29,7 +30,7 @@ class SlotTable {
       return 0;
     }
     slots_[index] = std::move(obj);
-    generation_[index]++;
+    generation_[index] = uint8_t(generation_[index] + (generation_step ? generation_step : 1));
     count_++;
     return index + 1;
   }

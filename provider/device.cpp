@@ -216,8 +216,14 @@ VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
   ctl::HelloReq req{ctl::kProtocolVersion, 0};
   auto resp = std::make_unique<ctl::HelloResp>();
   std::vector<int> fds;
-  err = c->conn.call(ctl::Op::kHello, &req, sizeof(req), resp.get(), sizeof(*resp),
-                     &c->async_write_fd, 1, &fds);
+  // With the event pipe goes our own /proc/self/mem: vrnicd reaches memory that is not in a
+  // memfd (heap, stack, files) through it. It is bound to this process's memory, not to a
+  // PID that could be reused (issue 17, row 1), and it was opened with our rights, not
+  // vrnicd's. Without /proc, such memory cannot be registered (EFAULT).
+  int hello_fds[2] = {c->async_write_fd, ::open("/proc/self/mem", O_RDWR | O_CLOEXEC)};
+  err = c->conn.call(ctl::Op::kHello, &req, sizeof(req), resp.get(), sizeof(*resp), hello_fds,
+                     hello_fds[1] >= 0 ? 2 : 1, &fds);
+  if (hello_fds[1] >= 0) ::close(hello_fds[1]);
   // vrnicd keeps the only write end, so that its death reads as end-of-file.
   ::close(c->async_write_fd);
   c->async_write_fd = -1;

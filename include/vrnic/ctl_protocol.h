@@ -12,7 +12,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -99,7 +99,7 @@ struct DeviceInfo {
 struct HelloReq {
   uint32_t version;
   uint32_t reserved;
-};  // fds: [0] write end of the async-event pipe
+};  // fds: [0] write end of the async-event pipe, [1] (optional) the client's /proc/self/mem
 struct HelloResp {
   uint32_t version;
   uint32_t session_id;
@@ -346,6 +346,20 @@ struct StatsResp {
   uint64_t workers;
   uint64_t wire_rx_dropped;  // dropped before the port read them (full socket buffer, ring)
   uint64_t wire_rx_ip_id_solved;  // accepted with an unseen IPv4 ID solved from the ICRC
+  // The asking user's account (control/quota.h): what it holds, what it may hold, and how
+  // many of its requests a quota refused.
+  uint64_t user_uid;
+  uint64_t user_sessions;
+  uint64_t user_channels;
+  uint64_t user_mrs;
+  uint64_t user_qps;
+  uint64_t user_mr_bytes;
+  uint64_t user_quota_refusals;
+  uint64_t limit_sessions;
+  uint64_t limit_channels;
+  uint64_t limit_mrs;
+  uint64_t limit_qps;
+  uint64_t limit_mr_bytes;
 };
 
 // Per-QP state and counters, a page at a time (vrnicctl qps).

@@ -1,5 +1,8 @@
 // Where vrnicd listens and clients connect: --socket, else $VRNIC_SOCKET, else
-// $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>.sock.
+// $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>/vrnicd.sock. The last is in a
+// directory of the user's own (0700, made by vrnicd) rather than in /tmp itself, where
+// another user could take the name first (issue 17, row 13); clients also check who the
+// daemon they reach is (ctl::connect_daemon).
 #pragma once
 
 #include <cstdlib>
@@ -8,11 +11,17 @@
 
 namespace vrnic {
 
+// The private directory of the last default: vrnicd makes it, and refuses one that is not
+// the user's own with mode 0700.
+inline std::string private_socket_dir() {
+  return "/tmp/vrnicd-" + std::to_string(getuid());
+}
+
 inline std::string default_socket_path() {
   if (const char *env = std::getenv("VRNIC_SOCKET"); env && *env) return env;
   if (const char *dir = std::getenv("XDG_RUNTIME_DIR"); dir && *dir)
     return std::string(dir) + "/vrnicd.sock";
-  return "/tmp/vrnicd-" + std::to_string(getuid()) + ".sock";
+  return private_socket_dir() + "/vrnicd.sock";
 }
 
 // Device `index` of a vrnicd listening on `base`: device 0 on base itself (where clients look
