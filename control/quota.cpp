@@ -58,22 +58,32 @@ UserQuotas::UserQuotas(UserLimits limits) : limits_(limits) {
 
 uint64_t &UserQuotas::used(UserUsage &u, Quota what) {
   switch (what) {
-    case Quota::kSessions: return u.sessions;
-    case Quota::kChannels: return u.channels;
-    case Quota::kMrs: return u.mrs;
-    case Quota::kQps: return u.qps;
-    case Quota::kMrBytes: break;
+    case Quota::kSessions:
+      return u.sessions;
+    case Quota::kChannels:
+      return u.channels;
+    case Quota::kMrs:
+      return u.mrs;
+    case Quota::kQps:
+      return u.qps;
+    case Quota::kMrBytes:
+      break;
   }
   return u.mr_bytes;
 }
 
 uint64_t UserQuotas::limit(Quota what) const {
   switch (what) {
-    case Quota::kSessions: return limits_.sessions;
-    case Quota::kChannels: return limits_.channels;
-    case Quota::kMrs: return limits_.mrs;
-    case Quota::kQps: return limits_.qps;
-    case Quota::kMrBytes: break;
+    case Quota::kSessions:
+      return limits_.sessions;
+    case Quota::kChannels:
+      return limits_.channels;
+    case Quota::kMrs:
+      return limits_.mrs;
+    case Quota::kQps:
+      return limits_.qps;
+    case Quota::kMrBytes:
+      break;
   }
   return limits_.mr_bytes;
 }

@@ -69,7 +69,8 @@ bool is_proc_mem(int fd) {
   if (n <= 0) return false;
   target[n] = 0;
   const size_t len = size_t(n);
-  return len > 4 && std::strcmp(target + len - 4, "/mem") == 0 && std::strncmp(target, "/proc/", 6) == 0;
+  return len > 4 && std::strcmp(target + len - 4, "/mem") == 0 &&
+         std::strncmp(target, "/proc/", 6) == 0;
 }
 
 bool owns(const absl::flat_hash_set<uint32_t> &handles, uint32_t h) {
@@ -314,8 +315,8 @@ bool Server::handle(Session &s) {
   // A reply that does not fit in the socket's buffer: the client is not reading.
   bool alive = true;
   auto reply = [&](int status, const void *body, size_t len, const std::vector<int> &fds = {}) {
-    if (ctl::send_message(s.sock, op, status, status ? nullptr : body, status ? 0 : len,
-                          fds.data(), status ? 0 : fds.size()))
+    if (ctl::send_message(s.sock, op, status, status ? nullptr : body, status ? 0 : len, fds.data(),
+                          status ? 0 : fds.size()))
       alive = false;
   };
   // Changing the device for everyone is for vrnicd's own user and root (issue 17, row 3).

@@ -87,11 +87,10 @@ int set_faults(int sock, const std::string &spec) {
   if (!err) err = vrnic::ctl::recv_message(sock, &m);
   if (!err) err = m.header.status;
   if (err) {
-    std::fprintf(
-        stderr, "vrnicctl: faults '%s': %s\n", spec.c_str(),
-        err == ENODEV  ? "vrnicd has no wire port (start it with --udp)"
-        : err == EPERM ? "only vrnicd's own user and root may set faults"
-                       : std::strerror(err));
+    std::fprintf(stderr, "vrnicctl: faults '%s': %s\n", spec.c_str(),
+                 err == ENODEV  ? "vrnicd has no wire port (start it with --udp)"
+                 : err == EPERM ? "only vrnicd's own user and root may set faults"
+                                : std::strerror(err));
     return 1;
   }
   return 0;

@@ -3,12 +3,13 @@
 # builds with meson/ninja, then runs the groups in tests/integration/ (ABI check, device
 # discovery, vrnicd lifecycle, rdma-core's pingpong examples, perftest, Catch2 binaries, RoCEv2
 # on the wire between vrnicds, the dpdk port in network namespaces and over memif, fuzzing a
-# sanitized vrnicd, the kernel's rdma_rxe in a VM as a peer on the wire). Each check prints a
+# sanitized vrnicd, hostile clients of another user against a sanitized root vrnicd, the
+# kernel's rdma_rxe in a VM as a peer on the wire). Each check prints a
 # PASS/FAIL line as it finishes (failures with the tail of their log); the last line is
 # "N passed, N failed". Exit status 0 only if nothing failed (a failed build is a failure).
 #
 # Usage: tests/run.sh [GROUP...]      (GROUP: abi devices lifecycle pingpong perftest catch2
-#                                      wire workers vnics dpdk fuzz rxe;
+#                                      wire workers vnics dpdk fuzz hostile rxe;
 #                                      default: all)
 # Environment:
 #   VRNIC_SKIP_SETUP=1       skip the package and build steps (use the existing build/)

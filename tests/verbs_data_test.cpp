@@ -2223,13 +2223,14 @@ TEST_CASE(
 
   // Completions after the kill: maybe some successes (already delivered, or vrnicd has not yet
   // closed the dead peer's session), then one RETRY_EXC_ERR, then WR_FLUSH_ERR for the rest --
-  // in wr_id order, and never a hang. When the parent is not streaming, it keeps one small
-  // WRITE to the dead peer outstanding.
+  // in wr_id order, and never a hang. Whenever nothing is outstanding (the parent was not
+  // streaming, or every WRITE in flight landed before vrnicd saw the peer's connection
+  // close), the parent keeps one small WRITE to the dead peer outstanding.
   ibv_wc first_err{};
   bool got_err = false;
   uint64_t successes_after_kill = 0;
   for (;;) {
-    if (role == KillRole::ChildIsWriter && outstanding == 0) post_one(true);
+    if (outstanding == 0) post_one(true);
     if (outstanding == 0 || got_err) break;
     ibv_wc wc{};
     const int r = poll_until(ep->scq(), &wc, killed_at + Ms{5000});

@@ -26,59 +26,13 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 vrnic_script_init fuzz
 
-ASAN_BUILD_DIR=${VRNIC_ASAN_BUILD_DIR:-$VRNIC_ROOT/build-asan}
-[[ $ASAN_BUILD_DIR == /* ]] || ASAN_BUILD_DIR=$VRNIC_ROOT/$ASAN_BUILD_DIR
-ASAN_VRNICD=$ASAN_BUILD_DIR/control/vrnicd
 FUZZ_PACKETS=${VRNIC_FUZZ_PACKETS:-1000000}
 FUZZ_RATE=${VRNIC_FUZZ_RATE:-25000}
 PACKET_FUZZ=$VRNIC_BUILD_DIR/tests/fuzz/packet_fuzz
 FUZZ_TRAFFIC=$VRNIC_BUILD_DIR/tests/fuzz/fuzz_traffic
+# shellcheck source=tests/lib_asan.sh
+source "$VRNIC_ROOT/tests/lib_asan.sh"
 KEEP_DIR=$ASAN_BUILD_DIR/fuzz-evidence  # logs and the last packets, when something failed
-# Any report ends the daemon with a non-zero status; its stderr goes to its log.
-SANITIZER_ENV=(ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:print_summary=1
-  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:print_summary=1)
-SANITIZER_REPORT='runtime error|AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|SUMMARY: '
-VRNIC_FAIL_TAIL=${VRNIC_FAIL_TAIL:-70}  # enough for a sanitizer report's first frames
-
-# sanitizer_excerpt LOG: the start of the first sanitizer report in LOG (else its last lines).
-sanitizer_excerpt() {
-  local n
-  n=$(grep -n -m1 -E 'ERROR: [A-Za-z]*Sanitizer|runtime error' "$1" | cut -d: -f1)
-  if [[ -n $n ]]; then
-    sed -n "${n},$((n + 30))p" "$1" | sed 's/^/    /'
-  else
-    vrnic_tail "$1" 5
-  fi
-}
-
-# The sanitized vrnicd, and nothing else (the clients and the fuzzer use build/). Its time is
-# part of this check: about a minute on two cores when build-asan is new, nothing after.
-build_asan() {
-  # shellcheck disable=SC2054 # the comma is meson's list separator
-  local opts=(-Db_sanitize=address,undefined -Db_lundef=false -Doptimization=1 -Ddebug=false
-    -Dcpp_args=-g1)
-  if [[ ! -f $ASAN_BUILD_DIR/build.ninja ]]; then
-    echo "+ meson setup ${ASAN_BUILD_DIR#"$VRNIC_ROOT"/} ${opts[*]}"
-    if [[ -d $ASAN_BUILD_DIR/meson-private ]]; then
-      vrnic_fg meson setup --wipe "$ASAN_BUILD_DIR" "$VRNIC_ROOT" "${opts[@]}" || return 1
-    else
-      vrnic_fg meson setup "$ASAN_BUILD_DIR" "$VRNIC_ROOT" "${opts[@]}" || return 1
-    fi
-  fi
-  echo "+ ninja -C ${ASAN_BUILD_DIR#"$VRNIC_ROOT"/} control/vrnicd"
-  vrnic_fg ninja -C "$ASAN_BUILD_DIR" control/vrnicd || return 1
-  local b
-  b=$(meson introspect --buildoptions "$ASAN_BUILD_DIR" 2>/dev/null |
-    python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "b_sanitize"))' 2>/dev/null)
-  echo "b_sanitize=$b"
-  [[ $b == address,undefined ]] || { echo "FAIL: $ASAN_BUILD_DIR is not an address,undefined build"; return 1; }
-  nm -C "$ASAN_VRNICD" 2>/dev/null | grep -q '__asan_init\|__ubsan_handle' ||
-    ldd "$ASAN_VRNICD" | grep -q 'libasan' || { echo "FAIL: vrnicd carries no sanitizer runtime"; return 1; }
-  ldd "$ASAN_VRNICD" | grep -E 'asan|ubsan'
-  for b in "$PACKET_FUZZ" "$FUZZ_TRAFFIC"; do
-    [[ -x $b ]] || { echo "FAIL: ${b#"$VRNIC_ROOT"/} is not built (ninja -C build)"; return 1; }
-  done
-}
 
 # A UDP port free on every address we use.
 udp_port_free() {
@@ -303,7 +257,7 @@ stop_sanitized() {
   return "$rc"
 }
 
-check "build-asan: vrnicd with ASan+UBSan" build_asan &&
+check "build-asan: vrnicd with ASan+UBSan" build_asan "$PACKET_FUZZ" "$FUZZ_TRAFFIC" &&
   check "two sanitized vrnicd on 127.0.0.1 and 127.0.0.2 (udp)" daemons
 check "$FUZZ_PACKETS mutated packets at vrnicd A under ASan+UBSan; RC traffic through it verified" \
   fuzz_with_traffic

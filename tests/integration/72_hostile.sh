@@ -1,0 +1,330 @@
+#!/usr/bin/env bash
+# Hostile clients (issue 17): our own attacker programs (build/tests/hostile, one subcommand
+# per attack) against a root vrnicd built with ASan+UBSan that serves two users, as an admin
+# would run a shared one: root, whose verified RC traffic runs through it the whole time, and
+# a throw-away account this group creates and removes (the attacker). Each check shows the
+# attack refused or hurting only the attacker, vrnicd answering others within a second, and
+# the victim's bytes intact; at the end no sanitizer report and no object left.
+#
+#   daemon      build-asan/control/vrnicd --socket-group <the account's group> --limits ...
+#   victim      build/tests/fuzz/fuzz_traffic server and client (root), until the end
+#   attacker    runs as the account (setpriv), from a copy of the programs it may read
+#   row 10      a million MRs and an exit, against the release vrnicd (a minute under ASan)
+#
+# Settings: VRNIC_ASAN_BUILD_DIR (default build-asan).
+# shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+# shellcheck source=tests/lib_asan.sh
+source "$VRNIC_ROOT/tests/lib_asan.sh"
+vrnic_script_init hostile
+
+HOSTILE=$VRNIC_BUILD_DIR/tests/hostile
+FUZZ_TRAFFIC=$VRNIC_BUILD_DIR/tests/fuzz/fuzz_traffic
+ACCOUNT=vrnic-hostile-$$
+SHARE=/tmp/vrnic-hostile-$$  # what the account may read: its programs, the socket
+SOCK=$SHARE/run/vrnicd.sock
+LIMITS=sessions=32,channels=64,mr_bytes=1073741824
+D_PID='' D_LOG='' SRV='' CLI=''
+
+# as_attacker CMD...: CMD as the throw-away account (its own uid and group, no others),
+# through vrnic's libibverbs, on the shared vrnicd.
+as_attacker() {
+  setpriv --reuid="$ACCOUNT" --regid="$ACCOUNT" --clear-groups --reset-env \
+    env VRNIC_SOCKET="$SOCK" LD_LIBRARY_PATH="$SHARE/provider" HOME=/ "$@"
+}
+A_HOSTILE=$SHARE/tests/hostile
+A_VRNICCTL=$SHARE/control/vrnicctl
+
+# ms CMD...: runs CMD, prints how long it took in milliseconds (after CMD's own output).
+ms() {
+  local t0=$EPOCHREALTIME rc
+  "$@"
+  rc=$?
+  LAST_MS=$(((${EPOCHREALTIME/[.,]/} - ${t0/[.,]/}) / 1000))
+  return "$rc"
+}
+
+cleanup_account() {
+  rm -rf "$SHARE"
+  if id "$ACCOUNT" >/dev/null 2>&1; then
+    pkill -KILL -u "$ACCOUNT" 2>/dev/null
+    userdel "$ACCOUNT" 2>/dev/null
+  fi
+  getent group "$ACCOUNT" >/dev/null && groupdel "$ACCOUNT" 2>/dev/null
+  rm -rf "/tmp/vrnicd-$(id -u "$ACCOUNT" 2>/dev/null || echo none)"
+}
+
+setup() {
+  ((EUID == 0)) || { echo "the hostile group needs root (a second user, a root vrnicd)"; return 1; }
+  build_asan "$HOSTILE" "$FUZZ_TRAFFIC" || return 1
+  echo "+ useradd --system --user-group --no-create-home $ACCOUNT"
+  useradd --system --user-group --no-create-home --shell /usr/sbin/nologin "$ACCOUNT" || return 1
+  vrnic_on_cleanup cleanup_account
+  mkdir -p "$SHARE"/{run,tests,control,provider} && chmod 0755 "$SHARE" "$SHARE"/* || return 1
+  cp -a "$VRNIC_PROVIDER_DIR"/libibverbs.so* "$SHARE/provider/" &&
+    cp "$HOSTILE" "$SHARE/tests/" &&
+    cp "$VRNICCTL" "$SHARE/control/" || return 1
+  _vrnicd_spawn "$SOCK" "$VRNIC_TMP/vrnicd-asan.log" env "${SANITIZER_ENV[@]}" "$ASAN_VRNICD" \
+    --socket "$SOCK" --socket-group "$ACCOUNT" --limits "$LIMITS" || return 1
+  D_PID=$VRNICD_PID D_LOG=$VRNICD_LOG
+  VRNIC_SOCKET=$SOCK
+  export VRNIC_SOCKET
+  ls -l "$SOCK"
+  [[ $(stat -c '%a %G' "$SOCK") == "660 $ACCOUNT" ]] ||
+    { echo "FAIL: the socket is not mode 660, group $ACCOUNT"; return 1; }
+  # The victim: root's verified RC traffic through the same vrnicd, until the end.
+  local port qpn i
+  port=$(next_port)
+  "${VRUN[@]}" timeout -k 5 900 "$FUZZ_TRAFFIC" server --port "$port" \
+    >"$VRNIC_TMP/victim.server.log" 2>&1 </dev/null &
+  SRV=$!
+  _vrnic_track "$SRV"
+  for i in $(seq 1 100); do
+    qpn=$(awk -F= '$1 == "qpn" { print $2 }' "$VRNIC_TMP/victim.server.log")
+    [[ -n $qpn ]] && break
+    sleep 0.1
+  done
+  [[ -n $qpn ]] || { echo "the victim's server printed no QPN"; return 1; }
+  "${VRUN[@]}" timeout -k 5 900 "$FUZZ_TRAFFIC" client --server 127.0.0.1 --port "$port" \
+    --stop-file "$VRNIC_TMP/victim.stop" --max-seconds 800 --seed "$$" \
+    >"$VRNIC_TMP/victim.client.log" 2>&1 </dev/null &
+  CLI=$!
+  _vrnic_track "$CLI"
+  echo "victim traffic running (server QPN $qpn)"
+}
+
+# probe_while PID: root's `vrnicctl stats` every 0.2 s while PID runs; fails if one took a
+# second or more (the control plane, which waits on the workers, is frozen).
+probe_while() {
+  local worst=0 n=0
+  while _vrnic_running "$1"; do
+    ms timeout 5 "$VRNICCTL" stats >/dev/null || { echo "FAIL: vrnicctl stats failed"; return 1; }
+    ((LAST_MS > worst)) && worst=$LAST_MS
+    n=$((n + 1))
+    sleep 0.2
+  done
+  echo "liveness: $n probes of vrnicctl stats, slowest ${worst} ms"
+  ((worst < 1000)) || { echo "FAIL: vrnicd took ${worst} ms to answer"; return 1; }
+}
+
+# Row 6: requests, never a reply read.
+flood() {
+  as_attacker "$A_HOSTILE" flood "$SOCK" 100000
+}
+
+# Row 3: management needs vrnicd's own user or root; a user sees only its own QPs.
+management() {
+  local out rc=0 victim_qpn
+  out=$(as_attacker "$A_VRNICCTL" faults loss=100 2>&1) &&
+    { echo "FAIL: the account could set faults: $out"; rc=1; }
+  echo "account: vrnicctl faults loss=100: $out"
+  grep -q "only vrnicd's own user and root" <<<"$out" || { echo "FAIL: not refused with EPERM"; rc=1; }
+  victim_qpn=$(awk -F= '$1 == "qpn" { print $2 }' "$VRNIC_TMP/victim.server.log")
+  out=$(as_attacker "$A_VRNICCTL" move "$victim_qpn" 0 2>&1) &&
+    { echo "FAIL: the account could move root's QP: $out"; rc=1; }
+  echo "account: vrnicctl move $victim_qpn 0: $out"
+  out=$(as_attacker "$A_VRNICCTL" qps 2>&1)
+  echo "account: vrnicctl qps: $(wc -l <<<"${out:-}") line(s) ${out:0:60}"
+  [[ -z $out ]] || { echo "FAIL: the account sees QPs that are not its own"; rc=1; }
+  "$VRNICCTL" qps | grep -q "qpn=$(printf '0x%x' "$victim_qpn") " ||
+    { echo "FAIL: root does not see the victim's QP"; rc=1; }
+  return "$rc"
+}
+
+# Row 2: another user's QPN, PSN, rkey and address, all known: nothing lands.
+inject() {
+  local vout=$VRNIC_TMP/inject.victim qpn psn rkey addr rc=0
+  mkfifo "$VRNIC_TMP/inject.in" || return 1
+  "${VRUN[@]}" timeout -k 5 60 "$HOSTILE" victim <"$VRNIC_TMP/inject.in" >"$vout" 2>&1 &
+  local vpid=$!
+  exec {hold}>"$VRNIC_TMP/inject.in"
+  for _ in $(seq 1 100); do [[ $(grep -c = "$vout") -ge 4 ]] && break; sleep 0.05; done
+  qpn=$(awk -F= '$1 == "qpn" { print $2 }' "$vout")
+  psn=$(awk -F= '$1 == "psn" { print $2 }' "$vout")
+  rkey=$(awk -F= '$1 == "rkey" { print $2 }' "$vout")
+  addr=$(awk -F= '$1 == "addr" { print $2 }' "$vout")
+  echo "root's victim: QPN $qpn, expects PSN $psn, rkey $rkey at $addr"
+  as_attacker "$A_HOSTILE" inject "$qpn" "$psn" "$rkey" "$addr" || rc=1
+  echo check >&"$hold"
+  exec {hold}>&-
+  vrnic_wait_exit "$vpid" 20
+  cat "$vout"
+  ((VRNIC_RC == 0)) || { echo "FAIL: the victim's memory or connection was touched"; rc=1; }
+  return "$rc"
+}
+
+# Row 1: the process that registered memory exits and a root process gets its PID.
+pid_reuse() {
+  local dir=$SHARE/reuse out child addr=0x6f0000000000 rc=0
+  mkdir -p "$dir" && chmod 0777 "$dir" || return 1
+  as_attacker "$A_HOSTILE" reuse-attacker "$addr" "$dir" >"$VRNIC_TMP/reuse.out" 2>&1 &
+  local apid=$!
+  for _ in $(seq 1 200); do
+    child=$(awk -F= '$1 == "child_pid" { print $2 }' "$VRNIC_TMP/reuse.out")
+    [[ -n $child ]] && break
+    sleep 0.05
+  done
+  [[ -n $child ]] || { echo "the attacker printed no PID"; cat "$VRNIC_TMP/reuse.out"; return 1; }
+  echo "the registering process (pid $child) has exited; a root process takes its PID"
+  "$HOSTILE" spawn-at-pid "$child" "$addr" "$dir" >"$VRNIC_TMP/reuse.root" 2>&1 &
+  local vpid=$!
+  for _ in $(seq 1 200); do [[ -e $dir/ready ]] && break; sleep 0.05; done
+  [[ -e $dir/ready ]] || { echo "the root process did not start"; cat "$VRNIC_TMP/reuse.root"; return 1; }
+  echo "root process with pid $child holds a pattern at $addr; the attacker writes its MR there"
+  touch "$dir/go"
+  for _ in $(seq 1 300); do [[ -e $dir/done ]] && break; sleep 0.05; done
+  echo "attacker's WRITE: $(cat "$dir/write_status" 2>/dev/null || echo none)"
+  touch "$dir/check"
+  vrnic_wait_exit "$vpid" 20
+  echo "root process: $(cat "$VRNIC_TMP/reuse.root"); bytes changed: $(cat "$dir/changed" 2>/dev/null)"
+  ((VRNIC_RC == 0)) || { echo "FAIL: the write reached the root process"; rc=1; }
+  [[ $(cat "$dir/write_status" 2>/dev/null) != success ]] ||
+    { echo "FAIL: the WRITE completed successfully"; rc=1; }
+  vrnic_wait_exit "$apid" 20
+  return "$rc"
+}
+
+# Rows 8 and 9: quotas, in the account's own `vrnicctl stats`.
+account_stat() { as_attacker "$A_VRNICCTL" stats | awk -F= -v k="$1" '$1 == k { print $2 }'; }
+quota_mr_bytes() {
+  local out rc=0
+  out=$(as_attacker "$A_HOSTILE" mr-bytes "$SOCK" 268435456) || rc=1
+  echo "$out"
+  grep -q '^registered=4$' <<<"$out" || { echo "FAIL: want 4 x 256 MiB under mr_bytes=1 GiB"; rc=1; }
+  echo "account: user_quota_refusals=$(account_stat user_quota_refusals)" \
+    "user_mr_bytes=$(account_stat user_mr_bytes) limit_mr_bytes=$(account_stat limit_mr_bytes)"
+  (($(account_stat user_quota_refusals) >= 1)) || { echo "FAIL: no refusal counted"; rc=1; }
+  [[ $(account_stat user_mr_bytes) == 0 ]] || { echo "FAIL: bytes still charged after exit"; rc=1; }
+  return "$rc"
+}
+# quota_count SUBCOMMAND KEY N: the attacker's SUBCOMMAND made exactly N (the quota) before
+# ENOMEM; root, whose quota is its own, still opens the device.
+quota_count() {
+  local out rc=0
+  out=$(as_attacker "$A_HOSTILE" "$1") || rc=1
+  echo "$out"
+  grep -q "^$2=$3\$" <<<"$out" || { echo "FAIL: want $2=$3 (the quota)"; rc=1; }
+  vrun timeout 10 ibv_devinfo -d vrnic0 >/dev/null || { echo "FAIL: root cannot open vrnic0"; rc=1; }
+  return "$rc"
+}
+
+# Rows 11 and 14: work the client makes up in shared memory, while others are served.
+attack_with_probe() {
+  as_attacker "$A_HOSTILE" "$@" >"$VRNIC_TMP/attack.out" 2>&1 &
+  local apid=$! rc=0
+  probe_while "$apid" || rc=1
+  vrnic_wait_exit "$apid" 30
+  cat "$VRNIC_TMP/attack.out"
+  ((VRNIC_RC == 0)) || { echo "FAIL: hostile $1 exited with $VRNIC_RC"; rc=1; }
+  return "$rc"
+}
+
+# Row 13: a socket another user bound, and a private directory that is not ours.
+squat() {
+  local rc=0 fake=$SHARE/squat/vrnicd.sock out
+  mkdir -p "$SHARE/squat" && chmod 0777 "$SHARE/squat" || return 1
+  as_attacker /usr/bin/python3 -c "
+import socket, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind('$fake'); s.listen(8)
+time.sleep(8)" &
+  local spid=$!
+  for _ in $(seq 1 100); do [[ -S $fake ]] && break; sleep 0.05; done
+  out=$(VRNIC_SOCKET=$fake vrun timeout 10 ibv_devices 2>&1)
+  echo "root, VRNIC_SOCKET=<the account's socket> ibv_devices:"
+  sed 's/^/    /' <<<"$out"
+  grep -q "neither you (uid 0) nor root: not using it" <<<"$out" ||
+    { echo "FAIL: the library did not refuse a daemon of another user"; rc=1; }
+  grep -q vrnic0 <<<"$out" && { echo "FAIL: it listed a device"; rc=1; }
+  kill "$spid" 2>/dev/null
+  vrnic_wait_exit "$spid" 5
+  # The account's default socket directory, made by someone else first.
+  local uid dir
+  uid=$(id -u "$ACCOUNT")
+  dir=/tmp/vrnicd-$uid
+  rm -rf "$dir" && mkdir -m 0777 "$dir" || return 1
+  out=$(setpriv --reuid="$ACCOUNT" --regid="$ACCOUNT" --clear-groups --reset-env \
+    timeout 10 "$VRNICD" 2>&1)
+  echo "account: vrnicd (default socket) with $dir made by root, mode 0777: $out"
+  grep -q "is not a directory of this user's own" <<<"$out" ||
+    { echo "FAIL: vrnicd used a socket directory that is not its own"; rc=1; }
+  rm -rf "$dir"
+  return "$rc"
+}
+
+finish() {
+  local rc=0 iters
+  touch "$VRNIC_TMP/victim.stop"
+  vrnic_wait_exit "$CLI" 60 || kill -TERM "$CLI"
+  local cli_rc=$VRNIC_RC
+  vrnic_wait_exit "$SRV" 30 || kill -TERM "$SRV"
+  local srv_rc=$VRNIC_RC
+  iters=$(awk -F= '$1 == "iterations" { print $2 }' "$VRNIC_TMP/victim.client.log")
+  echo "victim: client $(_vrnic_status_word "$cli_rc"), server $(_vrnic_status_word "$srv_rc")," \
+    "${iters:-0} iterations verified"
+  if ((cli_rc != 0 || srv_rc != 0 || ${iters:-0} < 10)); then
+    vrnic_tail "$VRNIC_TMP/victim.client.log"
+    vrnic_tail "$VRNIC_TMP/victim.server.log"
+    echo "FAIL: root's traffic did not run intact through the attacks"
+    rc=1
+  fi
+  VRNICD_PID=$D_PID VRNICD_LOG=$D_LOG
+  wait_objects_zero 20 || rc=1
+  VRNIC_DAEMON_STOP_TIMEOUT=20 stop_vrnicd TERM "$SOCK" || rc=1
+  if grep -qE "$SANITIZER_REPORT" "$D_LOG"; then
+    echo "FAIL: sanitizer report in vrnicd's log:"
+    sanitizer_excerpt "$D_LOG"
+    rc=1
+  else
+    echo "vrnicd's log: no sanitizer report ($(wc -l <"$D_LOG") lines)"
+  fi
+  return "$rc"
+}
+
+# Row 10, on the release vrnicd: a million MRs, then exit.
+million_mrs() {
+  start_vrnicd || return 1
+  local rc=0 t0 out left worst=0
+  vrun timeout 300 "$HOSTILE" null-mrs 1000000 >"$VRNIC_TMP/mrs.out" 2>"$VRNIC_TMP/mrs.err"
+  t0=${EPOCHREALTIME/[.,]/}
+  cat "$VRNIC_TMP/mrs.out"
+  while :; do
+    ms vrnic_stat mrs >"$VRNIC_TMP/mrs.left" || { echo "FAIL: vrnicctl stats failed"; rc=1; break; }
+    ((LAST_MS > worst)) && worst=$LAST_MS
+    left=$(<"$VRNIC_TMP/mrs.left")
+    [[ $left == 0 ]] && break
+    (((${EPOCHREALTIME/[.,]/} - t0) > 30000000)) && { echo "FAIL: $left MRs left after 30 s"; rc=1; break; }
+  done
+  local teardown_ms=$(((${EPOCHREALTIME/[.,]/} - t0) / 1000))
+  echo "teardown: ${teardown_ms} ms from exit to zero MRs; slowest stats reply ${worst} ms"
+  CHECK_NOTE="$(awk -F= '$1 == "create_seconds" { print $2 }' "$VRNIC_TMP/mrs.out") s to create,"
+  CHECK_NOTE+=" ${teardown_ms} ms to tear down"
+  ((worst < 1000)) || { echo "FAIL: a stats request waited ${worst} ms"; rc=1; }
+  grep -q '^null_mrs=1000000$' "$VRNIC_TMP/mrs.out" || { echo "FAIL: not a million MRs"; rc=1; }
+  vrnicd_idle_and_stop || rc=1
+  return "$rc"
+}
+
+if check "setup: sanitized root vrnicd for root and $ACCOUNT (socket 0660), root's traffic" setup; then
+  check "row 6: a client that never reads its replies is dropped; others answered meanwhile" flood
+  check "row 3: faults and QP moves refused (EPERM) to another user; vrnicctl qps shows only its own" \
+    management
+  check "row 2: a WRITE aimed at another user's QP (QPN, PSN, rkey known) fails; nothing lands" inject
+  check "row 1: a PID reused by a root process after the registering process exited: no access" \
+    pid_reuse
+  check "row 8: registered bytes past the user's quota: ENOMEM, counted, released at exit" \
+    quota_mr_bytes
+  check "row 9: completion channels past the user's quota: ENOMEM, given back when destroyed" \
+    quota_count channels channels_created 64
+  check "row 9: connections past the user's quota: ENOMEM; root unaffected" \
+    quota_count sessions sessions_opened 32
+  check "row 11: a send queue of local operations, producer 2^31 ahead: vrnicd answers within 1 s" \
+    attack_with_probe local-ops 3
+  check "row 14: forged doorbell rings for 3 s: vrnicd answers within 1 s" \
+    attack_with_probe doorbells 3
+  check "row 13: a daemon of another user is refused; a socket directory not our own is refused" squat
+  check "root's traffic verified throughout; no objects left; no sanitizer report; exit 0" finish
+fi
+check "row 10 (release vrnicd): a client exits holding 1,000,000 MRs: linear teardown, stats within 1 s" \
+  million_mrs
+
+vrnic_script_finish
