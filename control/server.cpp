@@ -113,7 +113,10 @@ Server::Server(ServerConfig cfg)
       nworkers_(cfg_.workers),
       dev_(cfg_.device_index),
       quotas_(cfg_.limits) {
-  // What one user may register and create, as ibv_query_device tells it.
+  // What one user may register and create, as ibv_query_device tells it; the device's own
+  // capacity stays the bound on everyone's objects together.
+  device_max_mr_ = dev_.info.max_mr;
+  device_max_qp_ = dev_.info.max_qp;
   dev_.info.max_mr_size = std::min<uint64_t>(dev_.info.max_mr_size, quotas_.limits().mr_bytes);
   dev_.info.max_mr = std::min(dev_.info.max_mr, quotas_.limits().mrs);
   dev_.info.max_qp = std::min(dev_.info.max_qp, quotas_.limits().qps);
@@ -548,7 +551,7 @@ int Server::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp) {
   if ((req->access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
       !(req->access & IBV_ACCESS_LOCAL_WRITE))
     return EINVAL;
-  if (req->length > dev_.info.max_mr_size || dev_.mrs.size() >= dev_.info.max_mr) return ENOMEM;
+  if (req->length > dev_.info.max_mr_size || dev_.mrs.size() >= device_max_mr_) return ENOMEM;
   auto mr = std::make_unique<MemoryRegion>();
   mr->pd = req->pd;
   mr->access = req->access;
@@ -860,7 +863,7 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
       c.max_send_sge > shm::kMaxSge || c.max_recv_sge > shm::kMaxSge ||
       c.max_inline_data > shm::kMaxInline)
     return EINVAL;
-  if (s.qps.size() >= shm::kMaxQpsPerSession || dev_.qps.size() >= dev_.info.max_qp) return ENOMEM;
+  if (s.qps.size() >= shm::kMaxQpsPerSession || dev_.qps.size() >= device_max_qp_) return ENOMEM;
   if (int err = quotas_.charge(s.uid, Quota::kQps)) return err;
   uint32_t sq_slots = std::bit_ceil(std::max(c.max_send_wr, 1u));
   uint32_t rq_slots = std::bit_ceil(std::max(c.max_recv_wr, 1u));

@@ -178,6 +178,7 @@ class Server {
   SlotTable<AddressHandle> ahs_{1u << 16};
   std::map<uint32_t, QpOwner> qp_owners_;
   UserQuotas quotas_;
+  uint32_t device_max_mr_ = 0, device_max_qp_ = 0;  // before the per-user limits
 };
 
 }  // namespace vrnic

@@ -63,6 +63,7 @@ group_cap() {
     lifecycle | pingpong) def=180 ;;
     perftest) def=420 ;;
     catch2) def=600 ;;
+    hostile) def=480 ;; # two daemons (sanitized, release), each given a million MRs
     rxe) def=1200 ;; # the VM image's first build, and a peer under emulation
     *) def=300 ;;
   esac

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Hostile input: a million mutated RoCEv2 packets into a vrnicd's udp port under ASan+UBSan,
-# while a verified RC connection runs through the same vrnicd.
+# and at the same time hostile control-protocol messages into its socket, while a verified RC
+# connection runs through the same vrnicd.
 #
 #   build-asan/   vrnicd alone, built with -fsanitize=address,undefined (-O1, line tables);
 #                 a report stops the daemon with a non-zero status (halt_on_error), leaks
@@ -11,11 +12,15 @@
 #                 the fuzzer is done
 #   fuzzer        build/tests/fuzz/packet_fuzz from 127.0.0.3 and .4 at A: see its header for
 #                 what it sends and why packets with a correct ICRC never reach the traffic's QP
+#   ctl fuzzer    build/tests/fuzz/ctl_fuzz at A's socket meanwhile: random and mutated
+#                 messages with descriptors of every kind (see its header); every message
+#                 answered or the connection closed within 1 s, no fd left behind
 #   afterwards    vrnicd's counters (every receive path taken), a datagram longer than
 #                 vrnicd's receive buffer (must count as malformed), clean SIGTERM exits and
 #                 no sanitizer report in either log
 #
 # Settings: VRNIC_FUZZ_PACKETS (default 1000000), VRNIC_FUZZ_RATE (packets/s, default 25000),
+# VRNIC_CTL_FUZZ_SECONDS (default 30),
 # VRNIC_FUZZ_SEED (default: the fuzzer picks one and prints it), VRNIC_ASAN_BUILD_DIR
 # (default build-asan). When something fails, the daemons' logs, the fuzzer's and the traffic's
 # output and the last 2048 packets sent are kept in build-asan/fuzz-evidence/. To replay the
@@ -29,6 +34,9 @@ vrnic_script_init fuzz
 FUZZ_PACKETS=${VRNIC_FUZZ_PACKETS:-1000000}
 FUZZ_RATE=${VRNIC_FUZZ_RATE:-25000}
 PACKET_FUZZ=$VRNIC_BUILD_DIR/tests/fuzz/packet_fuzz
+CTL_FUZZ=$VRNIC_BUILD_DIR/tests/fuzz/ctl_fuzz
+CTL_FUZZ_SECONDS=${VRNIC_CTL_FUZZ_SECONDS:-30}
+A_FDS=''  # vrnicd A's open descriptors before any client
 FUZZ_TRAFFIC=$VRNIC_BUILD_DIR/tests/fuzz/fuzz_traffic
 # shellcheck source=tests/lib_asan.sh
 source "$VRNIC_ROOT/tests/lib_asan.sh"
@@ -68,6 +76,7 @@ daemons() {
   start_sanitized A 127.0.0.1 || return 1
   start_sanitized B 127.0.0.2 || return 1
   echo "A: pid $A_PID, 127.0.0.1:$FUZZ_PORT; B: pid $B_PID, 127.0.0.2:$FUZZ_PORT"
+  A_FDS=$(ls "/proc/$A_PID/fd" | wc -l)
 }
 
 # kv FILE KEY: a value from key=value lines.
@@ -112,6 +121,11 @@ fuzz_with_traffic() {
   cli=$!
   _vrnic_track "$cli"
   sleep 1  # the connection is up and moving data before the first hostile packet
+  echo "+ ctl_fuzz --socket A --seconds $CTL_FUZZ_SECONDS --seed $$ &"
+  timeout -k 5 $((CTL_FUZZ_SECONDS + 60)) "$CTL_FUZZ" --socket "$A_SOCK" \
+    --seconds "$CTL_FUZZ_SECONDS" --seed "$$" >"$VRNIC_TMP/ctl_fuzz.out" 2>&1 </dev/null &
+  CTL_FUZZ_PID=$!
+  _vrnic_track "$CTL_FUZZ_PID"
   echo "+ VRNIC_SOCKET=A packet_fuzz --target 127.0.0.1 --port $FUZZ_PORT --count $FUZZ_PACKETS" \
     "--rate $FUZZ_RATE --victim-qpn $qpn --daemon-pid $A_PID ${seed[*]}"
   vrnic_fg "${VRUN[@]}" VRNIC_SOCKET="$A_SOCK" timeout -k 5 "$(vrnic_timeout "$fz_tmo")" \
@@ -160,6 +174,28 @@ fuzz_with_traffic() {
   CHECK_NOTE="seed $(kv "$fz_out" seed), ${sent:-0} packets in $(kv "$fz_out" seconds)s,"
   CHECK_NOTE+=" $(kv "$fz_out" icrc_valid_sent) with a correct ICRC; traffic: ${iters:-0} iterations,"
   CHECK_NOTE+=" $((${verified:-0} / 1048576)) MiB read back and verified"
+  return "$rc"
+}
+
+# The control-protocol fuzzer that ran at A alongside: its verdict, and A's descriptors back
+# to what they were before any client came.
+ctl_fuzz_result() {
+  [[ -n ${CTL_FUZZ_PID:-} ]] || { echo "the control-protocol fuzzer did not run"; return 1; }
+  local rc=0 now
+  vrnic_wait_exit "$CTL_FUZZ_PID" $((CTL_FUZZ_SECONDS + 60)) || kill -TERM "$CTL_FUZZ_PID"
+  sed 's/^/    /' "$VRNIC_TMP/ctl_fuzz.out"
+  ((VRNIC_RC == 0)) || { echo "FAIL: ctl_fuzz: $(_vrnic_status_word "$VRNIC_RC")"; rc=1; }
+  ((${A_FDS:-0} > 0)) || { echo "no baseline fd count for vrnicd A"; return 1; }
+  _vrnic_running "$A_PID" || { echo "FAIL: vrnicd A died"; return 1; }
+  for _ in $(seq 1 50); do  # the last sessions' teardown
+    now=$(ls "/proc/$A_PID/fd" | wc -l)
+    ((now == A_FDS)) && break
+    sleep 0.1
+  done
+  echo "vrnicd A's descriptors: $A_FDS before any client, $now after"
+  ((now == A_FDS)) || { echo "FAIL: vrnicd A holds $((now - A_FDS)) more fds"; rc=1; }
+  CHECK_NOTE="$(awk -F= '$1 == "messages" { print $2 }' "$VRNIC_TMP/ctl_fuzz.out") messages,"
+  CHECK_NOTE+=" $(awk -F= '$1 == "connections" { print $2 }' "$VRNIC_TMP/ctl_fuzz.out") connections"
   return "$rc"
 }
 
@@ -257,10 +293,12 @@ stop_sanitized() {
   return "$rc"
 }
 
-check "build-asan: vrnicd with ASan+UBSan" build_asan "$PACKET_FUZZ" "$FUZZ_TRAFFIC" &&
+check "build-asan: vrnicd with ASan+UBSan" build_asan "$PACKET_FUZZ" "$FUZZ_TRAFFIC" "$CTL_FUZZ" &&
   check "two sanitized vrnicd on 127.0.0.1 and 127.0.0.2 (udp)" daemons
 check "$FUZZ_PACKETS mutated packets at vrnicd A under ASan+UBSan; RC traffic through it verified" \
   fuzz_with_traffic
+check "control-protocol fuzzer at A meanwhile: every message answered within 1 s, no fd left" \
+  ctl_fuzz_result
 check "vrnicd A counted them: malformed, ICRC errors, transport drops" counters
 check "a datagram cut short by vrnicd's receive buffer counts as malformed, whatever its ICRC" \
   truncation

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Hostile clients (issue 17): our own attacker programs (build/tests/hostile, one subcommand
-# per attack) against a root vrnicd built with ASan+UBSan that serves two users, as an admin
-# would run a shared one: root, whose verified RC traffic runs through it the whole time, and
-# a throw-away account this group creates and removes (the attacker). Each check shows the
-# attack refused or hurting only the attacker, vrnicd answering others within a second, and
-# the victim's bytes intact; at the end no sanitizer report and no object left.
+# per attack) against a root vrnicd that serves two users, as an admin would run a shared one
+# (first the one built with ASan+UBSan, then the release build): root, whose verified RC
+# traffic runs through it the whole time, and a throw-away account this group creates and
+# removes (the attacker). Each check shows the attack refused or hurting only the attacker,
+# vrnicd answering others within a second, and the victim's bytes intact; at the end no
+# sanitizer report and no object left.
 #
-#   daemon      build-asan/control/vrnicd --socket-group <the account's group> --limits ...
+#   daemon      build-asan/control/vrnicd, then build/control/vrnicd, each with
+#               --socket-group <the account's group> --limits ...
 #   victim      build/tests/fuzz/fuzz_traffic server and client (root), until the end
 #   attacker    runs as the account (setpriv), from a copy of the programs it may read
-#   row 10      a million MRs and an exit, against the release vrnicd (a minute under ASan)
+#   row 10      a million MRs and an exit, on a vrnicd of its own (of each build)
 #
 # Settings: VRNIC_ASAN_BUILD_DIR (default build-asan).
 # shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
@@ -23,7 +25,7 @@ FUZZ_TRAFFIC=$VRNIC_BUILD_DIR/tests/fuzz/fuzz_traffic
 ACCOUNT=vrnic-hostile-$$
 SHARE=/tmp/vrnic-hostile-$$  # what the account may read: its programs, the socket
 SOCK=$SHARE/run/vrnicd.sock
-LIMITS=sessions=32,channels=64,mr_bytes=1073741824
+LIMITS=sessions=32,channels=64,mrs=2000,qps=64,mr_bytes=1073741824
 D_PID='' D_LOG='' SRV='' CLI=''
 
 # as_attacker CMD...: CMD as the throw-away account (its own uid and group, no others),
@@ -64,7 +66,14 @@ setup() {
   cp -a "$VRNIC_PROVIDER_DIR"/libibverbs.so* "$SHARE/provider/" &&
     cp "$HOSTILE" "$SHARE/tests/" &&
     cp "$VRNICCTL" "$SHARE/control/" || return 1
-  _vrnicd_spawn "$SOCK" "$VRNIC_TMP/vrnicd-asan.log" env "${SANITIZER_ENV[@]}" "$ASAN_VRNICD" \
+}
+
+# start_daemon asan|release: the shared root vrnicd of that build, and root's traffic on it.
+start_daemon() {
+  local cmd=("$VRNICD")
+  [[ $1 == asan ]] && cmd=(env "${SANITIZER_ENV[@]}" "$ASAN_VRNICD")
+  rm -f "$VRNIC_TMP/victim.stop" "$VRNIC_TMP"/victim.*.log
+  _vrnicd_spawn "$SOCK" "$VRNIC_TMP/vrnicd-$1.log" "${cmd[@]}" \
     --socket "$SOCK" --socket-group "$ACCOUNT" --limits "$LIMITS" || return 1
   D_PID=$VRNICD_PID D_LOG=$VRNICD_LOG
   VRNIC_SOCKET=$SOCK
@@ -134,6 +143,7 @@ management() {
 # Row 2: another user's QPN, PSN, rkey and address, all known: nothing lands.
 inject() {
   local vout=$VRNIC_TMP/inject.victim qpn psn rkey addr rc=0
+  rm -f "$VRNIC_TMP/inject.in"
   mkfifo "$VRNIC_TMP/inject.in" || return 1
   "${VRUN[@]}" timeout -k 5 60 "$HOSTILE" victim <"$VRNIC_TMP/inject.in" >"$vout" 2>&1 &
   local vpid=$!
@@ -155,7 +165,7 @@ inject() {
 
 # Row 1: the process that registered memory exits and a root process gets its PID.
 pid_reuse() {
-  local dir=$SHARE/reuse out child addr=0x6f0000000000 rc=0
+  local dir=$SHARE/reuse-$EPOCHREALTIME out child addr=0x6f0000000000 rc=0
   mkdir -p "$dir" && chmod 0777 "$dir" || return 1
   as_attacker "$A_HOSTILE" reuse-attacker "$addr" "$dir" >"$VRNIC_TMP/reuse.out" 2>&1 &
   local apid=$!
@@ -208,6 +218,43 @@ quota_count() {
   return "$rc"
 }
 
+# Quotas on objects: ENOMEM at the limit, which ibv_query_device reports.
+quota_objects() {
+  local out rc=0
+  out=$(as_attacker "$A_HOSTILE" objects) || rc=1
+  echo "$out"
+  grep -q '^qps_created=64$' <<<"$out" && grep -q '^mrs_created=2000$' <<<"$out" &&
+    grep -q '^max_mr_size=1073741824$' <<<"$out" ||
+    { echo "FAIL: want 64 QPs, 2000 MRs, max_mr_size 1 GiB (--limits $LIMITS)"; rc=1; }
+  return "$rc"
+}
+
+# Row 5: a send WQE rewritten (num_sge 255, garbage SGEs) before each retransmission.
+sge_rewrite() {
+  local out rc=0
+  out=$(as_attacker "$A_HOSTILE" sge-rewrite 2) || rc=1
+  echo "$out"
+  _vrnic_running "$D_PID" || { echo "FAIL: vrnicd died"; rc=1; }
+  return "$rc"
+}
+
+# Rows 4 and 12 (root's regions, against the sanitized vrnicd: map_files needs root).
+regions() {
+  vrun timeout 60 "$VRNIC_BUILD_DIR/tests/region_attack"
+}
+
+# Row 7: open and close, and vrnicd's descriptors stay as they were.
+open_close() {
+  local before after
+  before=$(ls "/proc/$D_PID/fd" | wc -l)
+  vrun timeout 120 "$VRNIC_BUILD_DIR/tests/open_close" 2000 || return 1
+  sleep 0.2
+  after=$(ls "/proc/$D_PID/fd" | wc -l)
+  echo "vrnicd's fds: $before before 2,000 open/close cycles, $after after"
+  CHECK_NOTE="$before fds before and after"
+  ((before == after))
+}
+
 # Rows 11 and 14: work the client makes up in shared memory, while others are served.
 attack_with_probe() {
   as_attacker "$A_HOSTILE" "$@" >"$VRNIC_TMP/attack.out" 2>&1 &
@@ -222,7 +269,7 @@ attack_with_probe() {
 # Row 13: a socket another user bound, and a private directory that is not ours.
 squat() {
   local rc=0 fake=$SHARE/squat/vrnicd.sock out
-  mkdir -p "$SHARE/squat" && chmod 0777 "$SHARE/squat" || return 1
+  mkdir -p "$SHARE/squat" && chmod 0777 "$SHARE/squat" && rm -f "$fake" || return 1
   as_attacker /usr/bin/python3 -c "
 import socket, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind('$fake'); s.listen(8)
@@ -282,7 +329,14 @@ finish() {
 
 # Row 10, on the release vrnicd: a million MRs, then exit.
 million_mrs() {
-  start_vrnicd || return 1
+  if [[ $1 == asan ]]; then
+    local dir=$VRNIC_TMP/mrs-asan
+    mkdir -p "$dir" && VRNIC_SOCKET=$dir/vrnicd.sock && export VRNIC_SOCKET
+    _vrnicd_spawn "$VRNIC_SOCKET" "$dir/vrnicd.log" env "${SANITIZER_ENV[@]}" "$ASAN_VRNICD" \
+      --socket "$VRNIC_SOCKET" || return 1
+  else
+    start_vrnicd || return 1
+  fi
   local rc=0 t0 out left worst=0
   vrun timeout 300 "$HOSTILE" null-mrs 1000000 >"$VRNIC_TMP/mrs.out" 2>"$VRNIC_TMP/mrs.err"
   t0=${EPOCHREALTIME/[.,]/}
@@ -300,31 +354,53 @@ million_mrs() {
   CHECK_NOTE+=" ${teardown_ms} ms to tear down"
   ((worst < 1000)) || { echo "FAIL: a stats request waited ${worst} ms"; rc=1; }
   grep -q '^null_mrs=1000000$' "$VRNIC_TMP/mrs.out" || { echo "FAIL: not a million MRs"; rc=1; }
-  vrnicd_idle_and_stop || rc=1
+  local log=$VRNICD_LOG
+  VRNIC_DAEMON_STOP_TIMEOUT=20 vrnicd_idle_and_stop || rc=1
+  if grep -qE "$SANITIZER_REPORT" "$log"; then
+    echo "FAIL: sanitizer report in vrnicd's log:"
+    sanitizer_excerpt "$log"
+    rc=1
+  fi
   return "$rc"
 }
 
-if check "setup: sanitized root vrnicd for root and $ACCOUNT (socket 0660), root's traffic" setup; then
-  check "row 6: a client that never reads its replies is dropped; others answered meanwhile" flood
-  check "row 3: faults and QP moves refused (EPERM) to another user; vrnicctl qps shows only its own" \
+# attacks asan|release: every attack, on the shared root vrnicd of that build.
+attacks() {
+  local k="[$1]"
+  check "$k the shared root vrnicd (socket 0660, group $ACCOUNT); root's traffic on it" \
+    start_daemon "$1" || return 0
+  check "$k row 6: a client that never reads its replies is dropped; others answered meanwhile" flood
+  check "$k row 3: faults and QP moves refused (EPERM) to another user; vrnicctl qps shows only its own" \
     management
-  check "row 2: a WRITE aimed at another user's QP (QPN, PSN, rkey known) fails; nothing lands" inject
-  check "row 1: a PID reused by a root process after the registering process exited: no access" \
+  check "$k row 2: a WRITE aimed at another user's QP (QPN, PSN, rkey known) fails; nothing lands" inject
+  check "$k row 1: a PID reused by a root process after the registering process exited: no access" \
     pid_reuse
-  check "row 8: registered bytes past the user's quota: ENOMEM, counted, released at exit" \
+  check "$k row 8: registered bytes past the user's quota: ENOMEM, counted, released at exit" \
     quota_mr_bytes
-  check "row 9: completion channels past the user's quota: ENOMEM, given back when destroyed" \
+  check "$k row 9: completion channels past the user's quota: ENOMEM, given back when destroyed" \
     quota_count channels channels_created 64
-  check "row 9: connections past the user's quota: ENOMEM; root unaffected" \
+  check "$k row 9: connections past the user's quota: ENOMEM; root unaffected" \
     quota_count sessions sessions_opened 32
-  check "row 11: a send queue of local operations, producer 2^31 ahead: vrnicd answers within 1 s" \
+  check "$k row 11: a send queue of local operations, producer 2^31 ahead: vrnicd answers within 1 s" \
     attack_with_probe local-ops 3
-  check "row 14: forged doorbell rings for 3 s: vrnicd answers within 1 s" \
+  check "$k row 14: forged doorbell rings for 3 s: vrnicd answers within 1 s" \
     attack_with_probe doorbells 3
-  check "row 13: a daemon of another user is refused; a socket directory not our own is refused" squat
-  check "root's traffic verified throughout; no objects left; no sanitizer report; exit 0" finish
+  check "$k row 13: a daemon of another user is refused; a socket directory not our own is refused" squat
+  check "$k quotas: QPs and MRs past the user's limits: ENOMEM; ibv_query_device reports the limits" \
+    quota_objects
+  check "$k row 5: a send WQE rewritten before each retransmission: an error completion, vrnicd serves on" \
+    sge_rewrite
+  check "$k rows 4, 12: shrinking, growing or writing the shared regions is refused" regions
+  check "$k row 7: 2,000 ibv_open_device/ibv_close_device cycles leave vrnicd's fd count unchanged" \
+    open_close
+  check "$k root's traffic verified throughout; no objects left; no sanitizer report; exit 0" finish
+  check "$k row 10: a client exits holding 1,000,000 MRs: linear teardown, stats within 1 s" \
+    million_mrs "$1"
+}
+
+if check "setup: the sanitized vrnicd, the attackers' account $ACCOUNT and their programs" setup; then
+  attacks asan
+  attacks release
 fi
-check "row 10 (release vrnicd): a client exits holding 1,000,000 MRs: linear teardown, stats within 1 s" \
-  million_mrs
 
 vrnic_script_finish

@@ -9,6 +9,10 @@
 //   sessions                 ibv_open_device until one fails: ENOMEM at the quota (row 9)
 //   mr-bytes SOCKET BYTES    sparse memfds of BYTES each, registered until ENOMEM (row 8)
 //   null-mrs N               N null MRs, then exit without freeing them (row 10)
+//   objects                  QPs and MRs until refused: ENOMEM at the quotas, which
+//                            ibv_query_device reports (max_qp, max_mr, max_mr_size)
+//   sge-rewrite SECONDS      a SEND held back by RNR NAKs while we rewrite its WQE (num_sge
+//                            255, SGEs of garbage) before each retransmission (row 5)
 //   doorbells SECONDS        forges every cell of our doorbell rings, for SECONDS (row 14)
 //   local-ops SECONDS        a send queue of local operations with its producer index far
 //                            ahead, rung for SECONDS (row 11)
@@ -245,6 +249,53 @@ int null_mrs(long n) {
   ::_exit(made == n ? 0 : 1);  // everything left to vrnicd's teardown
 }
 
+// Quotas on objects, and what the device says of them.
+int objects() {
+  const char *why = "";
+  ibv_context *ctx = open_first_device(&why);
+  if (!ctx) die(why);
+  ibv_device_attr da{};
+  if (ibv_query_device(ctx, &da)) die("query_device");
+  std::printf("max_qp=%d\nmax_mr=%d\nmax_mr_size=%" PRIu64 "\n", da.max_qp, da.max_mr,
+              uint64_t(da.max_mr_size));
+  ibv_pd *pd = ibv_alloc_pd(ctx);
+  ibv_cq *cq = pd ? ibv_create_cq(ctx, 16, nullptr, nullptr, 0) : nullptr;
+  if (!cq) die("pd/cq");
+  std::vector<ibv_qp *> qps;
+  int qp_err = 0;
+  for (int i = 0; i < 100000; i++) {
+    ibv_qp_init_attr ia{};
+    ia.send_cq = ia.recv_cq = cq;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = ia.cap.max_recv_wr = 1;
+    ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+    ibv_qp *qp = ibv_create_qp(pd, &ia);
+    if (!qp) {
+      qp_err = errno;
+      break;
+    }
+    qps.push_back(qp);
+  }
+  std::vector<ibv_mr *> mrs;
+  int mr_err = 0;
+  for (int i = 0; i < 10000000; i++) {
+    ibv_mr *mr = ibv_alloc_null_mr(pd);
+    if (!mr) {
+      mr_err = errno;
+      break;
+    }
+    mrs.push_back(mr);
+  }
+  std::printf("qps_created=%zu\nqp_refused_errno=%s\nmrs_created=%zu\nmr_refused_errno=%s\n",
+              qps.size(), strerrorname_np(qp_err), mrs.size(), strerrorname_np(mr_err));
+  for (ibv_qp *qp : qps) ibv_destroy_qp(qp);
+  for (ibv_mr *mr : mrs) ibv_dereg_mr(mr);
+  return qp_err == ENOMEM && mr_err == ENOMEM && size_t(da.max_qp) == qps.size() &&
+                 size_t(da.max_mr) == mrs.size()
+             ? 0
+             : 1;
+}
+
 // The regions vrnicd shares with us, from our own mappings: name prefix, address, size.
 struct Region {
   uint8_t *addr;
@@ -261,6 +312,14 @@ std::vector<Region> our_regions(const char *name) {
   }
   if (f) std::fclose(f);
   return out;
+}
+
+uint64_t rng_word() {
+  static uint64_t x = 0x9e3779b97f4a7c15ull;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return x;
 }
 
 struct Loopback {  // an RC pair of ours on the loop port
@@ -439,6 +498,50 @@ int local_ops(double secs) {
   return q ? 1 : 0;
 }
 
+// Row 5: the WQE vrnicd reads again at each retransmission, rewritten in between.
+int sge_rewrite(double secs) {
+  Loopback l = open_loopback();
+  connect_qp(l.ctx, l.a, l.b->qp_num, 0, 0);
+  connect_qp(l.ctx, l.b, l.a->qp_num, 0, 0);
+  ibv_qp_attr a{};
+  a.rnr_retry = 7;  // retry for ever: B has no receive posted yet
+  a.min_rnr_timer = 10;
+  ibv_modify_qp(l.a, &a, IBV_QP_RNR_RETRY);
+  ibv_mr *src = page_mr(l.pd, 65536, 0x11, IBV_ACCESS_LOCAL_WRITE);
+  ibv_sge sge{reinterpret_cast<uint64_t>(src->addr), 65536, src->lkey};
+  ibv_send_wr wr{}, *bad;
+  wr.wr_id = 5;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  if (ibv_post_send(l.a, &wr, &bad)) die("post");
+  std::vector<Region> qps = our_regions("vrnic-qp");
+  auto t = Clock::now();
+  uint64_t rewrites = 0;
+  while (seconds_since(t) < secs) {
+    for (const Region &r : qps) {
+      auto *w = reinterpret_cast<vrnic::shm::SendWqe *>(r.addr + vrnic::shm::kQpHeaderBytes);
+      w->num_sge = 255;
+      w->length = 0xffffffffu;
+      for (uint32_t i = 0; i < vrnic::shm::kMaxSge; i++)
+        w->sge[i] = {0xdead0000ull + i, 0x7fffffffu, uint32_t(rng_word())};
+      rewrites++;
+    }
+  }
+  // Let it go through now; whatever status it gets, it must get one.
+  ibv_recv_wr rwr{}, *rbad;
+  ibv_mr *dst = page_mr(l.pd, 65536, 0, IBV_ACCESS_LOCAL_WRITE);
+  ibv_sge rsge{reinterpret_cast<uint64_t>(dst->addr), 65536, dst->lkey};
+  rwr.sg_list = &rsge;
+  rwr.num_sge = 1;
+  ibv_post_recv(l.b, &rwr, &rbad);
+  int wc = wait_completion(l.cq, 10);
+  std::printf("rewrites=%" PRIu64 "\nsend_status=%s\n", rewrites,
+              wc < 0 ? "no completion" : ibv_wc_status_str(ibv_wc_status(wc)));
+  return wc < 0 ? 1 : 0;
+}
+
 // Row 2, the victim: an RC pair, B's memory open to remote writes from A alone.
 int victim() {
   Loopback l = open_loopback();
@@ -550,7 +653,8 @@ int spawn_at_pid(pid_t pid, uint64_t addr, const std::string &dir) {
 void usage() {
   std::fprintf(stderr,
                "usage: hostile flood SOCKET N | channels | sessions | mr-bytes SOCKET BYTES |\n"
-               "       null-mrs N | doorbells SECONDS | local-ops SECONDS | victim |\n"
+               "       null-mrs N | objects | sge-rewrite SECONDS | doorbells SECONDS |\n"
+               "       local-ops SECONDS | victim |\n"
                "       inject QPN PSN RKEY ADDR | reuse-attacker ADDR DIR |\n"
                "       spawn-at-pid PID ADDR DIR\n");
 }
@@ -570,6 +674,8 @@ int main(int argc, char **argv) {
   if (cmd == "sessions" && argc == 2) return sessions();
   if (cmd == "mr-bytes" && argc == 4) return mr_bytes(argv[2], num(3));
   if (cmd == "null-mrs" && argc == 3) return null_mrs(long(num(2)));
+  if (cmd == "objects" && argc == 2) return objects();
+  if (cmd == "sge-rewrite" && argc == 3) return sge_rewrite(std::atof(argv[2]));
   if (cmd == "doorbells" && argc == 3) return doorbells(std::atof(argv[2]));
   if (cmd == "local-ops" && argc == 3) return local_ops(std::atof(argv[2]));
   if (cmd == "victim" && argc == 2) return victim();
