@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -81,6 +82,17 @@ bool convertible(const MapsEntry &e, uint64_t sp) {
   return anonymous && e.readable && e.writable && !e.shared && !stack;
 }
 
+// Moves the mapping at `from` over [to, to+len): a system call of our own, not libc's
+// mremap. The bytes at `to` stay what they were, so to the program nothing changed; but
+// libraries that hook libc's memory calls to track mappings (UCX's UCM, for its
+// registration cache) would take it for the program unmapping its own buffer and drop their
+// registrations of it while the NIC still uses them (issue 18: every UCX transport saw
+// zeros instead of the data).
+void *remap_over(void *from, size_t len, void *to) {
+  return reinterpret_cast<void *>(
+      ::syscall(SYS_mremap, from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to));
+}
+
 // Replaces [start, start+len) with memfd pages holding the same bytes; returns the inode.
 uint64_t convert_pages(uint64_t start, uint64_t len) {
   int fd = ::memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -98,8 +110,7 @@ uint64_t convert_pages(uint64_t start, uint64_t len) {
     return 0;
   }
   std::memcpy(tmp, reinterpret_cast<void *>(start), len);
-  void *moved =
-      ::mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void *>(start));
+  void *moved = remap_over(tmp, len, reinterpret_cast<void *>(start));
   if (moved == MAP_FAILED) {
     ::munmap(tmp, len);
     ::close(fd);
@@ -145,7 +156,7 @@ void make_child_pages_private() {
     void *copy = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (copy == MAP_FAILED) continue;
     std::memcpy(copy, at, len);
-    if (::mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED)
+    if (remap_over(copy, len, at) == MAP_FAILED)
       ::munmap(copy, len);
   }
 }

@@ -64,6 +64,7 @@ group_cap() {
     perftest) def=420 ;;
     catch2) def=600 ;;
     hostile) def=480 ;; # two daemons (sanitized, release), each given a million MRs
+    dpdk) def=420 ;;    # 295 s seen on a loaded run
     rxe) def=1200 ;; # the VM image's first build, and a peer under emulation
     *) def=300 ;;
   esac

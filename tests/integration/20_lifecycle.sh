@@ -127,4 +127,16 @@ regions_sealed() {
 check "shrinking, growing or writing the regions shared with vrnicd is refused; vrnicd serves on" \
   regions_sealed
 
+# Memory hooks as UCX's UCM has them (its own mmap/munmap/mremap in place of libc's) must not
+# see ibv_reg_mr remap the buffer it registers: UCX takes that for the program unmapping its
+# buffer and drops its registration (issue 18: every UCX transport then read zeros).
+reg_mr_unseen() {
+  # shellcheck disable=SC2119 # the default vrnicd
+  ensure_vrnicd || return 1
+  vrnic_fg "${VRUN[@]}" timeout -k 5 60 "$VRNIC_BUILD_DIR/tests/mem_hooks" || return 1
+  wait_objects_zero 10
+}
+check "ibv_reg_mr is invisible to memory hooks (UCX's UCM): no mmap/mremap/munmap on the buffer" \
+  reg_mr_unseen
+
 vrnic_script_finish
