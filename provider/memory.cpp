@@ -156,8 +156,7 @@ void make_child_pages_private() {
     void *copy = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (copy == MAP_FAILED) continue;
     std::memcpy(copy, at, len);
-    if (remap_over(copy, len, at) == MAP_FAILED)
-      ::munmap(copy, len);
+    if (remap_over(copy, len, at) == MAP_FAILED) ::munmap(copy, len);
   }
 }
 
