@@ -8,6 +8,7 @@
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -128,6 +129,7 @@ Server::~Server() {
   workers_.clear();
   if (listen_fd_ >= 0) ::close(listen_fd_);
   if (bound_) ::unlink(path_.c_str());  // never another vrnicd's socket
+  if (!node_path_.empty()) ::unlink(node_path_.c_str());
   if (daemon_shm_) ::munmap(daemon_shm_, sizeof(shm::DaemonShared));
   if (daemon_shm_fd_ >= 0) ::close(daemon_shm_fd_);
 }
@@ -164,6 +166,7 @@ absl::Status Server::start() {
   if ((group && ::chown(path_.c_str(), uid_t(-1), cfg_.socket_group) < 0) ||
       ::chmod(path_.c_str(), group ? 0660 : 0600) < 0)
     return absl::ErrnoToStatus(errno, "setting the mode of " + path_);
+  make_device_node();
   if (::listen(listen_fd_, 64) < 0) return absl::ErrnoToStatus(errno, "listen");
 
   return start_workers();
@@ -185,6 +188,56 @@ absl::Status Server::prepare_socket_dir() {
                         "use --socket",
                         dir, unsigned(st.st_uid), unsigned(st.st_mode & 07777)));
   return absl::OkStatus();
+}
+
+namespace {
+
+// The device vrnicd's nodes alias: /dev/null's numbers. Opening one gives what /dev/null
+// gives; nobody reads or writes it (the library talks to vrnicd over the socket), it is there
+// because UCX keeps a verbs device only if /dev/infiniband/<dev_name> opens.
+constexpr unsigned kNodeMajor = 1, kNodeMinor = 3;
+
+bool is_our_node(const struct stat &st) {
+  return S_ISCHR(st.st_mode) && major(st.st_rdev) == kNodeMajor && minor(st.st_rdev) == kNodeMinor;
+}
+
+}  // namespace
+
+// /dev/infiniband/<device_node_name(socket)>, as the socket's owner and mode have it. One
+// left by a vrnicd that was killed (same socket, so same name) is replaced. Without root,
+// one line says that UCX will not see the device and what root command makes the node.
+void Server::make_device_node() {
+  const std::string name = device_node_name(path_);
+  const std::string path = "/dev/infiniband/" + name;
+  const bool group = cfg_.socket_group != gid_t(-1);
+  if (::geteuid() != 0) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && is_our_node(st)) return;  // an admin made it
+    std::fprintf(stderr,
+                 "vrnicd: vrnic%u: not root, so no /dev/infiniband/%s: UCX will not list the "
+                 "device. To make it: sudo sh -c 'mkdir -p /dev/infiniband && mknod -m 0600 "
+                 "%s c %u %u && chown %u %s'\n",
+                 cfg_.device_index, name.c_str(), path.c_str(), kNodeMajor, kNodeMinor,
+                 unsigned(::geteuid()), path.c_str());
+    return;
+  }
+  ::mkdir("/dev/infiniband", 0755);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!is_our_node(st)) {
+      std::fprintf(stderr, "vrnicd: %s exists and is not a vrnic node: left alone\n", path.c_str());
+      return;
+    }
+    ::unlink(path.c_str());  // a killed vrnicd's
+  }
+  if (::mknod(path.c_str(), S_IFCHR | 0600, makedev(kNodeMajor, kNodeMinor)) < 0 ||
+      (group && ::chown(path.c_str(), uid_t(-1), cfg_.socket_group) < 0) ||
+      ::chmod(path.c_str(), group ? 0660 : 0600) < 0) {
+    std::fprintf(stderr, "vrnicd: making %s: %s\n", path.c_str(), std::strerror(errno));
+    ::unlink(path.c_str());
+    return;
+  }
+  node_path_ = path;
 }
 
 // Each worker has a port of its own (a udp port's receive sockets share the address with

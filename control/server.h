@@ -150,6 +150,8 @@ class Server {
   std::vector<uint64_t> last_qp_packets_;  // by QP handle, at the last rebalance
   absl::Status start_workers();
   absl::Status prepare_socket_dir();
+  void make_device_node();
+  std::string node_path_;  // the /dev/infiniband node we made, removed at exit
   absl::StatusOr<std::unique_ptr<Port>> open_wire_port(Worker &w);
   // Link up or down on the wire port: port state and an async event to every client.
   void watch_link();

@@ -41,9 +41,10 @@ void set_device(uint32_t index, const ctl::DeviceListEntry &e) {
   d.dev.node_type = IBV_NODE_CA;
   d.dev.transport_type = IBV_TRANSPORT_IB;
   std::snprintf(d.dev.name, sizeof(d.dev.name), "%s", e.name);
-  std::snprintf(d.dev.dev_name, sizeof(d.dev.dev_name), "uverbs%u", index);
-  std::snprintf(d.dev.dev_path, sizeof(d.dev.dev_path), "/sys/class/infiniband_verbs/uverbs%u",
-                index);
+  const std::string node = device_node_name(e.socket);
+  std::snprintf(d.dev.dev_name, sizeof(d.dev.dev_name), "%s", node.c_str());
+  std::snprintf(d.dev.dev_path, sizeof(d.dev.dev_path), "/sys/class/infiniband_verbs/%s",
+                node.c_str());
   std::snprintf(d.dev.ibdev_path, sizeof(d.dev.ibdev_path), "/sys/class/infiniband/%s", e.name);
   std::snprintf(d.socket, sizeof(d.socket), "%s", e.socket);
   d.guid = e.node_guid;

@@ -35,7 +35,7 @@ VRNIC_BUILD_PACKAGES=(build-essential g++ meson ninja-build pkg-config libibverb
   liburing-dev libabsl-dev libisal-dev catch2 perftest ibverbs-utils iproute2 libdpdk-dev)
 # Extra packages the test suite uses.
 # shellcheck disable=SC2034
-VRNIC_TEST_PACKAGES=(python3-pyverbs tshark python3-scapy)
+VRNIC_TEST_PACKAGES=(python3-pyverbs tshark python3-scapy ucx-utils)
 
 # ---------------------------------------------------------------------------------------------
 # Small utilities

@@ -5,6 +5,8 @@
 // daemon they reach is (ctl::connect_daemon).
 #pragma once
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <unistd.h>
@@ -22,6 +24,18 @@ inline std::string default_socket_path() {
   if (const char *dir = std::getenv("XDG_RUNTIME_DIR"); dir && *dir)
     return std::string(dir) + "/vrnicd.sock";
   return private_socket_dir() + "/vrnicd.sock";
+}
+
+// The name a device gives as ibv_device.dev_name, and of the node vrnicd makes for it in
+// /dev/infiniband (UCX uses a verbs device only if that node opens): vrnic_ and a hash of the
+// device's socket path, so that every vrnicd's devices have names of their own that never
+// meet a kernel device's (uverbsN).
+inline std::string device_node_name(const std::string &device_socket) {
+  uint32_t h = 2166136261u;  // FNV-1a
+  for (unsigned char c : device_socket) h = (h ^ c) * 16777619u;
+  char name[24];
+  std::snprintf(name, sizeof(name), "vrnic_%08x", h);
+  return name;
 }
 
 // Device `index` of a vrnicd listening on `base`: device 0 on base itself (where clients look

@@ -139,4 +139,61 @@ reg_mr_unseen() {
 check "ibv_reg_mr is invisible to memory hooks (UCX's UCM): no mmap/mremap/munmap on the buffer" \
   reg_mr_unseen
 
+# The /dev/infiniband node UCX looks for (ibv_device.dev_name): made by a root vrnicd, an
+# alias of /dev/null that nobody reads, gone after SIGTERM; after SIGKILL it stays until the
+# next vrnicd on that socket replaces it (issue 18).
+nodes() { ls /dev/infiniband/vrnic_* 2>/dev/null; }
+device_node() {
+  ((EUID == 0)) || { echo "needs root"; return 1; }
+  local rc=0 node out pid before
+  before=$(nodes)
+  start_vrnicd || return 1
+  node=$(comm -13 <(echo "$before") <(nodes))  # the node this vrnicd made
+  [[ -n $node ]] || { echo "FAIL: no new node in /dev/infiniband while vrnicd runs"; return 1; }
+  ls -l "$node"
+  [[ $(stat -c '%F %t:%T %a' "$node" 2>/dev/null) == "character special file 1:3 600" ]] ||
+    { echo "FAIL: $node is not a character device 1:3 mode 600"; rc=1; }
+  echo "+ ucx_info -d   # through vrnic's libibverbs"
+  out=$(vrun timeout 30 ucx_info -d 2>&1)
+  grep -E "Transport: (rc|ud)_verbs" -A1 <<<"$out" | sed 's/^/    /'
+  for t in rc_verbs ud_verbs; do
+    grep -A1 "Transport: $t" <<<"$out" | grep -q "Device: vrnic0:1" ||
+      { echo "FAIL: ucx_info -d does not list $t on vrnic0:1"; rc=1; }
+  done
+  stop_vrnicd TERM || rc=1
+  [[ -e $node ]] && { echo "FAIL: $node left after SIGTERM"; rc=1; }
+  # SIGKILL: left behind, then replaced by the next vrnicd on the same socket.
+  local sock=$VRNIC_SOCKET dir=${VRNIC_SOCKET%/*}
+  _vrnicd_spawn "$sock" "$dir/again.log" "$VRNICD" --socket "$sock" || return 1
+  pid=$VRNICD_PID
+  kill -KILL "$pid"
+  vrnic_wait_exit "$pid" 5
+  rm -f "$sock"
+  [[ -c $node ]] && echo "after SIGKILL: $node still there, as expected"
+  _vrnicd_spawn "$sock" "$dir/third.log" "$VRNICD" --socket "$sock" || return 1
+  [[ -c $node ]] || { echo "FAIL: the next vrnicd did not make $node"; rc=1; }
+  stop_vrnicd TERM "$sock" || rc=1
+  [[ -e $node ]] && { echo "FAIL: $node left after the next vrnicd's SIGTERM"; rc=1; }
+  return "$rc"
+}
+check "a root vrnicd makes the /dev/infiniband node UCX needs (ucx_info -d lists vrnic0:1); gone after SIGTERM, replaced after SIGKILL" \
+  device_node
+
+# Without root: one line says UCX will not see the device and what root command fixes it.
+device_node_notice() {
+  local dir=/tmp/vrnic-node-$$ out rc=0
+  mkdir -p "$dir" && chmod 0777 "$dir" || return 1
+  out=$(setpriv --reuid=nobody --regid=nogroup --clear-groups timeout -s INT 3 \
+    "$VRNICD" --socket "$dir/vrnicd.sock" 2>&1)
+  rm -rf "$dir"
+  echo "vrnicd as nobody: $out"
+  [[ $(grep -c "UCX will not list the device" <<<"$out") == 1 ]] ||
+    { echo "FAIL: want one line saying UCX will not see the device"; rc=1; }
+  grep -q "sudo sh -c 'mkdir -p /dev/infiniband && mknod" <<<"$out" ||
+    { echo "FAIL: the line does not give the root command"; rc=1; }
+  return "$rc"
+}
+check "vrnicd without root: one line saying UCX will not see the device, with the root command" \
+  device_node_notice
+
 vrnic_script_finish
