@@ -90,6 +90,17 @@ export VRNIC_RESULTS VRNIC_PORT_STATE VRNIC_SUITE_DEADLINE
 : >"$VRNIC_RESULTS"
 RUN_START=$(vrnic_now_us)
 CHILD=
+# The /dev/infiniband nodes root vrnicds make (README, "UCX"): those a SIGKILLed vrnicd left
+# are removed at the end, so the run leaves /dev as it found it.
+NODES_BEFORE=$(ls /dev/infiniband/vrnic_* 2>/dev/null)
+[[ -d /dev/infiniband ]] && DEV_IB_EXISTED=1 || DEV_IB_EXISTED=0
+remove_stale_nodes() {
+  local n
+  for n in $(comm -13 <(echo "$NODES_BEFORE") <(ls /dev/infiniband/vrnic_* 2>/dev/null)); do
+    [[ $(stat -c '%F %t:%T' "$n" 2>/dev/null) == "character special file 1:3" ]] && rm -f "$n"
+  done
+  ((DEV_IB_EXISTED)) || rmdir /dev/infiniband 2>/dev/null
+}
 
 # finish STATUS: recap of the failures, cleanup (silent), then the summary as the last line.
 finish() {
@@ -105,6 +116,7 @@ finish() {
     sed -n 's/^FAIL\t/  - /p' "$VRNIC_RESULTS"
     ((status == 0)) && status=1
   fi
+  remove_stale_nodes
   echo
   echo "Total time $(vrnic_elapsed "$RUN_START")s."
   trap - EXIT INT TERM HUP
