@@ -302,6 +302,15 @@ bool length_ok(const QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
   return pkt.payload_len == qp.mtu;  // first and middle packets are full
 }
 
+// What a UD receive completion says of the packet's L3 header, in wc.sl: RoCEv2 carries no SL,
+// and IBTA Annex 17 (A17.4.5.1) has the completion tell IPv4 from IPv6. Verbs has no field
+// for it; ConnectX NICs report it in sl (bit 3: UDP-encapsulated, bits 2-0: 1 IPv6, 2 IPv4),
+// and UCX's UD transport reads it there to find the destination GID in the GRH area: with 0
+// it read an IPv4 packet as IPv6 and dropped every datagram (issue 18).
+uint8_t roce_l3_type_sl(const uint8_t src_gid[16]) {
+  return gid_is_ipv4(src_gid) ? 0x8 | 0x2 : 0x8 | 0x1;
+}
+
 // The 40 bytes a UD receive buffer starts with: the GRH, which for RoCEv2 holds the IP
 // header the packet came with (IPv4: in the last 20 bytes, after 20 unused ones).
 void build_grh(const Packet &pkt, uint8_t grh[40]) {
@@ -335,6 +344,7 @@ void receive_ud(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &i
   cqe.status = uint8_t(st);
   cqe.opcode = IBV_WC_RECV;
   cqe.src_qp = deth.src_qp();
+  cqe.sl = roce_l3_type_sl(pkt.src_gid);
   if (!st) {
     cqe.byte_len = uint32_t(sizeof(grh)) + pkt.payload_len;
     cqe.wc_flags = IBV_WC_GRH;

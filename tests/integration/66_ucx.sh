@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# UCX (Debian's ucx-utils 1.13) through vrnic (issue 18): ucx_perftest server and client on
+# one root vrnicd (which makes the /dev/infiniband node UCX looks for), over UCX_TLS=ud_verbs
+# alone and rc_verbs,ud_verbs, UCP tests and UCT-level ones. ucx_perftest checks nothing of
+# the data itself; each test must complete its iterations (exit 0, a "Final:" line) within
+# its timeout, and vrnicd must end with no objects left.
+# shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+vrnic_script_init ucx
+
+UCX_ITERS=${VRNIC_UCX_ITERS:-2000}
+
+setup() {
+  ((EUID == 0)) || { echo "needs root: UCX uses the device only through its /dev node"; return 1; }
+  command -v ucx_perftest >/dev/null || { echo "ucx_perftest missing (package ucx-utils)"; return 1; }
+  ensure_vrnicd || return 1
+  vrun timeout 30 ucx_info -d 2>&1 | grep -E "Transport: (rc|ud)_verbs" -A1 | sed 's/^/    /'
+}
+
+# perftest TLS TEST [UCT TRANSPORT]: one server/client pair of ucx_perftest on 127.0.0.1.
+perftest() {
+  local tls=$1 test=$2 uct=${3:-} port srv out args=(-t "$2" -n "$UCX_ITERS")
+  [[ -n $uct ]] && args+=(-d vrnic0:1 -x "$uct")
+  port=$(next_port)
+  out=$VRNIC_TMP/ucx.$test.$tls.$uct
+  echo "+ UCX_TLS=$tls UCX_NET_DEVICES=vrnic0:1 ucx_perftest ${args[*]} -p $port [127.0.0.1]"
+  "${VRUN[@]}" UCX_TLS="$tls" UCX_NET_DEVICES=vrnic0:1 timeout -k 5 60 ucx_perftest \
+    "${args[@]}" -p "$port" >"$out.server" 2>&1 </dev/null &
+  srv=$!
+  _vrnic_track "$srv"
+  wait_listen "$port" "$srv" 10 || { vrnic_tail "$out.server"; return 1; }
+  vrnic_fg "${VRUN[@]}" UCX_TLS="$tls" UCX_NET_DEVICES=vrnic0:1 timeout -k 5 45 ucx_perftest \
+    127.0.0.1 "${args[@]}" -p "$port" >"$out.client" 2>&1 </dev/null
+  local rc=$?
+  vrnic_wait_exit "$srv" 20 || kill -TERM "$srv"
+  grep -E "^Final:" "$out.client" | sed 's/^/    /'
+  if ((rc != 0)) || ! grep -q "^Final:" "$out.client"; then
+    echo "FAIL: client $(_vrnic_status_word "$rc"); its last lines:"
+    vrnic_tail "$out.client"
+    vrnic_tail "$out.server" 5
+    return 1
+  fi
+  CHECK_NOTE=$(awk '/^Final:/ { print $3 " us median" }' "$out.client")
+}
+
+if check "setup: a root vrnicd; ucx_info -d lists its transports" setup; then
+  for tls in ud_verbs rc_verbs,ud_verbs; do
+    for t in tag_lat tag_bw ucp_put_bw ucp_get ucp_am_bw ucp_fadd ucp_cswap stream_bw; do
+      check "ucx_perftest -t $t, UCX_TLS=$tls" perftest "$tls" "$t"
+    done
+  done
+  check "ucx_perftest -t am_lat (UCT), ud_verbs" perftest ud_verbs am_lat ud_verbs
+  for t in am_lat put_bw add_lat; do
+    check "ucx_perftest -t $t (UCT), rc_verbs" perftest rc_verbs "$t" rc_verbs
+  done
+fi
+check "vrnicd: no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
+
+vrnic_script_finish
