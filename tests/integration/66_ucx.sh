@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # UCX (Debian's ucx-utils 1.13) through vrnic (issue 18): ucx_perftest server and client on
 # one root vrnicd (which makes the /dev/infiniband node UCX looks for), over UCX_TLS=ud_verbs
-# alone and rc_verbs,ud_verbs, UCP tests and UCT-level ones. ucx_perftest checks nothing of
+# alone and rc_verbs,ud_verbs, UCP tests and UCT-level ones; then server and client each on
+# its own vrnicd, between 127.0.0.1 and 127.0.0.2 over the udp port (on a free UDP port). ucx_perftest checks nothing of
 # the data itself; each test must complete its iterations (exit 0, a "Final:" line) within
 # its timeout, and vrnicd must end with no objects left.
 # shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
@@ -17,20 +18,23 @@ setup() {
   vrun timeout 30 ucx_info -d 2>&1 | grep -E "Transport: (rc|ud)_verbs" -A1 | sed 's/^/    /'
 }
 
-# perftest TLS TEST [UCT TRANSPORT]: one server/client pair of ucx_perftest on 127.0.0.1.
+# perftest TLS TEST [UCT TRANSPORT]: one server/client pair of ucx_perftest on 127.0.0.1,
+# the server on SERVER_SOCKET's vrnicd and the client on CLIENT_SOCKET's (default: both on
+# $VRNIC_SOCKET's).
 perftest() {
+  local ssock=${SERVER_SOCKET:-$VRNIC_SOCKET} csock=${CLIENT_SOCKET:-$VRNIC_SOCKET}
   local tls=$1 test=$2 uct=${3:-} port srv out args=(-t "$2" -n "$UCX_ITERS")
   [[ -n $uct ]] && args+=(-d vrnic0:1 -x "$uct")
   port=$(next_port)
   out=$VRNIC_TMP/ucx.$test.$tls.$uct
   echo "+ UCX_TLS=$tls UCX_NET_DEVICES=vrnic0:1 ucx_perftest ${args[*]} -p $port [127.0.0.1]"
-  "${VRUN[@]}" UCX_TLS="$tls" UCX_NET_DEVICES=vrnic0:1 timeout -k 5 60 ucx_perftest \
-    "${args[@]}" -p "$port" >"$out.server" 2>&1 </dev/null &
+  "${VRUN[@]}" VRNIC_SOCKET="$ssock" UCX_TLS="$tls" UCX_NET_DEVICES=vrnic0:1 timeout -k 5 60 \
+    ucx_perftest "${args[@]}" -p "$port" >"$out.server" 2>&1 </dev/null &
   srv=$!
   _vrnic_track "$srv"
   wait_listen "$port" "$srv" 10 || { vrnic_tail "$out.server"; return 1; }
-  vrnic_fg "${VRUN[@]}" UCX_TLS="$tls" UCX_NET_DEVICES=vrnic0:1 timeout -k 5 45 ucx_perftest \
-    127.0.0.1 "${args[@]}" -p "$port" >"$out.client" 2>&1 </dev/null
+  vrnic_fg "${VRUN[@]}" VRNIC_SOCKET="$csock" UCX_TLS="$tls" UCX_NET_DEVICES=vrnic0:1 \
+    timeout -k 5 45 ucx_perftest 127.0.0.1 "${args[@]}" -p "$port" >"$out.client" 2>&1 </dev/null
   local rc=$?
   vrnic_wait_exit "$srv" 20 || kill -TERM "$srv"
   grep -E "^Final:" "$out.client" | sed 's/^/    /'
@@ -55,5 +59,36 @@ if check "setup: a root vrnicd; ucx_info -d lists its transports" setup; then
   done
 fi
 check "vrnicd: no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
+
+# Two vrnicd, RoCEv2 between them over kernel UDP.
+WIRE_A='' WIRE_B=''
+wire_daemons() {
+  local p i
+  for i in $(seq 1 50); do
+    p=$((20000 + (RANDOM * 32768 + RANDOM) % 20000))
+    [[ -z $(ss -Huan "( sport = :$p )" 2>/dev/null) ]] && break
+  done
+  start_vrnicd --udp 127.0.0.1 --udp-port "$p" || return 1
+  WIRE_A=$VRNIC_SOCKET
+  start_peer_vrnicd --udp 127.0.0.2 --udp-port "$p" || return 1
+  WIRE_B=$PEER_SOCKET
+  echo "server's vrnicd on 127.0.0.1, client's on 127.0.0.2, UDP port $p"
+}
+stop_both() {
+  VRNIC_SOCKET=$WIRE_B wait_objects_zero 10 || return 1
+  kill -TERM "$PEER_PID"
+  vrnic_wait_exit "$PEER_PID" 10 && ((VRNIC_RC == 0)) ||
+    { echo "the client's vrnicd did not exit 0 on SIGTERM"; return 1; }
+  vrnicd_idle_and_stop
+}
+if check "two vrnicd on 127.0.0.1 and 127.0.0.2 (udp port)" wire_daemons; then
+  for tls in ud_verbs rc_verbs,ud_verbs; do
+    for t in tag_lat tag_bw ucp_put_bw ucp_get ucp_am_bw ucp_fadd stream_bw; do
+      SERVER_SOCKET=$WIRE_A CLIENT_SOCKET=$WIRE_B \
+        check "between two vrnicd (udp): ucx_perftest -t $t, UCX_TLS=$tls" perftest "$tls" "$t"
+    done
+  done
+  check "both vrnicd: no objects left, exit 0 on SIGTERM" stop_both
+fi
 
 vrnic_script_finish
