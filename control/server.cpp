@@ -648,7 +648,8 @@ int Server::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp) {
   // Charged like the kernel's pinned memory (RLIMIT_MEMLOCK): what vrnicd maps or reaches
   // for the user, so that sparse memfds cannot take vrnicd's address space (issue 17, row 8).
   if (int err = quotas_.charge(s.uid, Quota::kMrBytes, req->length)) return err;
-  if (int err = insert_mr(s, std::move(mr), resp)) {
+  if (int err = req->replaces ? replace_mr(s, req->replaces, std::move(mr), resp)
+                              : insert_mr(s, std::move(mr), resp)) {
     quotas_.release(s.uid, Quota::kMrBytes, req->length);
     return err;
   }
@@ -674,6 +675,35 @@ int Server::insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrRe
   s.mrs.insert(handle);
   resp.handle = handle;
   resp.lkey = resp.rkey = key;
+  return 0;
+}
+
+// ibv_rereg_mr: the new translation, PD and access take the old region's place in one stop
+// of the dataplane, under the same handle and keys; a packet sees one region or the other.
+int Server::replace_mr(Session &s, uint32_t handle, std::unique_ptr<MemoryRegion> mr,
+                       ctl::RegMrResp &resp) {
+  if (!owns(s.mrs, handle)) return EINVAL;
+  uint32_t new_pd = mr->pd;
+  std::unique_ptr<MemoryRegion> old;
+  int st = 0;
+  execute_all([&] {
+    MemoryRegion *cur = dev_.mrs.get(handle);
+    if (cur->null_mr) {
+      st = EINVAL;
+    } else if (cur->bound_windows) {
+      st = EBUSY;  // memory windows still expose the old translation
+    } else {
+      mr->handle = handle;
+      mr->key = cur->key;
+      old = dev_.mrs.replace(handle, std::move(mr));
+    }
+  });
+  if (st) return st;
+  quotas_.release(s.uid, Quota::kMrBytes, old->length);
+  if (ProtectionDomain *p = pds_.get(old->pd)) p->refs--;
+  pds_.get(new_pd)->refs++;
+  resp.handle = handle;
+  resp.lkey = resp.rkey = old->key;
   return 0;
 }
 
@@ -1216,8 +1246,10 @@ int Server::create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &
   ProtectionDomain *pd = pds_.get(req.pd);
   if (!pd || pd->session != s.id) return EINVAL;
   if (req.av.port_num != 1) return EINVAL;
-  if (req.av.is_global && (req.av.sgid_index >= ctl::kGidTableLen ||
-                           dev_.info.gids[req.av.sgid_index].type == ctl::kGidEmpty))
+  // RoCE addresses by GID: an AH without a GRH names no peer (the kernel's
+  // rdma_check_ah_attr refuses it with EINVAL as well).
+  if (!req.av.is_global || req.av.sgid_index >= ctl::kGidTableLen ||
+      dev_.info.gids[req.av.sgid_index].type == ctl::kGidEmpty)
     return EINVAL;
   if (ahs_.size() >= dev_.info.max_ah) return ENOMEM;
   uint32_t h = ahs_.insert(std::make_unique<AddressHandle>(AddressHandle{s.id, req.pd, req.av}));
@@ -1225,7 +1257,7 @@ int Server::create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &
   pd->refs++;
   s.ahs.insert(h);
   resp.handle = h;
-  if (req.av.is_global) resolve_peer(0, req.av.dgid);
+  resolve_peer(0, req.av.dgid);
   return 0;
 }
 

@@ -110,6 +110,8 @@ class Server {
   int dealloc_mw(Session &s, uint32_t handle);
   // Puts an MR in the key table (on the worker); 0 or ENOMEM (table or quota full).
   int insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp);
+  int replace_mr(Session &s, uint32_t handle, std::unique_ptr<MemoryRegion> mr,
+                 ctl::RegMrResp &resp);
   // The dataplane side of destroying one object, inside execute_all; each returns what the
   // control side still has to release (the PD, the channel).
   void remove_qp(Session &s, uint32_t handle);

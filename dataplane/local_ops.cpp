@@ -35,9 +35,14 @@ int bind_window(Device &dev, QueuePair &qp, const shm::SendWqe &wqe) {
     return IBV_WC_MW_BIND_ERR;
   constexpr uint32_t kRemote =
       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
-  if ((rights & ~kRemote) || ((rights & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
-                              !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
+  // A window grants remote access only; IBV_ACCESS_LOCAL_WRITE in its rights means nothing
+  // and is ignored, as rxe and mlx5 do (rdma-core's own tests pass it). Zero-based windows
+  // are not supported.
+  if ((rights & ~(kRemote | IBV_ACCESS_LOCAL_WRITE)) ||
+      ((rights & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+       !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
     return IBV_WC_MW_BIND_ERR;
+  rights &= kRemote;
   unbind(dev, *mw);
   mw->key = new_key;
   mw->bound = true;

@@ -44,6 +44,12 @@ class SlotTable {
     free_.push_back(handle - 1);
     return std::move(slots_[handle - 1]);
   }
+  // Puts obj in an occupied slot, handle and generation unchanged; returns what was there.
+  std::unique_ptr<T> replace(uint32_t handle, std::unique_ptr<T> obj) {
+    if (!get(handle)) return nullptr;
+    std::swap(slots_[handle - 1], obj);
+    return obj;
+  }
   uint32_t size() const { return count_; }
   template <typename Fn>
   void for_each(Fn &&fn) const {

@@ -57,6 +57,29 @@ int poll_cq(ibv_cq *ibcq, int n, ibv_wc *wc) {
   return i;
 }
 
+// vrnicd writes no more CQEs for the QP by now, but may append others at the producer end
+// while we work: so walk back from the producer index we read, slide each CQE we keep over
+// the ones dropped, and give the freed slots back by moving the consumer forward.
+void clean_cq(ibv_cq *ibcq, uint32_t qpn) {
+  Cq *cq = Cq::of(ibcq);
+  pthread_spin_lock(&cq->lock);
+  uint32_t producer = cq->shared->ring.producer.load(std::memory_order_acquire);
+  uint32_t dropped = 0;
+  for (uint32_t i = producer; i != cq->consumer;) {
+    i--;
+    const shm::Cqe &e = cq->ring[i & cq->mask];
+    if (e.qp_num == qpn)
+      dropped++;
+    else if (dropped)
+      cq->ring[(i + dropped) & cq->mask] = e;
+  }
+  if (dropped) {
+    cq->consumer += dropped;
+    cq->shared->ring.consumer.store(cq->consumer, std::memory_order_release);
+  }
+  pthread_spin_unlock(&cq->lock);
+}
+
 // Moderation is accepted and has no effect: vrnic raises each event as soon as it may,
 // which is never later than moderation would.
 int modify_cq(ibv_cq *, ibv_modify_cq_attr *attr) {

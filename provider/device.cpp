@@ -401,6 +401,9 @@ int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
   if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
   ibv_device_attr_ex a{};
   fill_device_attr(Context::of(ctx)->info, &a.orig_attr);
+  // The extended flags start with the 32 of ibv_device_attr, as the kernel reports them.
+  a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+  a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
   std::memcpy(attr, &a, std::min(attr_size, sizeof(a)));
   return 0;
 }

@@ -191,6 +191,9 @@ int dealloc_mw(ibv_mw *mw);
 int bind_mw(ibv_qp *qp, ibv_mw *mw, ibv_mw_bind *bind);
 int post_recv(ibv_qp *qp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr);
 int poll_cq(ibv_cq *cq, int n, ibv_wc *wc);
+// Drops the completions of QP qpn not yet polled from cq, keeping the others in order: a QP
+// moved to RESET or destroyed leaves nothing behind, as mlx5 and mlx4 do it.
+void clean_cq(ibv_cq *cq, uint32_t qpn);
 int req_notify_cq(ibv_cq *cq, int solicited_only);
 int query_port(ibv_context *ctx, uint8_t port, ibv_port_attr *attr, size_t len);
 int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,

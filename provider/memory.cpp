@@ -242,6 +242,50 @@ constexpr int kKnownAccess =
     IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
     IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB;
 
+// Registers [addr, addr + length) for access by iova and fills mr; with replaces, the
+// registration takes that region's place (ibv_rereg_mr). mr is untouched on failure.
+int register_range(ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned access,
+                   uint32_t replaces, Mr *mr) {
+  if (!length) return EINVAL;
+  if (access & ~unsigned(kKnownAccess)) return EINVAL;
+  if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB)) return EOPNOTSUPP;
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(access & IBV_ACCESS_LOCAL_WRITE))
+    return EINVAL;
+  access &= ~unsigned(IBV_ACCESS_RELAXED_ORDERING);  // a hint; nothing to relax here
+  auto req = std::make_unique<ctl::RegMrReq>();
+  req->pd = pd->handle;
+  req->access = access;
+  req->addr = reinterpret_cast<uint64_t>(addr);
+  req->length = length;
+  req->iova = iova;
+  req->replaces = replaces;
+  PieceList pieces;
+  int err;
+  {
+    std::lock_guard lock(g_mu);
+    err = describe_range(req->addr, length, pieces);
+  }
+  if (err) return err;
+  req->npieces = uint32_t(pieces.pieces.size());
+  std::copy(pieces.pieces.begin(), pieces.pieces.end(), req->pieces);
+  size_t req_len = offsetof(ctl::RegMrReq, pieces) + req->npieces * sizeof(ctl::MrPiece);
+  ctl::RegMrResp resp{};
+  err = Context::of(pd->context)
+            ->conn.call(ctl::Op::kRegMr, req.get(), req_len, &resp, sizeof(resp), pieces.fds.data(),
+                        pieces.fds.size());
+  if (err) return err;
+  mr->access = int(access);
+  mr->ibv.context = pd->context;
+  mr->ibv.pd = pd;
+  mr->ibv.addr = addr;
+  mr->ibv.length = length;
+  mr->ibv.handle = resp.handle;
+  mr->ibv.lkey = resp.lkey;
+  mr->ibv.rkey = resp.rkey;
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -266,44 +310,13 @@ VRNIC_EXPORT int ibv_dealloc_pd(ibv_pd *pd) {
 
 VRNIC_EXPORT ibv_mr *ibv_reg_mr_iova2(ibv_pd *pd, void *addr, size_t length, uint64_t iova,
                                       unsigned int access) {
-  if (!pd || !length) return fail_null<ibv_mr>(EINVAL);
-  if (access & ~unsigned(kKnownAccess)) return fail_null<ibv_mr>(EINVAL);
-  if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB)) return fail_null<ibv_mr>(EOPNOTSUPP);
-  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
-      !(access & IBV_ACCESS_LOCAL_WRITE))
-    return fail_null<ibv_mr>(EINVAL);
-  access &= ~unsigned(IBV_ACCESS_RELAXED_ORDERING);  // a hint; nothing to relax here
-  auto req = std::make_unique<ctl::RegMrReq>();
-  req->pd = pd->handle;
-  req->access = access;
-  req->addr = reinterpret_cast<uint64_t>(addr);
-  req->length = length;
-  req->iova = iova;
-  PieceList pieces;
-  int err;
-  {
-    std::lock_guard lock(g_mu);
-    err = describe_range(req->addr, length, pieces);
-  }
-  if (err) return fail_null<ibv_mr>(err);
-  req->npieces = uint32_t(pieces.pieces.size());
-  std::copy(pieces.pieces.begin(), pieces.pieces.end(), req->pieces);
-  size_t req_len = offsetof(ctl::RegMrReq, pieces) + req->npieces * sizeof(ctl::MrPiece);
-  ctl::RegMrResp resp{};
-  err = Context::of(pd->context)
-            ->conn.call(ctl::Op::kRegMr, req.get(), req_len, &resp, sizeof(resp), pieces.fds.data(),
-                        pieces.fds.size());
-  if (err) return fail_null<ibv_mr>(err);
+  if (!pd) return fail_null<ibv_mr>(EINVAL);
   auto *mr = new (std::nothrow) Mr{};
   if (!mr) return fail_null<ibv_mr>(ENOMEM);
-  mr->access = int(access);
-  mr->ibv.context = pd->context;
-  mr->ibv.pd = pd;
-  mr->ibv.addr = addr;
-  mr->ibv.length = length;
-  mr->ibv.handle = resp.handle;
-  mr->ibv.lkey = resp.lkey;
-  mr->ibv.rkey = resp.rkey;
+  if (int err = register_range(pd, addr, length, iova, access, 0, mr)) {
+    delete mr;
+    return fail_null<ibv_mr>(err);
+  }
   return &mr->ibv;
 }
 
@@ -322,8 +335,9 @@ VRNIC_EXPORT int ibv_dereg_mr(ibv_mr *mr) {
   return err;
 }
 
-// A new registration replaces the old one: translation, PD and access as asked, the rest
-// as it was. The keys change, as verbs allows.
+// The new translation, PD and access replace the old in place: handle, lkey and rkey stay
+// (rxe and mlx5 keep them too, and rdma-core's tests rely on it). On failure the old
+// registration stands.
 VRNIC_EXPORT int ibv_rereg_mr(ibv_mr *mr, int flags, ibv_pd *pd, void *addr, size_t length,
                               int access) {
   constexpr int kKnown =
@@ -340,18 +354,11 @@ VRNIC_EXPORT int ibv_rereg_mr(ibv_mr *mr, int flags, ibv_pd *pd, void *addr, siz
     errno = EINVAL;
     return IBV_REREG_MR_ERR_INPUT;
   }
-  ibv_mr *fresh = ibv_reg_mr_iova2(new_pd, new_addr, new_len, reinterpret_cast<uint64_t>(new_addr),
-                                   unsigned(new_access));
-  if (!fresh) return IBV_REREG_MR_ERR_INPUT;  // the old registration stands, errno set
-  if (int err = Context::of(mr->context)->call_on(ctl::Op::kDeregMr, mr->handle)) {
-    ibv_dereg_mr(fresh);
+  if (int err = register_range(new_pd, new_addr, new_len, reinterpret_cast<uint64_t>(new_addr),
+                               unsigned(new_access), mr->handle, Mr::of(mr))) {
     errno = err;
-    return IBV_REREG_MR_ERR_CMD;
+    return IBV_REREG_MR_ERR_INPUT;
   }
-  Mr *old = Mr::of(mr), *now = Mr::of(fresh);
-  old->ibv = now->ibv;
-  old->access = now->access;
-  delete now;
   return 0;
 }
 

@@ -170,7 +170,12 @@ int post_recv(ibv_qp *ibqp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr) {
 }
 
 ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
-  if (attr->comp_mask & ~uint32_t(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
+  constexpr uint32_t kKnownMask =
+      IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (attr->comp_mask & ~kKnownMask) return fail_null<ibv_qp>(EOPNOTSUPP);
+  // The mask may name create_flags without asking for any (pyverbs does); a flag itself
+  // (scatter-FCS, source QPN, ...) is a capability vrnic does not report.
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)
     return fail_null<ibv_qp>(EOPNOTSUPP);
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) return fail_null<ibv_qp>(EINVAL);
   if (!attr->send_cq || !attr->recv_cq) return fail_null<ibv_qp>(EINVAL);
@@ -262,6 +267,15 @@ VRNIC_EXPORT ibv_qp *ibv_create_qp(ibv_pd *pd, ibv_qp_init_attr *attr) {
   return qp;
 }
 
+namespace {
+
+void clean_cqs(ibv_qp *ibqp) {
+  clean_cq(ibqp->send_cq, ibqp->qp_num);
+  if (ibqp->recv_cq != ibqp->send_cq) clean_cq(ibqp->recv_cq, ibqp->qp_num);
+}
+
+}  // namespace
+
 VRNIC_EXPORT int ibv_modify_qp(ibv_qp *ibqp, ibv_qp_attr *attr, int attr_mask) {
   Qp *qp = Qp::of(ibqp);
   ctl::ModifyQpReq req{};
@@ -288,8 +302,10 @@ VRNIC_EXPORT int ibv_modify_qp(ibv_qp *ibqp, ibv_qp_attr *attr, int attr_mask) {
   to_wire(attr->ah_attr, w.ah);
   int err =
       Context::of(ibqp->context)->conn.call(ctl::Op::kModifyQp, &req, sizeof(req), nullptr, 0);
-  if (!err && (attr_mask & IBV_QP_STATE)) ibqp->state = attr->qp_state;
-  return err;
+  if (err || !(attr_mask & IBV_QP_STATE)) return err;
+  ibqp->state = attr->qp_state;
+  if (attr->qp_state == IBV_QPS_RESET) clean_cqs(ibqp);
+  return 0;
 }
 
 VRNIC_EXPORT int ibv_query_qp(ibv_qp *ibqp, ibv_qp_attr *attr, int attr_mask,
@@ -341,6 +357,7 @@ VRNIC_EXPORT int ibv_destroy_qp(ibv_qp *ibqp) {
   Qp *qp = Qp::of(ibqp);
   int err = Context::of(ibqp->context)->call_on(ctl::Op::kDestroyQp, qp->handle);
   if (err) return err;
+  clean_cqs(ibqp);
   ::munmap(qp->shared, qp->map_len);
   pthread_spin_destroy(&qp->sq_lock);
   pthread_spin_destroy(&qp->rq_lock);

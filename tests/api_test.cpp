@@ -1264,6 +1264,39 @@ TEST_CASE("async: SRQ_LIMIT_REACHED once the SRQ falls below its armed limit; li
   require_no_async(ctx, IBV_EVENT_SRQ_LIMIT_REACHED, kQuiet, "after the limit was disarmed");
 }
 
+TEST_CASE("cq: a QP moved to RESET or destroyed leaves no completion behind; others keep theirs",
+          "[cq]") {
+  auto dev = open_device();
+  const Device &d = *dev;
+  PdPtr pd = make_pd(d);
+  CqPtr cq = make_cq(d, 64);
+  QpPtr a = make_qp(pd.get(), cq.get(), cq.get(), {});
+  QpPtr b = make_qp(pd.get(), cq.get(), cq.get(), {});
+  QpPtr c = make_qp(pd.get(), cq.get(), cq.get(), {});
+  Buf buf(pd.get(), 64, 0);
+  // Receives flushed in this order: b's two, a's two, c's one (ERR flushes at once).
+  for (ibv_qp *q : {a.get(), b.get(), c.get()}) REQUIRE_RC0(modify_to_init(d, q));
+  post_one_recv(b.get(), 1, buf.p(), 64, buf.lkey());
+  post_one_recv(b.get(), 2, buf.p(), 64, buf.lkey());
+  post_one_recv(a.get(), 3, buf.p(), 64, buf.lkey());
+  post_one_recv(a.get(), 4, buf.p(), 64, buf.lkey());
+  post_one_recv(c.get(), 5, buf.p(), 64, buf.lkey());
+  for (ibv_qp *q : {b.get(), a.get(), c.get()}) REQUIRE_RC0(modify_state(q, IBV_QPS_ERR));
+  // a's, in the middle of the ring, go with its move to RESET (as mlx5 does); c's with c.
+  REQUIRE_RC0(modify_state(a.get(), IBV_QPS_RESET));
+  REQUIRE(ibv_destroy_qp(c.release()) == 0);
+  const auto wcs = poll_n(cq.get(), 2, "shared CQ after a's RESET and c's destruction");
+  check_wc(wcs[0], want("b's first flushed receive", 1, b->qp_num, IBV_WC_WR_FLUSH_ERR));
+  check_wc(wcs[1], want("b's second flushed receive", 2, b->qp_num, IBV_WC_WR_FLUSH_ERR));
+  require_no_completion(cq.get(), kQuiet, "shared CQ after b's two");
+  // The ring goes on as usual after the slots it gave back.
+  REQUIRE_RC0(modify_to_init(d, a.get()));
+  post_one_recv(a.get(), 6, buf.p(), 64, buf.lkey());
+  REQUIRE_RC0(modify_state(a.get(), IBV_QPS_ERR));
+  check_wc(poll_one(cq.get(), "shared CQ"),
+           want("a's receive after RESET", 6, a->qp_num, IBV_WC_WR_FLUSH_ERR));
+}
+
 TEST_CASE("async: QP_LAST_WQE_REACHED when a QP attached to an SRQ moves to ERR", "[async][srq]") {
   auto dev = open_device();
   const Device &d = *dev;
@@ -1661,6 +1694,15 @@ TEST_CASE("mw: type 1 windows: ibv_bind_mw; access inside only; rights; rebind; 
                               "READ with the rkey of the previous binding"),
                     IBV_WC_REM_ACCESS_ERR);
   }
+  SECTION("LOCAL_WRITE among the rights is ignored (as rxe and mlx5 do): the rest holds") {
+    bind_type1(l->b.get(), l->b_scq.get(), mw.get(),
+               bind_info(e.target.mr.get(), e.win_addr(), kWinLen,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ));
+    check_window_read(e, *l, mw->rkey);
+    CHECK_WC_STATUS(window_op(e, *l, IBV_WR_RDMA_WRITE, e.win_addr(), 16, mw->rkey,
+                              "WRITE through a window bound LOCAL_WRITE | REMOTE_READ"),
+                    IBV_WC_REM_ACCESS_ERR);
+  }
   SECTION("unbinding (length 0, no MR): access through the window fails") {
     bind_type1(l->b.get(), l->b_scq.get(), mw.get(), bind_info(nullptr, 0, 0, 0));
     CHECK_WC_STATUS(window_op(e, *l, IBV_WR_RDMA_READ, e.win_addr(), 16, mw->rkey,
@@ -1904,8 +1946,12 @@ TEST_CASE("mr: ibv_rereg_mr CHANGE_TRANSLATION moves the region to another buffe
   fill_pattern(one.data(), kLen, seed_for("rereg one"));
   fill_pattern(two.data(), kLen, seed_for("rereg two"));
   MrPtr mr = reg(pd.get(), one.data(), kLen, kAllAccess);
+  const uint32_t lkey = mr->lkey, rkey = mr->rkey;
   REQUIRE(ibv_rereg_mr(mr.get(), IBV_REREG_MR_CHANGE_TRANSLATION, pd.get(), two.data(), kLen, 0) ==
           0);
+  // In place, as rxe and mlx5 do it: a peer holding the rkey keeps using it.
+  CHECK(mr->lkey == lkey);
+  CHECK(mr->rkey == rkey);
   CHECK(mr->addr == two.data());
   CHECK(mr->length == kLen);
   CHECK(mr->pd == pd.get());
@@ -1959,8 +2005,10 @@ TEST_CASE("mr: ibv_rereg_mr CHANGE_ACCESS and CHANGE_PD take effect", "[mr]") {
     VT_REQUIRE_BYTES("written data", buf.data() + 2000, src.payload(), 1000);
   }
   // CHANGE_PD: the region now answers only QPs of the new PD.
+  const uint32_t rkey = mr->rkey;
   REQUIRE(ibv_rereg_mr(mr.get(), IBV_REREG_MR_CHANGE_PD, pd2.get(), nullptr, 0, 0) == 0);
   CHECK(mr->pd == pd2.get());
+  CHECK(mr->rkey == rkey);
   {
     auto l = make_link(d, pd.get(), pd2.get());
     const ibv_wc wc = rdma_op(l->a.get(), l->a_scq.get(), IBV_WR_RDMA_READ, src.payload(), 100,
@@ -2282,6 +2330,8 @@ TEST_CASE("device: ibv_query_device_ex agrees with ibv_query_device; honest capa
   CHECK(ibv_query_device_ex(d.ctx.get(), &in, &ex) == EINVAL);
   const ibv_device_attr &a = d.attr;
   CHECK(a.phys_port_cnt == 1);
+  CHECK(ex.phys_port_cnt_ex == 1);  // rdma-core's test_phys_port_cnt_ex: the two agree
+  CHECK(ex.device_cap_flags_ex == a.device_cap_flags);
   CHECK(a.max_qp > 0);
   CHECK(a.max_qp_wr > 0);
   CHECK(a.max_sge > 0);
@@ -2737,6 +2787,26 @@ struct UdPair {
 };
 
 }  // namespace
+
+TEST_CASE("ah: ibv_create_ah refuses what names no RoCE peer with EINVAL", "[ud][errors]") {
+  auto dev = open_device();
+  const Device &d = *dev;
+  PdPtr pd = make_pd(d);
+  ibv_ah_attr at = ah_to_self(d);
+  SECTION("no GRH: RoCE addresses by GID, a LID alone is nothing") {
+    at.is_global = 0;
+  }
+  SECTION("an sgid_index past the table") {
+    at.grh.sgid_index = 255;
+  }
+  SECTION("a port the device does not have") {
+    at.port_num = 2;
+  }
+  errno = 0;
+  AhPtr ah(ibv_create_ah(pd.get(), &at));
+  CHECK(ah == nullptr);
+  CHECK(errno == EINVAL);
+}
 
 TEST_CASE("ud: ibv_init_ah_from_wc / ibv_create_ah_from_wc give an AH that reaches the sender",
           "[ud]") {

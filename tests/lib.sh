@@ -464,6 +464,18 @@ require_provider() {
   return 1
 }
 
+# free_udp_port: prints a UDP port in 20000-39999 that nothing on this host has bound (for a
+# pair of udp-port vrnicds on 127.0.0.x); fails after 50 tries.
+free_udp_port() {
+  local p i
+  for i in $(seq 1 50); do
+    p=$((20000 + (RANDOM * 32768 + RANDOM + $$) % 20000))
+    [[ -z $(ss -Huan "( sport = :$p )" 2>/dev/null) ]] && { echo "$p"; return 0; }
+  done
+  echo "no free UDP port found" >&2
+  return 1
+}
+
 _vrnic_port_busy() {
   [[ -n $(ss -Htan "( sport = :$1 )" 2>/dev/null) ]]
 }

@@ -131,3 +131,28 @@ TEST_CASE("XRC and raw packet QPs are refused", "[unsupported]") {
     CHECK(errno == EOPNOTSUPP);
   }
 }
+
+TEST_CASE("QP create flags: the mask alone is fine, any flag is EOPNOTSUPP", "[unsupported]") {
+  Device d;
+  ibv_qp_init_attr_ex qa{};
+  qa.send_cq = qa.recv_cq = d.cq;
+  qa.qp_type = IBV_QPT_RC;
+  qa.cap = {4, 4, 1, 1, 0};
+  qa.pd = d.pd;
+  qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+  SECTION("no flags: created (pyverbs names the field with nothing in it)") {
+    ibv_qp *qp = ibv_create_qp_ex(d.ctx, &qa);
+    REQUIRE(qp != nullptr);
+    CHECK(ibv_destroy_qp(qp) == 0);
+  }
+  SECTION("a flag (scatter FCS, block self-multicast loopback, source QPN): EOPNOTSUPP") {
+    for (uint32_t flag :
+         {uint32_t(IBV_QP_CREATE_SCATTER_FCS), uint32_t(IBV_QP_CREATE_BLOCK_SELF_MCAST_LB),
+          uint32_t(IBV_QP_CREATE_SOURCE_QPN)}) {
+      qa.create_flags = flag;
+      errno = 0;
+      CHECK(ibv_create_qp_ex(d.ctx, &qa) == nullptr);
+      CHECK(errno == EOPNOTSUPP);
+    }
+  }
+}

@@ -12,7 +12,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 2;
+inline constexpr uint32_t kProtocolVersion = 3;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -134,7 +134,9 @@ struct RegMrReq {
   uint64_t length;
   uint64_t iova;
   uint32_t npieces;
-  uint32_t reserved;
+  // ibv_rereg_mr: the handle of the region this registration replaces in place (same
+  // handle and keys, as rxe and mlx5 keep them); 0 for a new region.
+  uint32_t replaces;
   MrPiece pieces[kMaxMrPieces];
 };
 struct RegMrResp {
@@ -344,7 +346,7 @@ struct StatsResp {
   uint64_t wire_rx_interrupts;  // worker sleeps ended by a frame (the port's RX interrupt)
   uint64_t qp_moves;            // QPs moved between workers (rebalancing and vrnicctl move)
   uint64_t workers;
-  uint64_t wire_rx_dropped;  // dropped before the port read them (full socket buffer, ring)
+  uint64_t wire_rx_dropped;       // dropped before the port read them (full socket buffer, ring)
   uint64_t wire_rx_ip_id_solved;  // accepted with an unseen IPv4 ID solved from the ICRC
   // The asking user's account (control/quota.h): what it holds, what it may hold, and how
   // many of its requests a quota refused.

@@ -63,11 +63,8 @@ check "vrnicd: no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
 # Two vrnicd, RoCEv2 between them over kernel UDP.
 WIRE_A='' WIRE_B=''
 wire_daemons() {
-  local p i
-  for i in $(seq 1 50); do
-    p=$((20000 + (RANDOM * 32768 + RANDOM) % 20000))
-    [[ -z $(ss -Huan "( sport = :$p )" 2>/dev/null) ]] && break
-  done
+  local p
+  p=$(free_udp_port) || return 1
   start_vrnicd --udp 127.0.0.1 --udp-port "$p" || return 1
   WIRE_A=$VRNIC_SOCKET
   start_peer_vrnicd --udp 127.0.0.2 --udp-port "$p" || return 1

@@ -42,19 +42,9 @@ FUZZ_TRAFFIC=$VRNIC_BUILD_DIR/tests/fuzz/fuzz_traffic
 source "$VRNIC_ROOT/tests/lib_asan.sh"
 KEEP_DIR=$ASAN_BUILD_DIR/fuzz-evidence  # logs and the last packets, when something failed
 
-# A UDP port free on every address we use.
-udp_port_free() {
-  [[ -z $(ss -Huan "( sport = :$1 )" 2>/dev/null) ]]
-}
 FUZZ_PORT=
 pick_udp_port() {
-  local p i
-  for i in $(seq 1 50); do
-    p=$((20000 + (RANDOM * 32768 + RANDOM + $$) % 20000))
-    udp_port_free "$p" && { FUZZ_PORT=$p; return 0; }
-  done
-  echo "no free UDP port found"
-  return 1
+  FUZZ_PORT=$(free_udp_port)
 }
 
 A_PID='' A_LOG='' A_SOCK='' B_PID='' B_LOG='' B_SOCK=''
