@@ -264,7 +264,9 @@ absl::Status Server::start_workers() {
     if (cfg_.udp || cfg_.dpdk) {
       absl::StatusOr<std::unique_ptr<Port>> port = open_wire_port(*w);
       if (!port.ok()) return port.status();
-      dev_.set_gid(0, (*port)->gid(), dev_.info.gids[0].type);
+      // A udp port's address is on a kernel interface; a dpdk port's NIC is not the kernel's.
+      const uint8_t *gid = (*port)->gid();
+      dev_.set_gid(0, gid, dev_.info.gids[0].type, cfg_.udp ? kernel_interface_of(gid) : 0);
       // The port's MTU caps every path MTU (IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5).
       dev_.info.port_active_mtu = uint32_t(std::countr_zero((*port)->mtu_bytes())) - 7;
       (*port)->set_faults(cfg_.faults);

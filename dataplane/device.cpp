@@ -1,10 +1,45 @@
 #include "device.h"
 
+#include <ifaddrs.h>
 #include <infiniband/verbs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 
 #include <cstdio>
+#include <cstring>
 
 namespace vrnic {
+
+uint32_t kernel_interface_of(const uint8_t gid[16]) {
+  static const uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  const bool v4 = std::memcmp(gid, kV4Mapped, 12) == 0;
+  ifaddrs *list = nullptr;
+  if (getifaddrs(&list) != 0) return 0;
+  uint32_t found = 0;
+  for (ifaddrs *a = list; a && !found; a = a->ifa_next) {
+    if (!a->ifa_addr || !a->ifa_netmask) continue;
+    const uint8_t *addr, *mask, *want = v4 ? gid + 12 : gid;
+    size_t len;
+    if (v4 && a->ifa_addr->sa_family == AF_INET) {
+      addr = reinterpret_cast<const uint8_t *>(
+          &reinterpret_cast<sockaddr_in *>(a->ifa_addr)->sin_addr);
+      mask = reinterpret_cast<const uint8_t *>(
+          &reinterpret_cast<sockaddr_in *>(a->ifa_netmask)->sin_addr);
+      len = 4;
+    } else if (!v4 && a->ifa_addr->sa_family == AF_INET6) {
+      addr = reinterpret_cast<sockaddr_in6 *>(a->ifa_addr)->sin6_addr.s6_addr;
+      mask = reinterpret_cast<sockaddr_in6 *>(a->ifa_netmask)->sin6_addr.s6_addr;
+      len = 16;
+    } else {
+      continue;
+    }
+    bool match = true;
+    for (size_t i = 0; i < len && match; i++) match = ((addr[i] ^ want[i]) & mask[i]) == 0;
+    if (match) found = if_nametoindex(a->ifa_name);
+  }
+  freeifaddrs(list);
+  return found;
+}
 
 Device::Device(uint32_t index) {
   std::snprintf(info.name, sizeof(info.name), "vrnic%u", index);
@@ -36,13 +71,14 @@ Device::Device(uint32_t index) {
   for (ctl::GidEntry &e : info.gids) e.type = ctl::kGidEmpty;
   // GID 0: RoCEv2, IPv4-mapped 127.0.0.1 (the loop port's address).
   const uint8_t loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
-  set_gid(0, loopback, 1);  // IBV_GID_TYPE_SYSFS_ROCE_V2
+  set_gid(0, loopback, 1, kernel_interface_of(loopback));  // IBV_GID_TYPE_SYSFS_ROCE_V2
 }
 
-void Device::set_gid(uint32_t index, const uint8_t gid[16], uint32_t type) {
+void Device::set_gid(uint32_t index, const uint8_t gid[16], uint32_t type, uint32_t ndev_ifindex) {
   ctl::GidEntry &e = info.gids[index % ctl::kGidTableLen];
   std::memcpy(e.gid, gid, 16);
   e.type = type;
+  e.ndev_ifindex = ndev_ifindex;
   nlocal_gids_ = 0;
   for (const ctl::GidEntry &g : info.gids)
     if (g.type != ctl::kGidEmpty) std::memcpy(local_gids_[nlocal_gids_++].data(), g.gid, 16);

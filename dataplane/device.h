@@ -22,6 +22,10 @@ inline constexpr uint32_t kQpnBase = 0x10;  // QPN 0 and 1 are special in IB; ke
 // array index, but not guessed from the QPNs one has seen (issue 17, row 2).
 inline constexpr uint32_t kQpnIndexBits = 17;
 
+// The kernel interface whose address prefix covers the GID's address (IPv4-mapped GIDs against
+// IPv4 addresses, others against IPv6), as the kernel ties a RoCE GID to its netdev; 0 if none.
+uint32_t kernel_interface_of(const uint8_t gid[16]);
+
 class Device {
  public:
   // Device `index` of its vrnicd: vrnic<index>, with a node GUID of its own.
@@ -61,7 +65,8 @@ class Device {
   }
 
   // Writes GID table entry `index` (info.gids is written only through here).
-  void set_gid(uint32_t index, const uint8_t gid[16], uint32_t type);
+  // ndev_ifindex: the kernel interface the GID's address is on, 0 for none (ibv_gid_entry).
+  void set_gid(uint32_t index, const uint8_t gid[16], uint32_t type, uint32_t ndev_ifindex);
   bool is_local_gid(const uint8_t gid[16]) const {
     for (uint32_t i = 0; i < nlocal_gids_; i++)
       if (std::memcmp(local_gids_[i].data(), gid, 16) == 0) return true;

@@ -292,7 +292,7 @@ VRNIC_EXPORT int _ibv_query_gid_ex(ibv_context *context, uint32_t port_num, uint
   entry->gid_index = gid_index;
   entry->port_num = port_num;
   entry->gid_type = e->type == 1 ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_ROCE_V1;
-  entry->ndev_ifindex = 1;  // lo
+  entry->ndev_ifindex = e->ndev_ifindex;
   return 0;
 }
 

@@ -9,6 +9,7 @@
 // Every wait is bounded (a deadline turns into a failure) and every test case stands alone:
 // it opens its own device context, so no state or event leaks from one case into another.
 #include <arpa/inet.h>
+#include <net/if.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -2403,6 +2404,13 @@ TEST_CASE("device: GID table: ibv_query_gid_table / ibv_query_gid_ex / ibv_query
   CHECK(e.port_num == 1);
   CHECK(e.gid_type == IBV_GID_TYPE_ROCE_V2);
   CHECK(std::memcmp(e.gid.raw, want0.raw, 16) == 0);
+  // The kernel interface that holds GID 0's address, as the kernel ties a RoCE GID to its
+  // netdev (UCX and rdma_cm read it): lo for 127.0.0.0/8.
+  char ifname[IF_NAMESIZE] = {};
+  CHECK(e.ndev_ifindex != 0);
+  CHECK(if_indextoname(e.ndev_ifindex, ifname) != nullptr);
+  if (want0.raw[10] == 0xff && want0.raw[11] == 0xff && want0.raw[12] == 127)
+    CHECK(std::string(ifname) == "lo");
   ibv_gid g{};
   REQUIRE_RC0(ibv_query_gid(ctx, 1, 0, &g));
   CHECK(std::memcmp(g.raw, want0.raw, 16) == 0);

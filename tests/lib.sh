@@ -35,7 +35,7 @@ VRNIC_BUILD_PACKAGES=(build-essential g++ meson ninja-build pkg-config libibverb
   liburing-dev libabsl-dev libisal-dev catch2 perftest ibverbs-utils iproute2 libdpdk-dev)
 # Extra packages the test suite uses.
 # shellcheck disable=SC2034
-VRNIC_TEST_PACKAGES=(python3-pyverbs tshark python3-scapy ucx-utils)
+VRNIC_TEST_PACKAGES=(python3-pyverbs tshark python3-scapy ucx-utils openmpi-bin libopenmpi-dev)
 
 # ---------------------------------------------------------------------------------------------
 # Small utilities
@@ -590,6 +590,27 @@ start_peer_vrnicd() {
   VRNICD_PID=$main_pid
   VRNICD_LOG=$main_log
   return "$rc"
+}
+
+# start_udp_pair: the group's vrnicd on 127.0.0.1 and a peer vrnicd on 127.0.0.2, both with a
+# udp port on one free UDP port (two "hosts" talking RoCEv2 over kernel UDP). Sets PAIR_A and
+# PAIR_B (their sockets; VRNIC_SOCKET is PAIR_A) and PAIR_PORT.
+start_udp_pair() {
+  PAIR_PORT=$(free_udp_port) || return 1
+  start_vrnicd --udp 127.0.0.1 --udp-port "$PAIR_PORT" || return 1
+  PAIR_A=$VRNIC_SOCKET
+  start_peer_vrnicd --udp 127.0.0.2 --udp-port "$PAIR_PORT" || return 1
+  PAIR_B=$PEER_SOCKET
+  echo "vrnicd A on 127.0.0.1, B on 127.0.0.2, UDP port $PAIR_PORT"
+}
+
+# pair_idle_and_stop: both of start_udp_pair's vrnicd hold no objects and exit 0 on SIGTERM.
+pair_idle_and_stop() {
+  VRNIC_SOCKET=$PAIR_B wait_objects_zero 10 || return 1
+  kill -TERM "$PEER_PID"
+  vrnic_wait_exit "$PEER_PID" 10 && ((VRNIC_RC == 0)) ||
+    { echo "vrnicd B did not exit 0 on SIGTERM"; return 1; }
+  vrnicd_idle_and_stop
 }
 
 # perftest_result_ok / pingpong_result_ok: after verbs_pair, the client's log shows a result

@@ -9,8 +9,8 @@
 # "N passed, N failed". Exit status 0 only if nothing failed (a failed build is a failure).
 #
 # Usage: tests/run.sh [GROUP...]      (GROUP: abi devices lifecycle pingpong perftest catch2
-#                                      wire workers vnics dpdk ucx pyverbs fuzz hostile
-#                                      rxe;
+#                                      wire workers vnics dpdk ucx pyverbs mpi fuzz
+#                                      hostile rxe;
 #                                      default: all)
 # Environment:
 #   VRNIC_SKIP_SETUP=1       skip the package and build steps (use the existing build/)

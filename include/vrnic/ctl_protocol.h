@@ -60,7 +60,9 @@ inline constexpr uint32_t kGidTableLen = 16;
 struct GidEntry {
   uint8_t gid[16];
   uint32_t type;  // enum ibv_gid_type_sysfs values: 0 IB/RoCEv1, 1 RoCEv2; 0xff = empty slot
-  uint32_t reserved;
+  // The kernel interface that holds the GID's address (ibv_query_gid_ex's ndev_ifindex),
+  // 0 if none does (a dpdk port's address, or one no interface's prefix covers).
+  uint32_t ndev_ifindex;
 };
 inline constexpr uint32_t kGidEmpty = 0xff;
 

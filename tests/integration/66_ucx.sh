@@ -47,6 +47,57 @@ perftest() {
   CHECK_NOTE=$(awk '/^Final:/ { print $3 " us median" }' "$out.client")
 }
 
+# peer_death TLS: UCX's error handling when the peer dies. Server and client run tag_bw with
+# endpoints created with error handling (-e: UCP_ERR_HANDLING_MODE_PEER, which also turns on
+# UCX's keepalive); once traffic flows, the server is SIGKILLed. vrnicd destroys its QPs, the
+# client's RC QP exhausts its retries (IBV_WC_RETRY_EXC_ERR) or UD's own resend gives up, and
+# UCX must call the endpoint's error handler with "Endpoint timeout" within 60 s. (Having
+# reported the error, ucx_perftest itself does not exit; the check then kills it.) UD's resend
+# timeout is cut from UCX's default 30 s to 10 s to keep the group short.
+peer_death() {
+  local tls=$1 port srv cli out=$VRNIC_TMP/ucx.death.$1 t0 ok=0
+  local env=(UCX_TLS="$tls" UCX_NET_DEVICES=vrnic0:1 UCX_UD_TIMEOUT=10s)
+  port=$(next_port)
+  echo "+ ${env[*]} ucx_perftest -e -t tag_bw -n 1000000000 -p $port [server, then client]"
+  "${VRUN[@]}" "${env[@]}" ucx_perftest -e -t tag_bw -n 1000000000 -p "$port" \
+    >"$out.server" 2>&1 </dev/null &
+  srv=$!
+  _vrnic_track "$srv"
+  wait_listen "$port" "$srv" 10 || { vrnic_tail "$out.server"; return 1; }
+  "${VRUN[@]}" "${env[@]}" ucx_perftest 127.0.0.1 -e -t tag_bw -n 1000000000 -p "$port" \
+    >"$out.client" 2>&1 </dev/null &
+  cli=$!
+  _vrnic_track "$cli"
+  sleep 3
+  if ! _vrnic_running "$cli" || ! _vrnic_running "$srv"; then
+    echo "FAIL: server or client ended before the kill"
+    vrnic_tail "$out.client"
+    kill -KILL "$srv" "$cli" 2>/dev/null
+    return 1
+  fi
+  echo "+ kill -KILL $srv (the server)"
+  t0=$(vrnic_now_us)
+  kill -KILL "$srv"
+  while ! grep -q 'error handler called with status' "$out.client"; do
+    if (($(vrnic_now_us) - t0 > 60000000)) || ! _vrnic_running "$cli"; then
+      echo "FAIL: no endpoint error reported within 60 s of the peer's death"
+      ok=1
+      break
+    fi
+    sleep 0.2
+  done
+  ((ok)) || {
+    grep -m1 'error handler called' "$out.client" | sed 's/^.*UCX/    UCX/'
+    CHECK_NOTE="error after $(vrnic_elapsed "$t0")s"
+  }
+  vrnic_tail "$out.client" 3
+  kill -KILL "$cli" 2>/dev/null
+  vrnic_wait_exit "$cli" 5
+  vrnic_wait_exit "$srv" 5
+  wait_objects_zero 10 || ok=1
+  return "$ok"
+}
+
 if check "setup: a root vrnicd; ucx_info -d lists its transports" setup; then
   for tls in ud_verbs rc_verbs,ud_verbs; do
     for t in tag_lat tag_bw ucp_put_bw ucp_get ucp_am_bw ucp_fadd ucp_cswap stream_bw; do
@@ -57,35 +108,22 @@ if check "setup: a root vrnicd; ucx_info -d lists its transports" setup; then
   for t in am_lat put_bw add_lat; do
     check "ucx_perftest -t $t (UCT), rc_verbs" perftest rc_verbs "$t" rc_verbs
   done
+  for tls in rc_verbs,ud_verbs ud_verbs; do
+    check "peer SIGKILLed mid-run, UCX_TLS=$tls: UCX reports the endpoint's error" \
+      peer_death "$tls"
+  done
 fi
 check "vrnicd: no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
 
 # Two vrnicd, RoCEv2 between them over kernel UDP.
-WIRE_A='' WIRE_B=''
-wire_daemons() {
-  local p
-  p=$(free_udp_port) || return 1
-  start_vrnicd --udp 127.0.0.1 --udp-port "$p" || return 1
-  WIRE_A=$VRNIC_SOCKET
-  start_peer_vrnicd --udp 127.0.0.2 --udp-port "$p" || return 1
-  WIRE_B=$PEER_SOCKET
-  echo "server's vrnicd on 127.0.0.1, client's on 127.0.0.2, UDP port $p"
-}
-stop_both() {
-  VRNIC_SOCKET=$WIRE_B wait_objects_zero 10 || return 1
-  kill -TERM "$PEER_PID"
-  vrnic_wait_exit "$PEER_PID" 10 && ((VRNIC_RC == 0)) ||
-    { echo "the client's vrnicd did not exit 0 on SIGTERM"; return 1; }
-  vrnicd_idle_and_stop
-}
-if check "two vrnicd on 127.0.0.1 and 127.0.0.2 (udp port)" wire_daemons; then
+if check "two vrnicd on 127.0.0.1 and 127.0.0.2 (udp port)" start_udp_pair; then
   for tls in ud_verbs rc_verbs,ud_verbs; do
     for t in tag_lat tag_bw ucp_put_bw ucp_get ucp_am_bw ucp_fadd stream_bw; do
-      SERVER_SOCKET=$WIRE_A CLIENT_SOCKET=$WIRE_B \
+      SERVER_SOCKET=$PAIR_A CLIENT_SOCKET=$PAIR_B \
         check "between two vrnicd (udp): ucx_perftest -t $t, UCX_TLS=$tls" perftest "$tls" "$t"
     done
   done
-  check "both vrnicd: no objects left, exit 0 on SIGTERM" stop_both
+  check "both vrnicd: no objects left, exit 0 on SIGTERM" pair_idle_and_stop
 fi
 
 vrnic_script_finish
