@@ -476,6 +476,36 @@ free_udp_port() {
   return 1
 }
 
+# ucx_perftest_pair OUT TLS ARGS...: one ucx_perftest server and client on 127.0.0.1 over
+# UCX_TLS=TLS on vrnic0:1, the server on SERVER_SOCKET's vrnicd and the client on
+# CLIENT_SOCKET's (default: both $VRNIC_SOCKET's); logs in OUT.server and OUT.client. Passes
+# if the client exits 0 with a "Final:" line, which it leaves in UCX_FINAL.
+ucx_perftest_pair() {
+  local out=$1 tls=$2 port srv rc
+  local ssock=${SERVER_SOCKET:-$VRNIC_SOCKET} csock=${CLIENT_SOCKET:-$VRNIC_SOCKET}
+  shift 2
+  port=$(next_port)
+  UCX_FINAL=
+  echo "+ UCX_TLS=$tls UCX_NET_DEVICES=vrnic0:1 ucx_perftest $* -p $port [127.0.0.1]"
+  "${VRUN[@]}" VRNIC_SOCKET="$ssock" UCX_TLS="$tls" UCX_NET_DEVICES=vrnic0:1 timeout -k 5 60 \
+    ucx_perftest "$@" -p "$port" >"$out.server" 2>&1 </dev/null &
+  srv=$!
+  _vrnic_track "$srv"
+  wait_listen "$port" "$srv" 10 || { vrnic_tail "$out.server"; return 1; }
+  vrnic_fg "${VRUN[@]}" VRNIC_SOCKET="$csock" UCX_TLS="$tls" UCX_NET_DEVICES=vrnic0:1 \
+    timeout -k 5 45 ucx_perftest 127.0.0.1 "$@" -p "$port" >"$out.client" 2>&1 </dev/null
+  rc=$?
+  vrnic_wait_exit "$srv" 20 || kill -TERM "$srv"
+  UCX_FINAL=$(grep -m1 -E "^Final:" "$out.client")
+  [[ -n $UCX_FINAL ]] && echo "    $UCX_FINAL"
+  if ((rc != 0)) || [[ -z $UCX_FINAL ]]; then
+    echo "FAIL: client $(_vrnic_status_word "$rc"); its last lines:"
+    vrnic_tail "$out.client"
+    vrnic_tail "$out.server" 5
+    return 1
+  fi
+}
+
 _vrnic_port_busy() {
   [[ -n $(ss -Htan "( sport = :$1 )" 2>/dev/null) ]]
 }

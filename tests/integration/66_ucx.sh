@@ -18,33 +18,13 @@ setup() {
   vrun timeout 30 ucx_info -d 2>&1 | grep -E "Transport: (rc|ud)_verbs" -A1 | sed 's/^/    /'
 }
 
-# perftest TLS TEST [UCT TRANSPORT]: one server/client pair of ucx_perftest on 127.0.0.1,
-# the server on SERVER_SOCKET's vrnicd and the client on CLIENT_SOCKET's (default: both on
-# $VRNIC_SOCKET's).
+# perftest TLS TEST [UCT TRANSPORT]: one server/client pair of ucx_perftest (lib.sh's
+# ucx_perftest_pair), the server on SERVER_SOCKET's vrnicd and the client on CLIENT_SOCKET's.
 perftest() {
-  local ssock=${SERVER_SOCKET:-$VRNIC_SOCKET} csock=${CLIENT_SOCKET:-$VRNIC_SOCKET}
-  local tls=$1 test=$2 uct=${3:-} port srv out args=(-t "$2" -n "$UCX_ITERS")
-  [[ -n $uct ]] && args+=(-d vrnic0:1 -x "$uct")
-  port=$(next_port)
-  out=$VRNIC_TMP/ucx.$test.$tls.$uct
-  echo "+ UCX_TLS=$tls UCX_NET_DEVICES=vrnic0:1 ucx_perftest ${args[*]} -p $port [127.0.0.1]"
-  "${VRUN[@]}" VRNIC_SOCKET="$ssock" UCX_TLS="$tls" UCX_NET_DEVICES=vrnic0:1 timeout -k 5 60 \
-    ucx_perftest "${args[@]}" -p "$port" >"$out.server" 2>&1 </dev/null &
-  srv=$!
-  _vrnic_track "$srv"
-  wait_listen "$port" "$srv" 10 || { vrnic_tail "$out.server"; return 1; }
-  vrnic_fg "${VRUN[@]}" VRNIC_SOCKET="$csock" UCX_TLS="$tls" UCX_NET_DEVICES=vrnic0:1 \
-    timeout -k 5 45 ucx_perftest 127.0.0.1 "${args[@]}" -p "$port" >"$out.client" 2>&1 </dev/null
-  local rc=$?
-  vrnic_wait_exit "$srv" 20 || kill -TERM "$srv"
-  grep -E "^Final:" "$out.client" | sed 's/^/    /'
-  if ((rc != 0)) || ! grep -q "^Final:" "$out.client"; then
-    echo "FAIL: client $(_vrnic_status_word "$rc"); its last lines:"
-    vrnic_tail "$out.client"
-    vrnic_tail "$out.server" 5
-    return 1
-  fi
-  CHECK_NOTE=$(awk '/^Final:/ { print $3 " us median" }' "$out.client")
+  local args=(-t "$2" -n "$UCX_ITERS")
+  [[ -n ${3:-} ]] && args+=(-d vrnic0:1 -x "$3")
+  ucx_perftest_pair "$VRNIC_TMP/ucx.$2.$1.${3:-}" "$1" "${args[@]}" || return 1
+  CHECK_NOTE=$(awk '{ print $3 " us median" }' <<<"$UCX_FINAL")
 }
 
 # peer_death TLS: UCX's error handling when the peer dies. Server and client run tag_bw with
