@@ -56,17 +56,6 @@ bw=() wlat_t=() wlat_p99=() slat_t=() slat_p99=() mc=()
 BENCH_ROUNDS=$runs
 BENCH_STEPS=$((4 * runs))
 
-# measure ROUND NAME PROG ARGS...: one perftest pair (bench_perftest), restarting vrnicd first
-# if it died; sets ROW. Runs in this shell (not in $(...)).
-measure() {
-  local round=$1 name=$2
-  shift 2
-  ROW=
-  # shellcheck disable=SC2119 # the default vrnicd, no arguments
-  ensure_vrnicd >>"$out/$name.$round.log" 2>&1 || return 1
-  bench_perftest "$out/$name.$round.log" "$name.$round" "$@"
-}
-
 for ((r = 1; r <= runs; r++)); do
   bench_bw "$r" write_bw bw ib_write_bw "${bw_args[@]}"
   bench_lat "$r" write_lat wlat_t wlat_p99 ib_write_lat -s 2 -n "$lat_iters"

@@ -43,14 +43,6 @@ echo "vrnicd:   pid $VRNICD_PID, socket $VRNIC_SOCKET"
 echo "logs:     $out/"
 echo
 
-measure() {
-  local round=$1 name=$2
-  shift 2
-  ROW=
-  ensure_vrnicd >>"$out/$name.$round.log" 2>&1 || return 1
-  bench_perftest "$out/$name.$round.log" "$name.$round" "$@"
-}
-
 # ucx ROUND NAME ARRAY FIELD SCALE ARGS...: one ucx_perftest pair; appends field FIELD of its
 # Final line times SCALE to the array named ARRAY.
 ucx() {

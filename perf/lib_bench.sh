@@ -9,6 +9,7 @@
 #   bench_progress ROUND WHAT RESULT   one progress line "[step/steps] round r/R  WHAT  RESULT"
 #   bench_fail LOG               counts a failed measurement, shows LOG's tail
 #   bench_perftest LOG TAG CMD...      one perftest pair; sets ROW to the client's first row
+#   measure ROUND NAME PROG ARGS...    bench_perftest on the one vrnicd (scripts may redefine)
 #   bench_bw_gbs VALUE UNIT      a perftest bandwidth (MiB/s or Gb/s) in GB/s (1e9 bytes/s)
 #   bench_median VALUES...       the median, two decimals ("n/a" if no values)
 #   bench_median_fmt FMT VALUES...  the same, printed with printf format FMT
@@ -127,6 +128,18 @@ bench_ratio() {
   fi
   awk -v a="$1" -v b="$2" \
     'BEGIN { if (b > 0) printf "%.2f (%.0f%%)\n", a / b, 100 * a / b; else print "n/a" }'
+}
+
+# measure ROUND NAME PROG ARGS...: one perftest pair (bench_perftest) on the script's one
+# vrnicd, restarting it first if it died; sets ROW; log $out/NAME.ROUND.log. Runs in this
+# shell (not in $(...)). A script with other daemons defines its own after sourcing this.
+measure() {
+  local round=$1 name=$2
+  shift 2
+  ROW=
+  # shellcheck disable=SC2119 # the default vrnicd, no arguments
+  ensure_vrnicd >>"$out/$name.$round.log" 2>&1 || return 1
+  bench_perftest "$out/$name.$round.log" "$name.$round" "$@"
 }
 
 # bench_bw ROUND NAME GBS_ARRAY PROG ARGS...: one bandwidth measurement through the script's
