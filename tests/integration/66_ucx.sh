@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# UCX (Debian's ucx-utils 1.13) through vrnic (issue 18): ucx_perftest server and client on
-# one root vrnicd (which makes the /dev/infiniband node UCX looks for), over UCX_TLS=ud_verbs
-# alone and rc_verbs,ud_verbs, UCP tests and UCT-level ones; then server and client each on
-# its own vrnicd, between 127.0.0.1 and 127.0.0.2 over the udp port (on a free UDP port). ucx_perftest checks nothing of
-# the data itself; each test must complete its iterations (exit 0, a "Final:" line) within
-# its timeout, and vrnicd must end with no objects left.
+# UCX (Debian's ucx-utils 1.13) through vrnic (issue 18): ucx_info -d must list rc_verbs and
+# ud_verbs on vrnic0:1 of a root vrnicd (which makes the /dev/infiniband node UCX looks for);
+# ucx_perftest server and client on it over UCX_TLS=ud_verbs alone and rc_verbs,ud_verbs, UCP
+# tests and UCT-level ones; a peer SIGKILLed mid-run must reach the survivor's endpoint error
+# handler; then the same tests with server and client each on its own vrnicd, between
+# 127.0.0.1 and 127.0.0.2 over the udp port. ucx_perftest checks nothing of the data itself;
+# each test must complete its iterations (exit 0, a "Final:" line) within its timeout, and
+# vrnicd must end with no objects left.
 # shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 vrnic_script_init ucx
@@ -15,7 +17,32 @@ setup() {
   ((EUID == 0)) || { echo "needs root: UCX uses the device only through its /dev node"; return 1; }
   command -v ucx_perftest >/dev/null || { echo "ucx_perftest missing (package ucx-utils)"; return 1; }
   ensure_vrnicd || return 1
-  vrun timeout 30 ucx_info -d 2>&1 | grep -E "Transport: (rc|ud)_verbs" -A1 | sed 's/^/    /'
+  local info tl ok=0
+  echo "+ ucx_info -d"
+  info=$(vrun timeout 30 ucx_info -d 2>&1) || { echo "ucx_info -d failed:"; echo "$info"; return 1; }
+  grep -E "Transport: (rc|ud)_verbs" -A1 <<<"$info" | sed 's/^/    /'
+  # "#      Transport: rc_verbs" followed by "#         Device: vrnic0:1"
+  for tl in rc_verbs ud_verbs; do
+    awk -v tl="$tl" '$2 == "Transport:" { t = ($3 == tl); next }
+      t && $2 == "Device:" && $3 == "vrnic0:1" { found = 1 } END { exit !found }' <<<"$info" ||
+      { echo "FAIL: ucx_info -d lists no $tl on vrnic0:1"; ok=1; }
+  done
+  return "$ok"
+}
+
+# ucx_matrix WHERE: every UCP test over UCX_TLS=ud_verbs and rc_verbs,ud_verbs, and the UCT
+# ones (UCX's ud_verbs has no RMA or atomics at the UCT level: only am_lat runs over it).
+ucx_matrix() {
+  local where=$1 tls t
+  for tls in ud_verbs rc_verbs,ud_verbs; do
+    for t in tag_lat tag_bw ucp_put_bw ucp_get ucp_am_bw ucp_fadd ucp_cswap stream_bw; do
+      check "${where}ucx_perftest -t $t, UCX_TLS=$tls" perftest "$tls" "$t"
+    done
+  done
+  check "${where}ucx_perftest -t am_lat (UCT), ud_verbs" perftest ud_verbs am_lat ud_verbs
+  for t in am_lat put_bw add_lat; do
+    check "${where}ucx_perftest -t $t (UCT), rc_verbs" perftest rc_verbs "$t" rc_verbs
+  done
 }
 
 # perftest TLS TEST [UCT TRANSPORT]: one server/client pair of ucx_perftest (lib.sh's
@@ -78,16 +105,8 @@ peer_death() {
   return "$ok"
 }
 
-if check "setup: a root vrnicd; ucx_info -d lists its transports" setup; then
-  for tls in ud_verbs rc_verbs,ud_verbs; do
-    for t in tag_lat tag_bw ucp_put_bw ucp_get ucp_am_bw ucp_fadd ucp_cswap stream_bw; do
-      check "ucx_perftest -t $t, UCX_TLS=$tls" perftest "$tls" "$t"
-    done
-  done
-  check "ucx_perftest -t am_lat (UCT), ud_verbs" perftest ud_verbs am_lat ud_verbs
-  for t in am_lat put_bw add_lat; do
-    check "ucx_perftest -t $t (UCT), rc_verbs" perftest rc_verbs "$t" rc_verbs
-  done
+if check "setup: a root vrnicd; ucx_info -d lists rc_verbs and ud_verbs on vrnic0:1" setup; then
+  ucx_matrix ""
   for tls in rc_verbs,ud_verbs ud_verbs; do
     check "peer SIGKILLed mid-run, UCX_TLS=$tls: UCX reports the endpoint's error" \
       peer_death "$tls"
@@ -97,12 +116,7 @@ check "vrnicd: no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
 
 # Two vrnicd, RoCEv2 between them over kernel UDP.
 if check "two vrnicd on 127.0.0.1 and 127.0.0.2 (udp port)" start_udp_pair; then
-  for tls in ud_verbs rc_verbs,ud_verbs; do
-    for t in tag_lat tag_bw ucp_put_bw ucp_get ucp_am_bw ucp_fadd stream_bw; do
-      SERVER_SOCKET=$PAIR_A CLIENT_SOCKET=$PAIR_B \
-        check "between two vrnicd (udp): ucx_perftest -t $t, UCX_TLS=$tls" perftest "$tls" "$t"
-    done
-  done
+  SERVER_SOCKET=$PAIR_A CLIENT_SOCKET=$PAIR_B ucx_matrix "between two vrnicd (udp): "
   check "both vrnicd: no objects left, exit 0 on SIGTERM" pair_idle_and_stop
 fi
 
