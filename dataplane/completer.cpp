@@ -8,6 +8,7 @@
 
 #include "sge_io.h"
 #include "transport.h"
+#include "vrnic/work_request.h"
 #include "worker.h"
 
 namespace vrnic {
@@ -20,31 +21,6 @@ constexpr uint32_t kRnrTimerUs[32] = {655360, 10,    20,    30,     40,     60, 
                                       160,    240,   320,   480,    640,    960,    1280,   1920,
                                       2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
                                       40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
-
-bool is_read_or_atomic(uint8_t op) {
-  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
-uint8_t wc_opcode(uint8_t wr_op) {
-  switch (wr_op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ:
-      return IBV_WC_RDMA_READ;
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-      return IBV_WC_COMP_SWAP;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return IBV_WC_FETCH_ADD;
-    case IBV_WR_BIND_MW:
-      return IBV_WC_BIND_MW;
-    case IBV_WR_LOCAL_INV:
-      return IBV_WC_LOCAL_INV;
-    default:
-      return IBV_WC_SEND;
-  }
-}
 
 bool outstanding(const QueuePair &qp) {
   return qp.comp.wqe != qp.req.started;
@@ -122,7 +98,7 @@ void reask(Worker &w, QueuePair &qp, uint32_t resp_psn) {
 void reask_missing_answer(Worker &w, QueuePair &qp) {
   if (!outstanding(qp)) return;
   const WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
-  if (!is_read_or_atomic(meta.opcode) || meta.resp_done || meta.status) return;
+  if (!wr::is_read_or_atomic(meta.opcode) || meta.resp_done || meta.status) return;
   if (psn_diff(qp.comp.acked_psn, meta.last_psn) < 0) return;
   reask(w, qp, meta.resp_psn);
 }
@@ -168,7 +144,7 @@ void atomic_ack(Worker &w, QueuePair &qp, const Packet &pkt) {
   if (!outstanding(qp)) return;
   shm::SendWqe &wqe = qp.wqe(qp.comp.wqe);
   WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
-  if (!is_read_or_atomic(meta.opcode) || meta.opcode == IBV_WR_RDMA_READ || meta.resp_done ||
+  if (!wr::is_read_or_atomic(meta.opcode) || meta.opcode == IBV_WR_RDMA_READ || meta.resp_done ||
       psn != meta.first_psn)
     return;
   uint8_t orig[8];
@@ -232,9 +208,10 @@ void completer_retire(Worker &w, QueuePair &qp) {
   while (outstanding(qp)) {
     WqeMeta &meta = qp.wqe_meta(comp.wqe);
     if (meta.status == IBV_WC_SUCCESS) {
-      bool done = qp.type != IBV_QPT_RC            ? comp.wqe != qp.req.wqe  // fully sent
-                  : is_read_or_atomic(meta.opcode) ? meta.resp_done
-                                                   : psn_diff(meta.last_psn, comp.acked_psn) <= 0;
+      bool done = qp.type != IBV_QPT_RC ? comp.wqe != qp.req.wqe  // fully sent
+                  : wr::is_read_or_atomic(meta.opcode)
+                      ? meta.resp_done
+                      : psn_diff(meta.last_psn, comp.acked_psn) <= 0;
       if (!done) break;
     }
     const shm::SendWqe &wqe = qp.wqe(comp.wqe);
@@ -243,7 +220,7 @@ void completer_retire(Worker &w, QueuePair &qp) {
     shm::Cqe cqe{};
     cqe.wr_id = wqe.wr_id;
     cqe.status = meta.status;
-    cqe.opcode = wc_opcode(meta.opcode);
+    cqe.opcode = wr::rule(meta.opcode).wc_opcode;
     cqe.byte_len = meta.length;
     cqe.qp_num = qp.qpn;
     // Free the slot before the completion is visible: a program that sees the completion

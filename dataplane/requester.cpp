@@ -7,6 +7,7 @@
 
 #include "sge_io.h"
 #include "transport.h"
+#include "vrnic/work_request.h"
 #include "worker.h"
 
 namespace vrnic {
@@ -17,15 +18,6 @@ using namespace wire;
 // Long messages ask for an ACK this often, so the completer sees progress (and its timer
 // does not fire) before the last packet.
 constexpr uint32_t kAckReqInterval = 256;
-
-bool is_local_op(uint8_t op) {
-  return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV;
-}
-
-bool is_read_or_atomic(uint8_t op) {
-  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
 
 uint8_t transport_base(const QueuePair &qp) {
   return qp.type == IBV_QPT_UC ? kUc : qp.type == IBV_QPT_UD ? kUd : kRc;
@@ -44,18 +36,11 @@ void start_wqe(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
   meta.resp_done = false;
   meta.first_psn = meta.resp_psn = qp.req.psn;
   uint64_t total = 0;
-  bool allowed = qp.type == IBV_QPT_RC ||
-                 (qp.type == IBV_QPT_UC && !is_read_or_atomic(wqe.opcode) &&
-                  wqe.opcode != IBV_WR_SEND_WITH_INV) ||
-                 wqe.opcode == IBV_WR_SEND || wqe.opcode == IBV_WR_SEND_WITH_IMM;
-  switch (allowed ? wqe.opcode : 0xff) {
+  // The provider checked the opcode, but the ring is client memory: check again.
+  switch (wr::fits_qp(qp.type, wqe.opcode) ? wqe.opcode : 0xff) {
     case IBV_WR_BIND_MW:
     case IBV_WR_LOCAL_INV:
-      if (qp.type == IBV_QPT_UD) {
-        meta.status = IBV_WC_LOC_QP_OP_ERR;
-      } else {
-        meta.status = uint8_t(execute_local_op(w.dev, qp, wqe));
-      }
+      meta.status = uint8_t(execute_local_op(w.dev, qp, wqe));
       meta.last_psn = psn_add(meta.first_psn, -1u);  // no packet, no PSN
       meta.length = 0;
       qp.req.started++;
@@ -96,11 +81,10 @@ void start_wqe(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
   if (total > (1ull << 31)) meta.status = IBV_WC_LOC_LEN_ERR;
   if (qp.type == IBV_QPT_UD && total > qp.mtu) meta.status = IBV_WC_LOC_LEN_ERR;  // one packet
   meta.length = uint32_t(total);
-  uint32_t psns =
-      meta.status ? 0
-      : (wqe.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wqe.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
-          ? 1
-          : packets_for(meta.length, qp.mtu);
+  uint32_t psns = meta.status ? 0
+                  : wr::rule(wqe.opcode).kind == wr::Kind::kAtomic
+                      ? 1
+                      : packets_for(meta.length, qp.mtu);
   meta.last_psn = psn_add(meta.first_psn, psns ? psns - 1 : 0);
   qp.req.started++;
 }
@@ -231,8 +215,8 @@ void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask) {
   req.offset = req.sge = req.sge_offset = 0;
   for (uint32_t i = qp.comp.wqe; i != req.started; i++) {
     WqeMeta &m = qp.wqe_meta(i);
-    if (is_local_op(m.opcode) || m.status) continue;
-    if (is_read_or_atomic(m.opcode)) {
+    if (wr::is_local(m.opcode) || m.status) continue;
+    if (wr::is_read_or_atomic(m.opcode)) {
       if (m.resp_done) continue;
       if (reask == Reask::kNo && psn_diff(psn, m.last_psn) > 0) {
         req.rd_atomic_outstanding++;  // still waiting for its answer
@@ -271,9 +255,9 @@ void skip_taken(QueuePair &qp) {
   bool taken = int32_t(req.wqe - qp.comp.wqe) < 0;
   if (!taken) {
     const WqeMeta &m = qp.wqe_meta(req.wqe);
-    if (is_read_or_atomic(m.opcode)) {
+    if (wr::is_read_or_atomic(m.opcode)) {
       taken = m.resp_done;
-    } else if (!is_local_op(m.opcode) && !m.status) {
+    } else if (!wr::is_local(m.opcode) && !m.status) {
       taken = psn_diff(req.psn, qp.comp.acked_psn) <= 0;
     }
   }
@@ -313,7 +297,7 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
     if (req.wqe + 1 != producer) qp.prefetch_wqe(req.wqe + 1);
     bool fresh = req.wqe == req.started;
     uint8_t op = fresh ? wqe.opcode : meta.opcode;
-    if (is_read_or_atomic(op)) {
+    if (wr::is_read_or_atomic(op)) {
       uint32_t limit = qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1;
       if (req.rd_atomic_outstanding >= limit) break;
     }
@@ -323,14 +307,14 @@ uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
       retire = true;
       break;
     }
-    if (is_local_op(meta.opcode)) {  // done when started: nothing goes on the wire
+    if (wr::is_local(meta.opcode)) {  // done when started: nothing goes on the wire
       req.wqe++;
       local_steps++;
       retire = true;
       continue;
     }
-    bool ok = is_read_or_atomic(meta.opcode) ? send_read_or_atomic(w, qp, wqe, meta)
-                                             : send_data_packet(w, qp, wqe, meta);
+    bool ok = wr::is_read_or_atomic(meta.opcode) ? send_read_or_atomic(w, qp, wqe, meta)
+                                                 : send_data_packet(w, qp, wqe, meta);
     if (!ok) {
       retire = meta.status != 0;
       break;

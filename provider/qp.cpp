@@ -45,9 +45,7 @@ void from_wire(const ctl::AddressVector &av, ibv_ah_attr &a) {
 
 // Validates one send WR and writes it into its slot; returns 0 or the errno for post_send.
 int write_send_wqe(Qp *qp, const ibv_send_wr *wr, shm::SendWqe &w, bool allow_type1) {
-  if (!opcode_supported(wr->opcode) || !opcode_fits_qp(qp->ibv.qp_type, wr->opcode) ||
-      wr->num_sge < 0)
-    return EINVAL;
+  if (!wr::fits_qp(qp->ibv.qp_type, wr->opcode) || wr->num_sge < 0) return EINVAL;
   encode_header(w, wr->wr_id, wr->opcode, wr->send_flags);
   switch (wr->opcode) {
     case IBV_WR_BIND_MW: {

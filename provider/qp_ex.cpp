@@ -15,26 +15,10 @@ using namespace vrnic::provider;
 
 namespace {
 
-constexpr uint64_t kSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 constexpr uint64_t kWriteOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
 constexpr uint64_t kReadAtomicOps = IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                                     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 constexpr uint64_t kWindowOps = IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
-
-// The send_ops_flags vrnic executes on each QP type (TSO and atomic write are not
-// implemented by vrnicd).
-uint64_t supported_send_ops(ibv_qp_type type) {
-  switch (type) {
-    case IBV_QPT_RC:
-      return kSendOps | kWriteOps | kReadAtomicOps | kWindowOps | IBV_QP_EX_WITH_SEND_WITH_INV;
-    case IBV_QPT_UC:
-      return kSendOps | kWriteOps | kWindowOps;
-    case IBV_QPT_UD:
-      return kSendOps;
-    default:
-      return 0;
-  }
-}
 
 // Records the batch's first error; ibv_wr_complete reports it and posts nothing.
 void fail(Qp *qp, int err) {
@@ -214,7 +198,8 @@ namespace vrnic::provider {
 
 int setup_qp_ex(Qp *qp, uint64_t send_ops_flags) {
   const ibv_qp_type type = qp->ibv.qp_type;
-  const uint64_t supported = supported_send_ops(type);
+  // What vrnic executes on this QP type (TSO and atomic write are not implemented).
+  const uint64_t supported = wr::send_ops_for(type);
   if (!supported || (send_ops_flags & ~supported)) return EOPNOTSUPP;
   ibv_qp_ex &ex = qp->ex;
   ex.comp_mask = 0;

@@ -4,48 +4,15 @@
 
 namespace vrnic::provider {
 
-bool opcode_supported(ibv_wr_opcode op) {
-  switch (op) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-    case IBV_WR_RDMA_READ:
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-    case IBV_WR_SEND_WITH_INV:
-    case IBV_WR_BIND_MW:
-    case IBV_WR_LOCAL_INV:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// UD carries datagrams only; UC has no reads, atomics or remote invalidation (IB spec 9.4).
-bool opcode_fits_qp(ibv_qp_type type, ibv_wr_opcode op) {
-  if (type == IBV_QPT_UD) return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
-  if (type == IBV_QPT_UC)
-    return op != IBV_WR_RDMA_READ && op != IBV_WR_ATOMIC_CMP_AND_SWP &&
-           op != IBV_WR_ATOMIC_FETCH_AND_ADD && op != IBV_WR_SEND_WITH_INV;
-  return true;
-}
-
-bool may_be_inline(uint8_t opcode) {
-  return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM ||
-         opcode == IBV_WR_SEND_WITH_INV || opcode == IBV_WR_RDMA_WRITE ||
-         opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
-}
-
 void encode_header(shm::SendWqe &w, uint64_t wr_id, ibv_wr_opcode opcode, unsigned send_flags) {
   std::memset(&w, 0, offsetof(shm::SendWqe, sge));
   w.wr_id = wr_id;
   w.opcode = uint8_t(opcode);
-  w.flags =
-      uint8_t(((send_flags & IBV_SEND_SIGNALED) ? shm::kWqeSignaled : 0) |
-              ((send_flags & IBV_SEND_SOLICITED) ? shm::kWqeSolicited : 0) |
-              ((send_flags & IBV_SEND_FENCE) ? shm::kWqeFence : 0) |
-              ((send_flags & IBV_SEND_INLINE) && may_be_inline(w.opcode) ? shm::kWqeInline : 0));
+  w.flags = uint8_t(
+      ((send_flags & IBV_SEND_SIGNALED) ? shm::kWqeSignaled : 0) |
+      ((send_flags & IBV_SEND_SOLICITED) ? shm::kWqeSolicited : 0) |
+      ((send_flags & IBV_SEND_FENCE) ? shm::kWqeFence : 0) |
+      ((send_flags & IBV_SEND_INLINE) && wr::rule(opcode).may_inline ? shm::kWqeInline : 0));
 }
 
 int encode_ud_address(const Qp *qp, shm::SendWqe &w, ibv_ah *ah, uint32_t remote_qpn,

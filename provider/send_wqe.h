@@ -8,14 +8,11 @@
 #include <cstring>
 
 #include "internal.h"
+#include "vrnic/work_request.h"
 
 namespace vrnic::provider {
 
-// Whether vrnic executes the operation at all, and on this QP type.
-bool opcode_supported(ibv_wr_opcode op);
-bool opcode_fits_qp(ibv_qp_type type, ibv_wr_opcode op);
-// Operations whose data may be given inline (the others read into or compare local memory).
-bool may_be_inline(uint8_t opcode);
+// Which opcode a QP type may post, and whether its data may be inline: vrnic/work_request.h.
 
 // The WQE header: wr_id, opcode and the ibv_send_flags that vrnicd looks at.
 void encode_header(shm::SendWqe &w, uint64_t wr_id, ibv_wr_opcode opcode, unsigned send_flags);
@@ -44,7 +41,7 @@ inline size_t buf_len(const ibv_data_buf &b) {
 // Copies the logically concatenated buffers (ibv_sge or ibv_data_buf) into the WQE.
 template <typename Buf>
 int encode_inline(const Qp *qp, shm::SendWqe &w, const Buf *bufs, size_t n) {
-  if (!may_be_inline(w.opcode)) return EINVAL;
+  if (!wr::rule(w.opcode).may_inline) return EINVAL;
   size_t total = 0;
   for (size_t i = 0; i < n; i++) {
     total += buf_len(bufs[i]);
