@@ -1327,22 +1327,7 @@ void Server::stats(const Session &s, ctl::StatsResp &resp) {
         resp.transport[i] += w->counters.value[i];
       Port *wire = w->wire_port();
       if (!wire) continue;
-      const PortCounters &c = wire->counters();
-      resp.wire_tx_packets += c.tx_packets;
-      resp.wire_tx_bytes += c.tx_bytes;
-      resp.wire_tx_errors += c.tx_errors;
-      resp.wire_rx_packets += c.rx_packets;
-      resp.wire_rx_bytes += c.rx_bytes;
-      resp.wire_rx_icrc_errors += c.rx_icrc_errors;
-      resp.wire_rx_malformed += c.rx_malformed;
-      resp.wire_rx_no_buffer += c.rx_no_buffer;
-      resp.wire_rx_dropped += c.rx_dropped;
-      resp.wire_rx_ip_id_solved += c.rx_ip_id_solved;
-      resp.wire_tx_payload_copied += c.tx_payload_copied;
-      resp.wire_tx_payload_zero_copy += c.tx_payload_zero_copy;
-      resp.wire_tx_no_route += c.tx_no_route;
-      resp.wire_link_changes += c.link_changes;
-      resp.wire_rx_interrupts += c.rx_interrupts;
+      for (size_t i = 0; i < std::size(resp.port); i++) resp.port[i] += wire->counters().value[i];
       if (!wire->link_up()) resp.wire_link_up = 0;
       if (const FaultCounters *f = wire->fault_counters()) {
         resp.faults_dropped += f->dropped;

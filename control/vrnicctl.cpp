@@ -28,31 +28,18 @@ int stats(int sock) {
               r->sessions, r->pds, r->mrs, r->cqs, r->qps, r->ahs, r->channels, r->srqs, r->mws);
   for (uint32_t i = 0; i < vrnic::kTransportCounterCount; i++)
     std::printf("%s=%llu\n", vrnic::kTransportCounterNames[i], u(r->transport[i]));
+  for (uint32_t i = 0; i < vrnic::kPortCounterCount; i++)
+    std::printf("%s=%llu\n", vrnic::kPortCounterNames[i], u(r->port[i]));
   const struct {
     const char *name;
     uint64_t value;
-  } wire[] = {
-      {"udp_tx_packets", r->wire_tx_packets},
-      {"udp_tx_bytes", r->wire_tx_bytes},
-      {"udp_tx_errors", r->wire_tx_errors},
-      {"udp_rx_packets", r->wire_rx_packets},
-      {"udp_rx_bytes", r->wire_rx_bytes},
-      {"udp_rx_icrc_errors", r->wire_rx_icrc_errors},
-      {"udp_rx_malformed", r->wire_rx_malformed},
-      {"udp_rx_no_buffer", r->wire_rx_no_buffer},
-      {"udp_rx_dropped", r->wire_rx_dropped},
-      {"udp_rx_ip_id_solved", r->wire_rx_ip_id_solved},
+  } others[] = {
       {"faults_dropped", r->faults_dropped},
       {"faults_duplicated", r->faults_duplicated},
       {"faults_reordered", r->faults_reordered},
       {"faults_corrupted", r->faults_corrupted},
       {"faults_delayed", r->faults_delayed},
-      {"udp_tx_payload_copied", r->wire_tx_payload_copied},
-      {"udp_tx_payload_zero_copy", r->wire_tx_payload_zero_copy},
-      {"udp_tx_no_route", r->wire_tx_no_route},
-      {"link_changes", r->wire_link_changes},
-      {"link_up", r->wire_link_up},
-      {"rx_interrupts", r->wire_rx_interrupts},
+      {"wire_link_up", r->wire_link_up},
       {"workers", r->workers},
       {"qp_moves", r->qp_moves},
       // The asking user's quota account (vrnicd --limits).
@@ -69,7 +56,7 @@ int stats(int sock) {
       {"limit_qps", r->limit_qps},
       {"limit_mr_bytes", r->limit_mr_bytes},
   };
-  for (const auto &c : wire) std::printf("%s=%llu\n", c.name, u(c.value));
+  for (const auto &c : others) std::printf("%s=%llu\n", c.name, u(c.value));
   return 0;
 }
 

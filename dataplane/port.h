@@ -7,34 +7,10 @@
 #include <cstdint>
 
 #include "fault_injector.h"
+#include "vrnic/counters.h"
 #include "packet.h"
 
 namespace vrnic {
-
-struct PortCounters {
-  uint64_t tx_packets = 0;
-  uint64_t tx_bytes = 0;
-  uint64_t tx_errors = 0;
-  uint64_t rx_packets = 0;
-  uint64_t rx_bytes = 0;
-  uint64_t rx_icrc_errors = 0;
-  // Accepted with an IPv4 ID the port could not see and solved for from the ICRC (udp: a
-  // kernel or hardware sender's ID, see solve_ipv4_id), not the one it guessed.
-  uint64_t rx_ip_id_solved = 0;
-  uint64_t rx_malformed = 0;
-  uint64_t rx_no_buffer = 0;  // dropped: no free packet buffer to receive into
-  // Dropped before the port could read them: the kernel's, at a full socket receive buffer
-  // (udp: datagrams, a GRO run counting once), or the device's, with no free RX descriptor
-  // (dpdk: frames). The device's own count, not a sum of increments.
-  uint64_t rx_dropped = 0;
-  // Transmitted payload bytes the port copied, and those it sent from where they lay
-  // (registered memory attached to the frame: zero-copy).
-  uint64_t tx_payload_copied = 0;
-  uint64_t tx_payload_zero_copy = 0;
-  uint64_t tx_no_route = 0;  // dropped: the peer's link-layer address is unknown (no ARP reply)
-  uint64_t link_changes = 0;
-  uint64_t rx_interrupts = 0;  // sleeps of the worker that a received frame ended
-};
 
 class Port {
  public:

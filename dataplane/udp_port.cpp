@@ -342,7 +342,7 @@ uint32_t UdpPort::prepare_tx(Packet *pkt, uint16_t ip_id) {
   uint32_t icrc = roce_icrc(ip, ip_len, udp, tx.iov, 3);
   for (int b = 0; b < 4; b++) tx.tail[pad + b] = uint8_t(icrc >> (8 * b));  // little-endian
   tx.iov[2].iov_len = pad + wire::kIcrcBytes;
-  counters_.tx_bytes += roce_len;
+  counters_[kPortTxBytes] += roce_len;
   return roce_len;
 }
 
@@ -448,7 +448,7 @@ void UdpPort::on_received(RxFrame f) {
   Packet *pkt = f.pkt;
   RxScratch &rx = scratch<RxScratch>(pkt);
   if (!pkt->parse(f.data, f.len)) {
-    counters_.rx_malformed++;
+    counters_[kPortRxMalformed]++;
     pool_.free(pkt);
     return;
   }
@@ -472,14 +472,14 @@ void UdpPort::on_received(RxFrame f) {
     std::optional<uint16_t> id;
     if (ipv4_) id = solve_ipv4_id(with_guess, rx.ip_id, received, ipv4_bytes_after_id(f.len));
     if (!id || (pkt->src_gid[12] == 127 && *id >= TxBatch::kMaxSegments)) {
-      counters_.rx_icrc_errors++;
+      counters_[kPortRxIcrcErrors]++;
       pool_.free(pkt);
       return;
     }
-    counters_.rx_ip_id_solved++;
+    counters_[kPortRxIpIdSolved]++;
   }
-  counters_.rx_packets++;
-  counters_.rx_bytes += f.len;
+  counters_[kPortRxPackets]++;
+  counters_[kPortRxBytes] += f.len;
   ready_.push_back(pkt);
 }
 
@@ -487,7 +487,7 @@ void UdpPort::on_received(RxFrame f) {
 // reports but the last). Each is copied into a packet of its own.
 void UdpPort::on_datagram(RxBuffer &buf, int len) {
   if (buf.msg.msg_flags & MSG_TRUNC) {  // cannot happen with 64 KiB buffers; never trusted
-    counters_.rx_malformed++;
+    counters_[kPortRxMalformed]++;
     return;
   }
   int segment = len;
@@ -499,7 +499,7 @@ void UdpPort::on_datagram(RxBuffer &buf, int len) {
     } else if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SO_RXQ_OVFL) {
       uint32_t drops;
       std::memcpy(&drops, CMSG_DATA(cm), sizeof(drops));
-      counters_.rx_dropped = drops;
+      counters_[kPortRxDropped] = drops;
     }
   }
   uint16_t index = 0;
@@ -508,12 +508,12 @@ void UdpPort::on_datagram(RxBuffer &buf, int len) {
     if (size_t(n) >= kPacketBufferBytes) {
       // Cut short by the receive buffer: no RoCE packet is that long. Checked before the
       // ICRC, which the remains might match by chance.
-      counters_.rx_malformed++;
+      counters_[kPortRxMalformed]++;
       continue;
     }
     Packet *pkt = pool_.alloc();
     if (!pkt) {
-      counters_.rx_no_buffer++;  // a lost packet, as on a full NIC queue
+      counters_[kPortRxNoBuffer]++;  // a lost packet, as on a full NIC queue
       continue;
     }
     std::memcpy(pkt->bounce, buf.data + off, size_t(n));
@@ -541,9 +541,9 @@ void UdpPort::complete_tx(uint64_t data, int res) {
   }
   tx_in_flight_ -= packets;
   if (res < 0) {
-    counters_.tx_errors += packets;  // e.g. no route: lost packets, which RC recovers from
+    counters_[kPortTxErrors] += packets;  // e.g. no route: lost packets, which RC recovers from
   } else {
-    counters_.tx_packets += packets;
+    counters_[kPortTxPackets] += packets;
   }
 }
 

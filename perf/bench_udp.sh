@@ -164,8 +164,8 @@ if [[ $ratio_plain != n/a ]]; then
     verdict="not met"
   fi
 fi
-counters=(udp_tx_packets udp_tx_bytes udp_tx_errors udp_rx_packets udp_rx_bytes
-  udp_rx_icrc_errors udp_rx_malformed packets_dropped retransmits timeouts naks_sent
+counters=(wire_tx_packets wire_tx_bytes wire_tx_errors wire_rx_packets wire_rx_bytes
+  wire_rx_icrc_errors wire_rx_malformed packets_dropped retransmits timeouts naks_sent
   naks_received rnr_naks_sent rnr_naks_received duplicates out_of_sequence)
 
 {

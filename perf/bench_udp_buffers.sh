@@ -10,7 +10,7 @@
 #   ib_send_bw  -s 65536 -n 1000 -q 16
 # and records whether the pair completed (a QP that runs out of retries fails the program with
 # IBV_WC_RETRY_EXC_ERR, perftest's "status 12"), its bandwidth, and both daemons' datagrams
-# dropped by the kernel (udp_rx_dropped), retransmissions and IB timeouts during it.
+# dropped by the kernel (wire_rx_dropped), retransmissions and IB timeouts during it.
 # summary.md gives per command and size: runs completed, median bandwidth of those, and the
 # ratio of the small buffers' median to the default's. Logs go to
 # perf/out/bench-udp-buffers-<date>/.
@@ -76,7 +76,7 @@ for ((r = 1; r <= rounds; r++)); do
     for i in "${!commands[@]}"; do
       read -ra cmd <<<"${commands[$i]}"
       key="$i,$size"
-      d0=$(both udp_rx_dropped) t0=$(both retransmits) o0=$(both timeouts)
+      d0=$(both wire_rx_dropped) t0=$(both retransmits) o0=$(both timeouts)
       mlog=$out/cmd$i.$size.$r.log
       if bench_perftest "$mlog" "buffers-$i-$size-$r" "${cmd[@]}"; then
         read -r _ _ value unit <<<"$ROW"
@@ -87,7 +87,7 @@ for ((r = 1; r <= rounds; r++)); do
       else
         result="FAILED ($(grep -m1 -o 'Failed status [0-9]*' "$mlog" || echo 'see log'))"
       fi
-      d=$(($(both udp_rx_dropped) - d0)) t=$(($(both retransmits) - t0)) o=$(($(both timeouts) - o0))
+      d=$(($(both wire_rx_dropped) - d0)) t=$(($(both retransmits) - t0)) o=$(($(both timeouts) - o0))
       drops[$key]="${drops[$key]:-} $d" resent[$key]="${resent[$key]:-} $t"
       timeouts[$key]="${timeouts[$key]:-} $o"
       bench_progress "$r" "${commands[$i]}, $size B" \

@@ -82,7 +82,7 @@ wait_link() {
   local d
   for d in "$@"; do
     for _ in $(seq 100); do
-      [[ $(stat_of link_up "$d") == 1 ]] && continue 2
+      [[ $(stat_of wire_link_up "$d") == 1 ]] && continue 2
       sleep 0.1
     done
     echo "the link of vrnicd $d is not up after 10 s"
@@ -135,9 +135,9 @@ clean_counters() {
   for d in "$@"; do
     echo "+ vrnicctl --socket ${SOCK[$d]} stats (wire)"
     vrnicctl_stats "${SOCK[$d]}" | grep -E '^(udp_|link)' | sed 's/^/    /'
-    (($(stat_of udp_rx_packets "$d") > 0)) || { echo "FAIL: $d received nothing"; return 1; }
-    (($(stat_of udp_rx_icrc_errors "$d") == 0)) || { echo "FAIL: ICRC errors at $d"; return 1; }
-    (($(stat_of udp_rx_malformed "$d") == 0)) || { echo "FAIL: malformed frames at $d"; return 1; }
+    (($(stat_of wire_rx_packets "$d") > 0)) || { echo "FAIL: $d received nothing"; return 1; }
+    (($(stat_of wire_rx_icrc_errors "$d") == 0)) || { echo "FAIL: ICRC errors at $d"; return 1; }
+    (($(stat_of wire_rx_malformed "$d") == 0)) || { echo "FAIL: malformed frames at $d"; return 1; }
   done
 }
 

@@ -215,10 +215,10 @@ struct Stats {
 
 // The counters shown in progress lines and failure reports (those vrnicctl has).
 const char *const kShownCounters[] = {
-    "udp_tx_packets",     "udp_rx_packets",    "retransmits",     "timeouts",
+    "wire_tx_packets",     "wire_rx_packets",    "retransmits",     "timeouts",
     "naks_sent",          "naks_received",     "duplicates",      "out_of_sequence",
-    "rnr_naks_sent",      "rnr_naks_received", "packets_dropped", "udp_tx_errors",
-    "udp_rx_icrc_errors", "udp_rx_malformed",  "faults_dropped",  "faults_duplicated",
+    "rnr_naks_sent",      "rnr_naks_received", "packets_dropped", "wire_tx_errors",
+    "wire_rx_icrc_errors", "wire_rx_malformed",  "faults_dropped",  "faults_duplicated",
     "faults_reordered",   "faults_corrupted",
 };
 
@@ -1257,15 +1257,15 @@ void run_rc_setting(Wire &w, const FaultSetting &s, uint64_t total) {
     const Stats &c = *d;
     INFO("[" << s.label << "] counters of vrnicd " << (d == &d1 ? "127.0.0.1" : "127.0.0.2") << ":"
              << format_counters(c));
-    CHECK(c["udp_rx_packets"] > 0);
+    CHECK(c["wire_rx_packets"] > 0);
     if (spec.empty()) {
       CHECK(c["faults_dropped"] + c["faults_duplicated"] + c["faults_reordered"] +
                 c["faults_corrupted"] ==
             0);
     }
     if (!has("corrupt")) {
-      CHECK(c["udp_rx_icrc_errors"] == 0);
-      CHECK(c["udp_rx_malformed"] == 0);
+      CHECK(c["wire_rx_icrc_errors"] == 0);
+      CHECK(c["wire_rx_malformed"] == 0);
     }
     if (has("loss")) {
       CHECK(c["faults_dropped"] > 0);
@@ -1280,10 +1280,10 @@ void run_rc_setting(Wire &w, const FaultSetting &s, uint64_t total) {
     if (has("hold_op")) CHECK(c["faults_reordered"] > 0);
     if (has("corrupt")) {
       CHECK(c["faults_corrupted"] > 0);
-      CHECK(c["udp_rx_icrc_errors"] > 0);
+      CHECK(c["wire_rx_icrc_errors"] > 0);
       // Each flipped bit is caught by the ICRC or the header checks, except in the one BTH
       // byte the ICRC masks (reserved, ignored).
-      CHECK(c["udp_rx_icrc_errors"] + c["udp_rx_malformed"] <= c["faults_corrupted"]);
+      CHECK(c["wire_rx_icrc_errors"] + c["wire_rx_malformed"] <= c["faults_corrupted"]);
       CHECK(c["retransmits"] > 0);
     }
   }

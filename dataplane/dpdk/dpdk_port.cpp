@@ -645,7 +645,7 @@ int DpdkPort::arm_rx_interrupt() {
 void DpdkPort::rx_interrupt_done() {
   pollfd p{rx_intr_fd_, POLLIN, 0};
   if (rx_armed_ && ::poll(&p, 1, 0) == 1) {
-    counters_.rx_interrupts++;
+    counters_[kPortRxInterrupts]++;
     uint64_t count;
     if (rx_intr_eventfd_ && ::read(rx_intr_fd_, &count, sizeof(count)) < 0) count = 0;
   }
@@ -718,7 +718,7 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
     std::memcpy(p, pkt->payload, pkt->payload_len);
     std::memset(p + pkt->payload_len, 0, pad);
     std::memcpy(p + pkt->payload_len + pad, icrc_bytes, wire::kIcrcBytes);
-    counters_.tx_payload_copied += pkt->payload_len;
+    counters_[kPortTxPayloadCopied] += pkt->payload_len;
     pool_.free(pkt);
     return head;
   }
@@ -743,7 +743,8 @@ rte_mbuf *DpdkPort::build_frame(Packet *pkt, const MacAddress &dst) {
   auto *t = reinterpret_cast<uint8_t *>(rte_pktmbuf_append(tail, uint16_t(pad + wire::kIcrcBytes)));
   std::memset(t, 0, pad);
   std::memcpy(t + pad, icrc_bytes, wire::kIcrcBytes);
-  (copied ? counters_.tx_payload_copied : counters_.tx_payload_zero_copy) += pkt->payload_len;
+  (copied ? counters_[kPortTxPayloadCopied] : counters_[kPortTxPayloadZeroCopy]) +=
+      pkt->payload_len;
   if (rte_pktmbuf_chain(head, payload) || rte_pktmbuf_chain(head, tail)) {
     rte_pktmbuf_free(head);  // frees what was chained; payload_done returns the packet
     return nullptr;
@@ -757,7 +758,7 @@ void DpdkPort::send_frames(rte_mbuf **frames, uint16_t n) {
   for (uint16_t i = sent; i < n; i++) {
     if (backlog_count_ == kTxBacklog) {  // a backlog this long: lost, as on a full NIC
       rte_pktmbuf_free(frames[i]);
-      counters_.tx_errors++;
+      counters_[kPortTxErrors]++;
       continue;
     }
     backlog_[(backlog_head_ + backlog_count_++) % kTxBacklog] = frames[i];
@@ -766,8 +767,8 @@ void DpdkPort::send_frames(rte_mbuf **frames, uint16_t n) {
 
 uint16_t DpdkPort::send_now(rte_mbuf **frames, uint16_t n) {
   const uint16_t sent = rte_eth_tx_burst(port_id_, queue_, frames, n);
-  for (uint16_t i = 0; i < sent; i++) counters_.tx_bytes += frames[i]->pkt_len;
-  counters_.tx_packets += sent;
+  for (uint16_t i = 0; i < sent; i++) counters_[kPortTxBytes] += frames[i]->pkt_len;
+  counters_[kPortTxPackets] += sent;
   if (sent) stalled_since_ns_ = 0;
   if (sent < n && !stalled_since_ns_) stalled_since_ns_ = now_ns();
   return sent;
@@ -794,7 +795,7 @@ bool DpdkPort::drain_backlog() {
 }
 
 void DpdkPort::drop_backlog() {
-  counters_.tx_errors += backlog_count_;
+  counters_[kPortTxErrors] += backlog_count_;
   for (; backlog_count_; backlog_count_--, backlog_head_ = (backlog_head_ + 1) % kTxBacklog)
     rte_pktmbuf_free(backlog_[backlog_head_]);
 }
@@ -809,7 +810,7 @@ void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
     Packet *pkt = pkts[i];
     const IpKey ip = ip_key(pkt->dst_gid);
     if (!running_ || !link_up() || gid_is_ipv4(pkt->dst_gid) == ipv6_) {  // not our family
-      counters_.tx_errors++;
+      counters_[kPortTxErrors]++;
       pool_.free(pkt);
       continue;
     }
@@ -824,7 +825,7 @@ void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
       if (!a.mac) {
         std::vector<Packet *> &waiting = pending_[ip];
         if (a.state == NeighborTable::State::kFailed || waiting.size() >= kMaxPendingPerPeer) {
-          counters_.tx_no_route++;
+          counters_[kPortTxNoRoute]++;
           pool_.free(pkt);
         } else {
           if (pkt->payload_len && !bounced(pkt)) {
@@ -842,7 +843,7 @@ void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
     }
     rte_mbuf *m = build_frame(pkt, cached_mac);
     if (!m) {
-      counters_.tx_errors++;  // no mbuf: the frame is lost, as on a full NIC
+      counters_[kPortTxErrors]++;  // no mbuf: the frame is lost, as on a full NIC
       continue;
     }
     frames[nframes++] = m;
@@ -870,7 +871,7 @@ void DpdkPort::resolve(const uint8_t *peer_gid) {
 uint16_t DpdkPort::tx_burst(Packet **pkts, uint16_t n) {
   on_thread();
   if (!enter_device()) {  // restarting, its link down: lost, as on a NIC without a link
-    counters_.tx_errors += n;
+    counters_[kPortTxErrors] += n;
     for (uint16_t i = 0; i < n; i++) pool_.free(pkts[i]);
     return n;
   }
@@ -986,7 +987,7 @@ void DpdkPort::drop_pending(IpKey ip) {
   auto it = pending_.find(ip);
   if (it == pending_.end()) return;
   for (Packet *p : it->second) pool_.free(p);
-  counters_.tx_no_route += it->second.size();
+  counters_[kPortTxNoRoute] += it->second.size();
   pending_packets_ -= uint32_t(it->second.size());
   pending_.erase(it);
 }
@@ -1029,14 +1030,14 @@ void DpdkPort::watch_device(uint64_t now) {
   if (rte_eth_stats_get(port_id_, &st) == 0) {
     if (st.imissed < imissed_seen_) imissed_before_ += imissed_seen_;
     imissed_seen_ = st.imissed;
-    counters_.rx_dropped = imissed_before_ + imissed_seen_;
+    counters_[kPortRxDropped] = imissed_before_ + imissed_seen_;
   }
   rte_eth_link link{};
   bool up = rte_eth_link_get_nowait(port_id_, &link) != 0 || link.link_status;
   if (!iface_.empty()) up = up && kernel_link_running(iface_);
   const bool was_up = link_up_.load(std::memory_order_relaxed);
   if (up != was_up || !announced_) {
-    if (up != was_up) counters_.link_changes++;
+    if (up != was_up) counters_[kPortLinkChanges]++;
     // A memif peer that just went away may be shutting down: reconnecting at once would land
     // between its device's stop and close, which DPDK 22.11's memif server does not survive.
     if (was_up && !up) next_restart_ = now + kMemifRetryNs;
@@ -1104,8 +1105,8 @@ void DpdkPort::receive_frame(rte_mbuf *m, uint64_t now) {
   if (m->nb_segs > 1) {  // chained (a large frame on memif): one copy into a packet
     pkt = pool_.alloc();
     if (!pkt || m->pkt_len > kPacketBufferBytes) {
-      counters_.rx_no_buffer += pkt == nullptr;
-      counters_.rx_malformed += pkt != nullptr;
+      counters_[kPortRxNoBuffer] += pkt == nullptr;
+      counters_[kPortRxMalformed] += pkt != nullptr;
       if (pkt) pool_.free(pkt);
       rte_pktmbuf_free(m);
       return;
@@ -1118,7 +1119,7 @@ void DpdkPort::receive_frame(rte_mbuf *m, uint64_t now) {
     rte_pktmbuf_free(m);
   };
   auto malformed = [&] {
-    counters_.rx_malformed++;
+    counters_[kPortRxMalformed]++;
     ignore();
   };
   if (len < kEthHeaderBytes) return malformed();
@@ -1152,7 +1153,7 @@ void DpdkPort::receive_frame(rte_mbuf *m, uint64_t now) {
   if (wire::load_be16(udp + 2) != udp_port_) return ignore();
   if (wire::load_be16(udp + 4) != udp_len) return malformed();
   if (!pkt && !(pkt = pool_.alloc())) {
-    counters_.rx_no_buffer++;
+    counters_[kPortRxNoBuffer]++;
     return ignore();
   }
   if (m->nb_segs > 1) {
@@ -1190,17 +1191,17 @@ void DpdkPort::on_received(RxFrame f) {
   Packet *pkt = f.pkt;
   const RxScratch &rx = scratch<RxScratch>(pkt);
   if (!pkt->parse(f.data, f.len)) {
-    counters_.rx_malformed++;
+    counters_[kPortRxMalformed]++;
     pool_.free(pkt);
     return;
   }
   if (!roce_icrc_ok(rx.ip, rx.ip_len, rx.udp, f.data, f.len)) {
-    counters_.rx_icrc_errors++;
+    counters_[kPortRxIcrcErrors]++;
     pool_.free(pkt);
     return;
   }
-  counters_.rx_packets++;
-  counters_.rx_bytes += f.len;
+  counters_[kPortRxPackets]++;
+  counters_[kPortRxBytes] += f.len;
   ready_.push_back(pkt);
 }
 

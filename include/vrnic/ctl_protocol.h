@@ -12,7 +12,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 3;
+inline constexpr uint32_t kProtocolVersion = 4;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -326,30 +326,15 @@ struct StatsResp {
   uint32_t mws;
   uint32_t reserved;
   uint64_t transport[kTransportCounterCount];  // the device's (TransportCounter)
-  // the wire port (zero without one)
-  uint64_t wire_tx_packets;
-  uint64_t wire_tx_bytes;
-  uint64_t wire_tx_errors;
-  uint64_t wire_rx_packets;
-  uint64_t wire_rx_bytes;
-  uint64_t wire_rx_icrc_errors;
-  uint64_t wire_rx_malformed;
-  uint64_t wire_rx_no_buffer;
+  uint64_t port[kPortCounterCount];            // the wire ports' (PortCounter; zero without one)
   uint64_t faults_dropped;
   uint64_t faults_duplicated;
   uint64_t faults_reordered;
   uint64_t faults_corrupted;
   uint64_t faults_delayed;
-  uint64_t wire_tx_payload_copied;     // payload bytes the port copied into frames
-  uint64_t wire_tx_payload_zero_copy;  // ... sent from registered memory in place
-  uint64_t wire_tx_no_route;           // packets dropped: peer's link address unknown
-  uint64_t wire_link_changes;
-  uint64_t wire_link_up;        // 1 up, 0 down (1 without a wire port)
-  uint64_t wire_rx_interrupts;  // worker sleeps ended by a frame (the port's RX interrupt)
-  uint64_t qp_moves;            // QPs moved between workers (rebalancing and vrnicctl move)
+  uint64_t wire_link_up;  // 1 up, 0 down (1 without a wire port)
+  uint64_t qp_moves;      // QPs moved between workers (rebalancing and vrnicctl move)
   uint64_t workers;
-  uint64_t wire_rx_dropped;       // dropped before the port read them (full socket buffer, ring)
-  uint64_t wire_rx_ip_id_solved;  // accepted with an unseen IPv4 ID solved from the ICRC
   // The asking user's account (control/quota.h): what it holds, what it may hold, and how
   // many of its requests a quota refused.
   uint64_t user_uid;

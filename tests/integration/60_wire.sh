@@ -39,9 +39,9 @@ wire_counters() {
     vrnicctl_stats "$s" | grep -E 'packets|icrc|malformed|tx_errors|retransmits' | sed 's/^/    /'
   done
   for s in "$VRNIC_SOCKET" "$PEER_SOCKET"; do
-    (($(vrnic_stat udp_rx_packets "$s") > 0)) || { echo "FAIL: no UDP packets received"; return 1; }
-    (($(vrnic_stat udp_rx_icrc_errors "$s") == 0)) || { echo "FAIL: ICRC errors"; return 1; }
-    (($(vrnic_stat udp_rx_malformed "$s") == 0)) || { echo "FAIL: malformed packets"; return 1; }
+    (($(vrnic_stat wire_rx_packets "$s") > 0)) || { echo "FAIL: no UDP packets received"; return 1; }
+    (($(vrnic_stat wire_rx_icrc_errors "$s") == 0)) || { echo "FAIL: ICRC errors"; return 1; }
+    (($(vrnic_stat wire_rx_malformed "$s") == 0)) || { echo "FAIL: malformed packets"; return 1; }
   done
 }
 
@@ -112,12 +112,12 @@ start_small_buffer_hosts() {
 small_buffers() {
   local d k note="" before=()
   for d in sb1 sb2; do
-    for k in udp_rx_dropped retransmits timeouts; do before+=("$(stat_of "$k" "$d")"); done
+    for k in wire_rx_dropped retransmits timeouts; do before+=("$(stat_of "$k" "$d")"); done
   done
   perftest_between sb1 sb2 "$@" || return 1
   for d in sb1 sb2; do
     note+="$d:"
-    for k in udp_rx_dropped retransmits timeouts; do
+    for k in wire_rx_dropped retransmits timeouts; do
       note+=" $k $(($(stat_of "$k" "$d") - before[0]))"
       before=("${before[@]:1}")
     done
@@ -219,9 +219,9 @@ raw_ids_served() {
   vrnic_wait_exit "$sink" 45
   cat "$sink_log"
   [[ $VRNIC_RC == 0 ]] || { echo "FAIL: ud_sink exit $VRNIC_RC"; return 1; }
-  icrc=$(vrnic_stat udp_rx_icrc_errors "${SOCK[raw]}")
-  solved=$(vrnic_stat udp_rx_ip_id_solved "${SOCK[raw]}")
-  echo "udp_rx_icrc_errors=$icrc udp_rx_ip_id_solved=$solved"
+  icrc=$(vrnic_stat wire_rx_icrc_errors "${SOCK[raw]}")
+  solved=$(vrnic_stat wire_rx_ip_id_solved "${SOCK[raw]}")
+  echo "wire_rx_icrc_errors=$icrc wire_rx_ip_id_solved=$solved"
   kill -TERM "${PID[raw]}"
   vrnic_wait_exit "${PID[raw]}" 10
   ((icrc == 150)) || { echo "FAIL: want the 100 damaged and 50 loopback datagrams dropped"; return 1; }
@@ -284,13 +284,13 @@ bad_fault_specs() {
 check "vrnicctl faults with a bad spec: exit 2 and what is wrong" bad_fault_specs
 
 # A stopped vrnicd's socket overflows: the datagrams the kernel drops are counted
-# (udp_rx_dropped, the socket's SO_RXQ_OVFL count), those it kept are read and refused (not
-# RoCE: udp_rx_malformed). Each is one or the other, and the daemon carries traffic after.
+# (wire_rx_dropped, the socket's SO_RXQ_OVFL count), those it kept are read and refused (not
+# RoCE: wire_rx_malformed). Each is one or the other, and the daemon carries traffic after.
 # (The kernel reports its count with the next datagram queued, here the pingpong's.)
 socket_overflow() {
   local n=60000 d0 m0 d m
   wire_daemons || return 1
-  d0=$(vrnic_stat udp_rx_dropped "$PEER_SOCKET") m0=$(vrnic_stat udp_rx_malformed "$PEER_SOCKET")
+  d0=$(vrnic_stat wire_rx_dropped "$PEER_SOCKET") m0=$(vrnic_stat wire_rx_malformed "$PEER_SOCKET")
   echo "+ kill -STOP $PEER_PID; $n datagrams of 1000 x 0xff to 127.0.0.2:$WIRE_PORT; kill -CONT"
   kill -STOP "$PEER_PID"
   /usr/bin/python3 -c '
@@ -302,9 +302,9 @@ for _ in range(int(sys.argv[2])):
 ' "$WIRE_PORT" "$n"
   kill -CONT "$PEER_PID"
   pingpong_across ibv_rc_pingpong -n 100 >/dev/null || { echo "FAIL: no traffic afterwards"; return 1; }
-  d=$(($(vrnic_stat udp_rx_dropped "$PEER_SOCKET") - d0))
-  m=$(($(vrnic_stat udp_rx_malformed "$PEER_SOCKET") - m0))
-  echo "dropped by the kernel (udp_rx_dropped): $d; read and refused (udp_rx_malformed): $m"
+  d=$(($(vrnic_stat wire_rx_dropped "$PEER_SOCKET") - d0))
+  m=$(($(vrnic_stat wire_rx_malformed "$PEER_SOCKET") - m0))
+  echo "dropped by the kernel (wire_rx_dropped): $d; read and refused (wire_rx_malformed): $m"
   ((d > 0)) || { echo "FAIL: no drop counted"; return 1; }
   ((d + m == n)) || { echo "FAIL: $((d + m)) accounted for, $n sent"; return 1; }
   CHECK_NOTE="$d dropped, $m refused"

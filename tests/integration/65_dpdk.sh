@@ -53,7 +53,7 @@ bad_frames_to() {
   shift 8
   local mac out m0 i0 m i want_m want_i
   mac=$(ip -n "$ns_to" -br link show "$veth_to" | awk '{ print $3 }')
-  m0=$(stat_of udp_rx_malformed "$target") i0=$(stat_of udp_rx_icrc_errors "$target")
+  m0=$(stat_of wire_rx_malformed "$target") i0=$(stat_of wire_rx_icrc_errors "$target")
   echo "+ ip netns exec $ns_from python3 tests/tools/bad_frames.py --iface $veth_from" \
     "--dst-mac $mac --src-ip $from_ip --dst-ip $to_ip $*"
   out=$(ip netns exec "$ns_from" timeout -k 5 60 /usr/bin/python3 \
@@ -63,7 +63,7 @@ bad_frames_to() {
   read -r want_m want_i < <(sed -n 's/^expect malformed=\([0-9]*\) icrc=\([0-9]*\)$/\1 \2/p' <<<"$out")
   [[ -n $want_m ]] || { echo "FAIL: bad_frames.py printed no expectation"; return 1; }
   sleep 0.5
-  m=$(($(stat_of udp_rx_malformed "$target") - m0)) i=$(($(stat_of udp_rx_icrc_errors "$target") - i0))
+  m=$(($(stat_of wire_rx_malformed "$target") - m0)) i=$(($(stat_of wire_rx_icrc_errors "$target") - i0))
   echo "vrnicd $target counted malformed +$m (want $want_m), ICRC errors +$i (want $want_i)"
   ((m == want_m && i == want_i)) || { echo "FAIL: counters disagree"; return 1; }
   pingpong_between "$target" "$peer" ibv_rc_pingpong >/dev/null ||
@@ -105,18 +105,18 @@ check "ibv_ud_pingpong: af_packet <-> af_xdp across a veth pair" \
 # and how many were copied. af_xdp cannot take chains, so that side copies (and says so).
 zero_copy() {
   local zc0 cp0 rt0 zc cp rt sent=$((3000 * 65536))
-  zc0=$(stat_of udp_tx_payload_zero_copy a) cp0=$(stat_of udp_tx_payload_copied a)
+  zc0=$(stat_of wire_tx_payload_zero_copy a) cp0=$(stat_of wire_tx_payload_copied a)
   rt0=$(stat_of retransmits a)
   perftest_between b a ib_write_bw -s 65536 -n 3000 >/dev/null || return 1
-  zc=$(($(stat_of udp_tx_payload_zero_copy a) - zc0)) cp=$(($(stat_of udp_tx_payload_copied a) - cp0))
+  zc=$(($(stat_of wire_tx_payload_zero_copy a) - zc0)) cp=$(($(stat_of wire_tx_payload_copied a) - cp0))
   rt=$(($(stat_of retransmits a) - rt0))
   echo "af_packet sender: $zc payload bytes zero-copy, $cp copied, $rt retransmissions" \
     "(retransmissions are copied on purpose); $sent bytes written"
-  echo "af_xdp side: $(stat_of udp_tx_payload_zero_copy b) zero-copy," \
-    "$(stat_of udp_tx_payload_copied b) copied"
+  echo "af_xdp side: $(stat_of wire_tx_payload_zero_copy b) zero-copy," \
+    "$(stat_of wire_tx_payload_copied b) copied"
   ((zc >= sent)) || { echo "FAIL: not every written byte left in place"; return 1; }
   ((rt > 0 || cp == 0)) || { echo "FAIL: bytes copied with no retransmission"; return 1; }
-  (($(stat_of udp_tx_payload_zero_copy b) == 0)) || { echo "FAIL: af_xdp cannot chain"; return 1; }
+  (($(stat_of wire_tx_payload_zero_copy b) == 0)) || { echo "FAIL: af_xdp cannot chain"; return 1; }
   CHECK_NOTE="$((zc / 1048576)) MiB in place, $cp B copied"
 }
 check "zero-copy transmit: af_packet sends registered memory in place, copies nothing" \
@@ -179,7 +179,7 @@ link_flap() {
   ((VRNIC_RC == 0)) || { echo "FAIL: port_event_watch: $(_vrnic_status_word "$VRNIC_RC")"; ok=1; }
   wait_link a b && pingpong_between a b ibv_rc_pingpong >/dev/null ||
     { echo "FAIL: no traffic after link up"; ok=1; }
-  echo "link changes seen by vrnicd a: $(stat_of link_changes a)"
+  echo "link changes seen by vrnicd a: $(stat_of wire_link_changes a)"
   return "$ok"
 }
 check "link down gives IBV_EVENT_PORT_ERR, link up PORT_ACTIVE, and traffic resumes" \
@@ -193,18 +193,18 @@ check "link down gives IBV_EVENT_PORT_ERR, link up PORT_ACTIVE, and traffic resu
 # unreachable HOST PEER ADDRESS: from vrnicd HOST to ADDRESS; PEER is HOST's real peer.
 unreachable() {
   local host=$1 peer=$2 addr=$3 ok=0 nr0 nr=0 log=$DIR/unreachable.log
-  nr0=$(stat_of udp_tx_no_route "$host")
+  nr0=$(stat_of wire_tx_no_route "$host")
   echo "+ unreachable_peer --peer $addr   # a client of vrnicd $host; no host has $addr"
   VRNIC_SOCKET=${SOCK[$host]} "${VRUN[@]}" timeout -k 2 30 \
     "$VRNIC_BUILD_DIR/tests/unreachable_peer" --peer "$addr" >"$log" 2>&1 || ok=1
   sed 's/^/    /' "$log"
   for _ in $(seq 30); do
-    nr=$(($(stat_of udp_tx_no_route "$host") - nr0))
+    nr=$(($(stat_of wire_tx_no_route "$host") - nr0))
     ((nr > 0)) && break
     sleep 0.1
   done
   echo "    frames dropped for want of the address: $nr"
-  ((nr > 0)) || { echo "FAIL: none counted as unroutable (udp_tx_no_route)"; ok=1; }
+  ((nr > 0)) || { echo "FAIL: none counted as unroutable (wire_tx_no_route)"; ok=1; }
   pingpong_between "$host" "$peer" ibv_rc_pingpong >/dev/null ||
     { echo "FAIL: no traffic with the real peer afterwards"; ok=1; }
   CHECK_NOTE=$(sed -n 's/^status=.* after_ms=\([0-9]*\) .*/\1 ms/p' "$log")
@@ -233,9 +233,9 @@ first_burst() {
   local d bad=0
   perftest_between "$1" "$2" ib_write_bw -s 64 -q 16 -n 2000 >/dev/null || return 1
   for d in "$1" "$2"; do
-    echo "    $d: udp_tx_no_route=$(stat_of udp_tx_no_route "$d")" \
+    echo "    $d: wire_tx_no_route=$(stat_of wire_tx_no_route "$d")" \
       "retransmits=$(stat_of retransmits "$d") timeouts=$(stat_of timeouts "$d")"
-    (($(stat_of udp_tx_no_route "$d") == 0 && $(stat_of retransmits "$d") == 0)) || bad=1
+    (($(stat_of wire_tx_no_route "$d") == 0 && $(stat_of retransmits "$d") == 0)) || bad=1
   done
   ((!bad)) || { echo "FAIL: frames lost while the peer was resolved"; return 1; }
 }
@@ -263,11 +263,11 @@ check "memif counters: frames both ways, no ICRC or format errors" \
 # no_tx_drops PERFTEST ARGS...: run between m1 and m2; neither vrnicd counts a TX error.
 no_tx_drops() {
   local d before=()
-  for d in m1 m2; do before+=("$(stat_of udp_tx_errors "$d")"); done
+  for d in m1 m2; do before+=("$(stat_of wire_tx_errors "$d")"); done
   perftest_between m1 m2 "$@" || return 1
   for d in m1 m2; do
-    echo "    $d udp_tx_errors: ${before[0]} -> $(stat_of udp_tx_errors "$d")"
-    (($(stat_of udp_tx_errors "$d") == before[0])) || { echo "FAIL: $d dropped frames"; return 1; }
+    echo "    $d wire_tx_errors: ${before[0]} -> $(stat_of wire_tx_errors "$d")"
+    (($(stat_of wire_tx_errors "$d") == before[0])) || { echo "FAIL: $d dropped frames"; return 1; }
     before=("${before[@]:1}")
   done
 }
@@ -286,10 +286,10 @@ memif_peer_death() {
   kill -KILL "${PID[$srv]}"
   vrnic_wait_exit "${PID[$srv]}" 5
   for _ in $(seq 100); do
-    [[ $(stat_of link_up "$cli") == 0 ]] && break
+    [[ $(stat_of wire_link_up "$cli") == 0 ]] && break
     sleep 0.1
   done
-  [[ $(stat_of link_up "$cli") == 0 ]] || { echo "FAIL: the client's link is still up"; return 1; }
+  [[ $(stat_of wire_link_up "$cli") == 0 ]] || { echo "FAIL: the client's link is still up"; return 1; }
   echo "link of $cli down"
   host_vrnicd "$srv" - "$@" && wait_link "$srv" "$cli" &&
     pingpong_between "$srv" "$cli" ibv_rc_pingpong
@@ -320,10 +320,10 @@ memif_peer_stopped() {
   cli=$!
   _vrnic_track "$cli"
   for _ in $(seq 100); do
-    (($(stat_of udp_tx_packets p2) > 10000)) && break
+    (($(stat_of wire_tx_packets p2) > 10000)) && break
     sleep 0.1
   done
-  echo "+ kill -STOP ${PID[p1]}   # the memif server's vrnicd, mid-transfer ($(stat_of udp_tx_packets p2) frames sent)"
+  echo "+ kill -STOP ${PID[p1]}   # the memif server's vrnicd, mid-transfer ($(stat_of wire_tx_packets p2) frames sent)"
   kill -STOP "${PID[p1]}"
   sleep 0.5
   echo "+ kill -KILL $cli   # the sending ib_write_bw"
@@ -336,8 +336,8 @@ memif_peer_stopped() {
     qps=$(stat_of qps p2) && ((qps == 0)) && break
     sleep 0.1
   done
-  errors=$(stat_of udp_tx_errors p2)
-  echo "    p2, its peer still stopped: qps=${qps:-?} udp_tx_errors=${errors:-?}"
+  errors=$(stat_of wire_tx_errors p2)
+  echo "    p2, its peer still stopped: qps=${qps:-?} wire_tx_errors=${errors:-?}"
   kill -CONT "${PID[p1]}"
   kill -KILL "$srv" 2>/dev/null
   vrnic_wait_exit "$srv" 5
@@ -428,12 +428,12 @@ dual_link_down() {
   echo "+ ip -n $NS_Y link set $VETH_Y0 down   # vrnic0's link"
   ip -n "$NS_Y" link set "$VETH_Y0" down || return 1
   for _ in $(seq 100); do
-    [[ $(stat_of link_up y) == 0 ]] && break
+    [[ $(stat_of wire_link_up y) == 0 ]] && break
     sleep 0.1
   done
-  echo "    link_up: vrnic0 $(stat_of link_up y), vrnic1 $(stat_of link_up y1)"
-  [[ $(stat_of link_up y) == 0 ]] || { echo "FAIL: vrnic0's link is still up"; ok=1; }
-  [[ $(stat_of link_up y1) == 1 ]] || { echo "FAIL: vrnic1's link went down with it"; ok=1; }
+  echo "    link_up: vrnic0 $(stat_of wire_link_up y), vrnic1 $(stat_of wire_link_up y1)"
+  [[ $(stat_of wire_link_up y) == 0 ]] || { echo "FAIL: vrnic0's link is still up"; ok=1; }
+  [[ $(stat_of wire_link_up y1) == 1 ]] || { echo "FAIL: vrnic1's link went down with it"; ok=1; }
   pingpong_between y1 z1 ibv_rc_pingpong >/dev/null ||
     { echo "FAIL: vrnic1 carried no traffic while vrnic0's link was down"; ok=1; }
   echo "+ ip -n $NS_Y link set $VETH_Y0 up"
@@ -616,7 +616,7 @@ v6_kernel_neighbor() {
   echo "    kernel neighbours of $VETH_J: $out"
   grep -q "^$IP6_I lladdr .* \(REACHABLE\|STALE\|DELAY\|PROBE\)" <<<"$out" ||
     { echo "FAIL: the kernel did not resolve $IP6_I through vrnicd's advertisement"; return 1; }
-  (($(stat_of udp_tx_no_route i) == 0)) || { echo "FAIL: vrnicd i found no route"; return 1; }
+  (($(stat_of wire_tx_no_route i) == 0)) || { echo "FAIL: vrnicd i found no route"; return 1; }
 }
 check "the kernel resolved the dpdk port's IPv6 address (neighbour advertisement), and vrnicd the kernel's" \
   across_v6_mixed v6_kernel_neighbor
@@ -664,17 +664,17 @@ tap_rx_interrupts() {
   ((w1 - w0 < 200)) || { echo "FAIL: the idle worker polls instead of sleeping on the interrupt"; return 1; }
   # One frame at a time, each after the worker fell asleep again (vrnicctl's question wakes it;
   # it sleeps after 20 ms without work): a few tries, in case other traffic woke it just then.
-  i0=$(stat_of rx_interrupts t) && i1=$i0
+  i0=$(stat_of wire_rx_interrupts t) && i1=$i0
   for try in 1 2 3; do
     sleep 0.3
     ip -n "$NS_T" neigh flush dev "$TAP"
     echo "+ a UDP datagram from the kernel to $IP_T:4791 (try $try)"
     ip netns exec "$NS_T" bash -c "echo not-roce >/dev/udp/$IP_T/4791" || return 1
     sleep 0.2
-    i1=$(stat_of rx_interrupts t)
+    i1=$(stat_of wire_rx_interrupts t)
     ((i1 > i0)) && break
   done
-  echo "    rx_interrupts $i0 -> $i1, malformed: $(stat_of udp_rx_malformed t)"
+  echo "    rx_interrupts $i0 -> $i1, malformed: $(stat_of wire_rx_malformed t)"
   ((i1 > i0)) || { echo "FAIL: the frame did not wake the worker through its interrupt"; return 1; }
   pingpong_between u t ibv_ud_pingpong
 }

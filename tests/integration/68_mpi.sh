@@ -67,7 +67,7 @@ ranks_one_vrnicd() {
 
 ranks_two_vrnicd() {
   # shellcheck disable=SC2046
-  job 2 $((16 << 20)) udp_tx_bytes "$PAIR_A" "$PAIR_B" -- \
+  job 2 $((16 << 20)) wire_tx_bytes "$PAIR_A" "$PAIR_B" -- \
     -np 1 $(ucx_env "$PAIR_A") "$MPI_CHECK" : -np 1 $(ucx_env "$PAIR_B") "$MPI_CHECK"
 }
 

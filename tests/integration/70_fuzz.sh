@@ -202,11 +202,11 @@ counters() {
       sed 's/^/    /'
   done
   sent=$(kv "$VRNIC_TMP/fuzz.out" packets_sent)
-  rx=$(vrnic_stat udp_rx_packets "$A_SOCK")
-  icrc=$(vrnic_stat udp_rx_icrc_errors "$A_SOCK")
-  mal=$(vrnic_stat udp_rx_malformed "$A_SOCK")
+  rx=$(vrnic_stat wire_rx_packets "$A_SOCK")
+  icrc=$(vrnic_stat wire_rx_icrc_errors "$A_SOCK")
+  mal=$(vrnic_stat wire_rx_malformed "$A_SOCK")
   drop=$(vrnic_stat packets_dropped "$A_SOCK")
-  btx=$(vrnic_stat udp_tx_packets "$B_SOCK")
+  btx=$(vrnic_stat wire_tx_packets "$B_SOCK")
   local counted=$((rx + icrc + mal)) fuzz_rx=$((rx - btx))
   echo "fuzzer sent $sent; vrnicd A counted $counted UDP datagrams: $mal malformed," \
     "$icrc ICRC errors, $rx to the transport (about $fuzz_rx of them the fuzzer's, $btx" \
@@ -232,14 +232,14 @@ truncation() {
     return 1
   fi
   local k before=() after=() d=()
-  for k in udp_rx_packets udp_rx_malformed udp_rx_icrc_errors; do
+  for k in wire_rx_packets wire_rx_malformed wire_rx_icrc_errors; do
     before+=("$(vrnic_stat "$k" "$A_SOCK")")
   done
   echo "+ packet_fuzz --target 127.0.0.1 --port $FUZZ_PORT --probe-truncation"
   vrnic_fg timeout -k 5 30 "$PACKET_FUZZ" --target 127.0.0.1 --port "$FUZZ_PORT" \
     --probe-truncation </dev/null || return 1
   sleep 0.3
-  for k in udp_rx_packets udp_rx_malformed udp_rx_icrc_errors; do
+  for k in wire_rx_packets wire_rx_malformed wire_rx_icrc_errors; do
     after+=("$(vrnic_stat "$k" "$A_SOCK")")
   done
   for k in 0 1 2; do d+=($((after[k] - before[k]))); done

@@ -201,8 +201,8 @@ done
 # What rxe sent was taken: its IPv4 IDs (one per packet) were solved for, no ICRC error.
 rxe_counters() {
   local s=${SOCK[rxe]} solved icrc
-  solved=$(vrnic_stat udp_rx_ip_id_solved "$s") icrc=$(vrnic_stat udp_rx_icrc_errors "$s")
-  echo "vrnic0: udp_rx_ip_id_solved=$solved udp_rx_icrc_errors=$icrc"
+  solved=$(vrnic_stat wire_rx_ip_id_solved "$s") icrc=$(vrnic_stat wire_rx_icrc_errors "$s")
+  echo "vrnic0: wire_rx_ip_id_solved=$solved wire_rx_icrc_errors=$icrc"
   ((solved > 0)) || { echo "FAIL: no packet with a solved IPv4 ID"; return 1; }
   ((icrc == 0)) || { echo "FAIL: ICRC errors"; return 1; }
   CHECK_NOTE="$solved packets with rxe's IPv4 IDs"
