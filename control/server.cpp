@@ -356,195 +356,33 @@ bool Server::handle(Session &s) {
   int err = ctl::recv_message(s.sock, m.get());
   if (err == EAGAIN) return true;
   if (err) return false;  // closed or malformed: the client is gone or broken
-  auto op = ctl::Op(m->header.op);
+  const auto op = ctl::Op(m->header.op);
+  const Command *cmd = command(op);
+  Reply r;
+  int status;
+  bool keep = true;
   if (s.refused) {  // its user holds every connection allowed
-    m->close_fds();
-    ctl::send_message(s.sock, op, ENOMEM, nullptr, 0);
-    return false;
+    status = ENOMEM;
+    keep = false;
+  } else if ((!cmd || cmd->who == Who::kClient) && !s.shm) {
+    status = EPROTO;  // verbs commands come after Hello
+    keep = false;
+  } else if (!cmd) {
+    status = EOPNOTSUPP;
+  } else if (cmd->who == Who::kAdmin && !s.admin) {
+    status = EPERM;
+  } else {
+    status = cmd->serve(*this, s, *m, r);
+    keep = status == 0 || cmd->who != Who::kNewClient;
   }
-  // vrnicctl's commands need no session; everything else comes after Hello.
-  bool management = op == ctl::Op::kStats || op == ctl::Op::kSetFaults || op == ctl::Op::kListQps ||
-                    op == ctl::Op::kMoveQp || op == ctl::Op::kListDevices;
-  if (op != ctl::Op::kHello && !management && !s.shm) {
-    m->close_fds();
-    ctl::send_message(s.sock, op, EPROTO, nullptr, 0);
-    return false;
-  }
+  m->close_fds();  // a method that keeps a received fd keeps a dup of it
   // A reply that does not fit in the socket's buffer: the client is not reading.
-  bool alive = true;
-  auto reply = [&](int status, const void *body, size_t len, const std::vector<int> &fds = {}) {
-    if (ctl::send_message(s.sock, op, status, status ? nullptr : body, status ? 0 : len, fds.data(),
-                          status ? 0 : fds.size()))
-      alive = false;
-  };
-  // Changing the device for everyone is for vrnicd's own user and root (issue 17, row 3).
-  if ((op == ctl::Op::kSetFaults || op == ctl::Op::kMoveQp) && !s.admin) {
-    m->close_fds();
-    reply(EPERM, nullptr, 0);
-    return alive;
-  }
-  auto handle_of = [&]() -> uint32_t {
-    auto *r = m->as<ctl::HandleReq>();
-    return r ? r->handle : 0;
-  };
-  switch (op) {
-    case ctl::Op::kHello: {
-      auto resp = std::make_unique<ctl::HelloResp>();
-      std::vector<int> fds;
-      int st = hello(s, *m, *resp, fds);
-      m->close_fds();  // hello() keeps a dup of the event pipe: every open leaked one fd
-      reply(st, resp.get(), sizeof(*resp), fds);
-      return st == 0 && alive;
-    }
-    case ctl::Op::kAllocPd: {
-      ctl::HandleResp resp{};
-      reply(alloc_pd(s, resp), &resp, sizeof(resp));
-      break;
-    }
-    case ctl::Op::kDeallocPd:
-      reply(dealloc_pd(s, handle_of()), nullptr, 0);
-      break;
-    case ctl::Op::kRegMr: {
-      ctl::RegMrResp resp{};
-      int st = reg_mr(s, *m, resp);
-      m->close_fds();
-      reply(st, &resp, sizeof(resp));
-      break;
-    }
-    case ctl::Op::kAllocNullMr: {
-      ctl::RegMrResp resp{};
-      reply(alloc_null_mr(s, handle_of(), resp), &resp, sizeof(resp));
-      break;
-    }
-    case ctl::Op::kAllocMw: {
-      ctl::AllocMwResp resp{};
-      auto *req = m->as<ctl::AllocMwReq>();
-      reply(req ? alloc_mw(s, *req, resp) : EINVAL, &resp, sizeof(resp));
-      break;
-    }
-    case ctl::Op::kDeallocMw:
-      reply(dealloc_mw(s, handle_of()), nullptr, 0);
-      break;
-    case ctl::Op::kDeregMr:
-      reply(dereg_mr(s, handle_of()), nullptr, 0);
-      break;
-    case ctl::Op::kCreateChannel: {
-      ctl::HandleResp resp{};
-      reply(create_channel(s, *m, resp), &resp, sizeof(resp));
-      break;
-    }
-    case ctl::Op::kDestroyChannel:
-      reply(destroy_channel(s, handle_of()), nullptr, 0);
-      break;
-    case ctl::Op::kCreateCq: {
-      ctl::CreateCqResp resp{};
-      std::vector<int> fds;
-      auto *req = m->as<ctl::CreateCqReq>();
-      int st = req ? create_cq(s, *req, resp, fds) : EINVAL;
-      reply(st, &resp, sizeof(resp), fds);
-      for (int fd : fds) ::close(fd);
-      break;
-    }
-    case ctl::Op::kResizeCq: {
-      ctl::CreateCqResp resp{};
-      std::vector<int> fds;
-      auto *req = m->as<ctl::ResizeCqReq>();
-      int st = req ? resize_cq(s, *req, resp, fds) : EINVAL;
-      reply(st, &resp, sizeof(resp), fds);
-      for (int fd : fds) ::close(fd);
-      break;
-    }
-    case ctl::Op::kDestroyCq:
-      reply(destroy_cq(s, handle_of()), nullptr, 0);
-      break;
-    case ctl::Op::kCreateQp: {
-      ctl::CreateQpResp resp{};
-      std::vector<int> fds;
-      auto *req = m->as<ctl::CreateQpReq>();
-      int st = req ? create_qp(s, *req, resp, fds) : EINVAL;
-      reply(st, &resp, sizeof(resp), fds);
-      for (int fd : fds) ::close(fd);
-      break;
-    }
-    case ctl::Op::kModifyQp: {
-      auto *req = m->as<ctl::ModifyQpReq>();
-      reply(req ? modify_qp(s, *req) : EINVAL, nullptr, 0);
-      break;
-    }
-    case ctl::Op::kQueryQp: {
-      ctl::QueryQpResp resp{};
-      reply(query_qp(s, handle_of(), resp), &resp, sizeof(resp));
-      break;
-    }
-    case ctl::Op::kDestroyQp:
-      reply(destroy_qp(s, handle_of()), nullptr, 0);
-      break;
-    case ctl::Op::kCreateSrq: {
-      ctl::CreateSrqResp resp{};
-      std::vector<int> fds;
-      auto *req = m->as<ctl::CreateSrqReq>();
-      int st = req ? create_srq(s, *req, resp, fds) : EINVAL;
-      reply(st, &resp, sizeof(resp), fds);
-      for (int fd : fds) ::close(fd);
-      break;
-    }
-    case ctl::Op::kModifySrq: {
-      auto *req = m->as<ctl::ModifySrqReq>();
-      reply(req ? modify_srq(s, *req) : EINVAL, nullptr, 0);
-      break;
-    }
-    case ctl::Op::kQuerySrq: {
-      ctl::QuerySrqResp resp{};
-      reply(query_srq(s, handle_of(), resp), &resp, sizeof(resp));
-      break;
-    }
-    case ctl::Op::kDestroySrq:
-      reply(destroy_srq(s, handle_of()), nullptr, 0);
-      break;
-    case ctl::Op::kCreateAh: {
-      ctl::HandleResp resp{};
-      auto *req = m->as<ctl::CreateAhReq>();
-      reply(req ? create_ah(s, *req, resp) : EINVAL, &resp, sizeof(resp));
-      break;
-    }
-    case ctl::Op::kDestroyAh:
-      reply(destroy_ah(s, handle_of()), nullptr, 0);
-      break;
-    case ctl::Op::kSetFaults: {
-      auto *req = m->as<ctl::SetFaultsReq>();
-      reply(req ? set_faults(*req) : EINVAL, nullptr, 0);
-      break;
-    }
-    case ctl::Op::kMoveQp: {
-      auto *req = m->as<ctl::MoveQpReq>();
-      reply(req ? move_qp(*req) : EINVAL, nullptr, 0);
-      break;
-    }
-    case ctl::Op::kListQps: {
-      auto resp = std::make_unique<ctl::ListQpsResp>();
-      auto *req = m->as<ctl::ListQpsReq>();
-      if (req) list_qps(s, req->start, *resp);
-      reply(req ? 0 : EINVAL, resp.get(), sizeof(*resp));
-      break;
-    }
-    case ctl::Op::kStats: {
-      ctl::StatsResp resp{};
-      stats(s, resp);
-      reply(0, &resp, sizeof(resp));
-      break;
-    }
-    case ctl::Op::kListDevices: {
-      auto resp = std::make_unique<ctl::DeviceListResp>();
-      list_devices(*resp);
-      reply(0, resp.get(), sizeof(*resp));
-      break;
-    }
-    default:
-      m->close_fds();
-      reply(EOPNOTSUPP, nullptr, 0);
-  }
-  m->close_fds();
-  return alive;
+  if (ctl::send_message(s.sock, op, status, status ? nullptr : r.body_bytes.get(),
+                        status ? 0 : r.body_len, r.fds.data(), status ? 0 : r.fds.size()))
+    keep = false;
+  if (!(cmd && cmd->lends_fds))
+    for (int fd : r.fds) ::close(fd);
+  return keep;
 }
 
 int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::vector<int> &fds) {
@@ -1280,17 +1118,18 @@ ctl::DeviceListEntry Server::entry() const {
   return e;
 }
 
-void Server::list_devices(ctl::DeviceListResp &resp) const {
+int Server::list_devices(Session &, ctl::DeviceListResp &resp) {
   if (device_list_.empty()) {
     resp.count = 1;
     resp.devices[0] = entry();
-    return;
+    return 0;
   }
   resp.count = uint32_t(std::min<size_t>(device_list_.size(), ctl::kMaxDevices));
   std::copy_n(device_list_.begin(), resp.count, resp.devices);
+  return 0;
 }
 
-void Server::stats(const Session &s, ctl::StatsResp &resp) {
+int Server::stats(Session &s, ctl::StatsResp &resp) {
   // The caller's own account.
   const UserUsage u = quotas_.usage(s.uid);
   const UserLimits &l = quotas_.limits();
@@ -1338,9 +1177,11 @@ void Server::stats(const Session &s, ctl::StatsResp &resp) {
       }
     }
   });
+  return 0;
 }
 
-void Server::list_qps(const Session &s, uint32_t start, ctl::ListQpsResp &resp) {
+int Server::list_qps(Session &s, const ctl::ListQpsReq &req, ctl::ListQpsResp &resp) {
+  const uint32_t start = req.start;
   // Another user's QPNs and PSNs are what it would take to inject into its connections.
   auto visible = [&](const QueuePair &qp) {
     if (s.admin) return true;
@@ -1364,9 +1205,14 @@ void Server::list_qps(const Session &s, uint32_t start, ctl::ListQpsResp &resp) 
       e.worker = qp.worker;
     });
   });
+  return 0;
 }
 
-int Server::move_qp(const ctl::MoveQpReq &req) {
+int Server::move_qp(Session &, const ctl::MoveQpReq &req) {
+  return relocate_qp(req);
+}
+
+int Server::relocate_qp(const ctl::MoveQpReq &req) {
   if (req.worker >= workers_.size()) return EINVAL;
   int err = 0;
   execute_all([&] {
@@ -1409,14 +1255,14 @@ void Server::rebalance() {
   });
   std::optional<QpMove> move = choose_move(qps, uint32_t(workers_.size()));
   if (!move) return;
-  if (move_qp(ctl::MoveQpReq{move->qpn, move->to}) == 0) {
+  if (relocate_qp(ctl::MoveQpReq{move->qpn, move->to}) == 0) {
     std::fprintf(stderr, "vrnicd: QP 0x%x moved from worker %u to %u (loads %llu, %llu)\n",
                  move->qpn, move->from, move->to, static_cast<unsigned long long>(move->from_load),
                  static_cast<unsigned long long>(move->to_load));
   }
 }
 
-int Server::set_faults(const ctl::SetFaultsReq &req) {
+int Server::set_faults(Session &, const ctl::SetFaultsReq &req) {
   std::string spec(req.spec, strnlen(req.spec, sizeof(req.spec)));
   absl::StatusOr<FaultConfig> cfg = FaultConfig::parse(spec);
   if (!cfg.ok()) return EINVAL;

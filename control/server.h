@@ -94,7 +94,36 @@ class Server {
   // Serves until *stop becomes true (checked at least every 100 ms).
   void serve(const std::atomic<bool> &stop);
 
+ // What a command's method gives back besides its status (control/command_table.cpp).
+  struct Reply {
+    std::unique_ptr<uint8_t[]> body_bytes;
+    size_t body_len = 0;
+    std::vector<int> fds;  // passed with the reply
+    template <typename Resp>
+    Resp &body() {
+      body_bytes = std::make_unique<uint8_t[]>(sizeof(Resp));  // zeroed
+      body_len = sizeof(Resp);
+      return *new (body_bytes.get()) Resp{};
+    }
+  };
+
  private:
+  // Who may send a command.
+  enum class Who : uint8_t {
+    kNewClient,  // Hello, on a connection without a session; if it fails the connection closes
+    kClient,     // a session's verbs commands, after Hello
+    kAnyone,     // vrnicctl's queries: no session needed (each answers for the asker's user)
+    kAdmin,      // changes the device for everyone: vrnicd's own user and root (issue 17)
+  };
+  struct Command {
+    ctl::Op op;
+    Who who;
+    bool lends_fds;  // the reply's fds stay open (the method's own), else they are closed
+    int (*serve)(Server &, Session &, const ctl::Message &, Reply &);
+  };
+  // The row for op, or nullptr (EOPNOTSUPP).
+  static const Command *command(ctl::Op op);
+
   void accept_client();
   // Returns false when the session must close.
   bool handle(Session &s);
@@ -138,12 +167,13 @@ class Server {
   int destroy_srq(Session &s, uint32_t handle);
   int create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &resp);
   int destroy_ah(Session &s, uint32_t handle);
-  void stats(const Session &s, ctl::StatsResp &resp);
-  void list_devices(ctl::DeviceListResp &resp) const;
-  int set_faults(const ctl::SetFaultsReq &req);
+  int stats(Session &s, ctl::StatsResp &resp);
+  int list_devices(Session &s, ctl::DeviceListResp &resp);
+  int set_faults(Session &s, const ctl::SetFaultsReq &req);
   // Every QP for an admin, a user's own otherwise.
-  void list_qps(const Session &s, uint32_t start, ctl::ListQpsResp &resp);
-  int move_qp(const ctl::MoveQpReq &req);
+  int list_qps(Session &s, const ctl::ListQpsReq &req, ctl::ListQpsResp &resp);
+  int move_qp(Session &s, const ctl::MoveQpReq &req);
+  int relocate_qp(const ctl::MoveQpReq &req);  // vrnicctl move and rebalance()
   // Several workers: every second, moves a QP from the busiest worker to the idlest when
   // their loads (packets in and out) are far apart.
   void rebalance();

@@ -178,13 +178,10 @@ bench_lat() {
   fi
 }
 
-# bench_free_udp_port: a UDP port of the benchmark's own for its vrnicd (not 4791, nor the
-# wire tests' 20000-39999 range), free on this machine now; in BENCH_UDP_PORT.
+# bench_free_udp_port: a UDP port for the benchmark's vrnicd, free on this machine now
+# (lib.sh's free_udp_port); in BENCH_UDP_PORT.
 bench_free_udp_port() {
-  BENCH_UDP_PORT=$((40000 + $$ % 20000))
-  while [[ -n $(ss -Huan "( sport = :$BENCH_UDP_PORT )" 2>/dev/null) ]]; do
-    BENCH_UDP_PORT=$((BENCH_UDP_PORT + 1))
-  done
+  BENCH_UDP_PORT=$(free_udp_port)
 }
 
 # bench_count_arg WHAT DEFAULT [VALUE]: the benchmark's count argument (WHAT: ROUNDS, RUNS),

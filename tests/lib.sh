@@ -464,13 +464,18 @@ require_provider() {
   return 1
 }
 
-# free_udp_port: prints a UDP port in 20000-39999 that nothing on this host has bound (for a
-# pair of udp-port vrnicds on 127.0.0.x); fails after 50 tries.
+# free_udp_port [COUNT]: prints a UDP port in 20000-39999 such that it and the COUNT-1 after
+# it (default 1) are bound by nothing on this host (for udp-port vrnicds on 127.0.0.x, the one
+# way every test finds its UDP ports); fails after 50 tries.
 free_udp_port() {
-  local p i
+  local p i k n=${1:-1} busy
   for i in $(seq 1 50); do
-    p=$((20000 + (RANDOM * 32768 + RANDOM + $$) % 20000))
-    [[ -z $(ss -Huan "( sport = :$p )" 2>/dev/null) ]] && { echo "$p"; return 0; }
+    p=$((20000 + (RANDOM * 32768 + RANDOM + $$) % (20000 - n)))
+    busy=0
+    for ((k = 0; k < n; k++)); do
+      [[ -n $(ss -Huan "( sport = :$((p + k)) )" 2>/dev/null) ]] && { busy=1; break; }
+    done
+    ((busy)) || { echo "$p"; return 0; }
   done
   echo "no free UDP port found" >&2
   return 1

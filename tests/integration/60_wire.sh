@@ -6,7 +6,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 vrnic_script_init wire
 
 # A UDP port of our own, so that another RoCE user of 4791 on this machine does not matter.
-WIRE_PORT=$((20000 + $$ % 20000))
+WIRE_PORT=$(free_udp_port 3) || exit 1  # and the two after it
 
 # Both daemons, started once for the group.
 wire_daemons() {

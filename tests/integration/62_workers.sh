@@ -15,7 +15,7 @@ vrnic_script_init workers
 # shellcheck source=tests/lib_hosts.sh
 source "$VRNIC_ROOT/tests/lib_hosts.sh"
 
-UDP_PORT=$((20000 + ($$ + 7919) % 20000))
+UDP_PORT=$(free_udp_port 2) || exit 1  # and the one after it
 start_loop_host() { host_vrnicd w - --workers 2; }
 on_loop() { with_hosts start_loop_host w -- "$@"; }
 

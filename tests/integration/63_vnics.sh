@@ -15,7 +15,7 @@ vrnic_script_init vnics
 # shellcheck source=tests/lib_hosts.sh
 source "$VRNIC_ROOT/tests/lib_hosts.sh"
 
-UDP_PORT=$((20000 + ($$ + 4513) % 20000))
+UDP_PORT=$(free_udp_port) || exit 1
 IP_V0=127.0.0.21 IP_V1=127.0.0.22 IP_P=127.0.0.23
 # v: one vrnicd, vrnic0 on IP_V0 (one worker) and vrnic1 on IP_V1 (two workers); p: another
 # vrnicd on IP_P.
