@@ -21,9 +21,9 @@ template <typename P>
 using Bare = std::remove_cvref_t<P>;
 
 template <typename P>
-constexpr bool kIsRequest = std::is_const_v<std::remove_reference_t<P>> &&
-                            !std::is_same_v<Bare<P>, ctl::Message> &&
-                            !std::is_same_v<Bare<P>, uint32_t>;
+constexpr bool kIsRequest =
+    std::is_const_v<std::remove_reference_t<P>> && !std::is_same_v<Bare<P>, ctl::Message> &&
+    !std::is_same_v<Bare<P>, uint32_t>;
 
 // Whether the message carries what parameter P needs.
 template <typename P>
@@ -52,8 +52,8 @@ decltype(auto) argument(const ctl::Message &m, Server::Reply &r) {
 }
 
 template <typename... P>
-int invoke(Server &srv, int (Server::*method)(Session &, P...), Session &s,
-           const ctl::Message &m, Server::Reply &r) {
+int invoke(Server &srv, int (Server::*method)(Session &, P...), Session &s, const ctl::Message &m,
+           Server::Reply &r) {
   if (!(present<P>(m) && ...)) return EINVAL;
   return (srv.*method)(s, argument<P>(m, r)...);
 }

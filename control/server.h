@@ -94,7 +94,7 @@ class Server {
   // Serves until *stop becomes true (checked at least every 100 ms).
   void serve(const std::atomic<bool> &stop);
 
- // What a command's method gives back besides its status (control/command_table.cpp).
+  // What a command's method gives back besides its status (control/command_table.cpp).
   struct Reply {
     std::unique_ptr<uint8_t[]> body_bytes;
     size_t body_len = 0;
