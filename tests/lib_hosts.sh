@@ -134,7 +134,7 @@ clean_counters() {
   local d
   for d in "$@"; do
     echo "+ vrnicctl --socket ${SOCK[$d]} stats (wire)"
-    vrnicctl_stats "${SOCK[$d]}" | grep -E '^(udp_|link)' | sed 's/^/    /'
+    vrnicctl_stats "${SOCK[$d]}" | grep -E '^wire_' | sed 's/^/    /'
     (($(stat_of wire_rx_packets "$d") > 0)) || { echo "FAIL: $d received nothing"; return 1; }
     (($(stat_of wire_rx_icrc_errors "$d") == 0)) || { echo "FAIL: ICRC errors at $d"; return 1; }
     (($(stat_of wire_rx_malformed "$d") == 0)) || { echo "FAIL: malformed frames at $d"; return 1; }
