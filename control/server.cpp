@@ -90,10 +90,6 @@ uint8_t random_key_step() {
   return uint8_t(1 + ::arc4random_uniform(255));
 }
 
-uint32_t mtu_bytes(uint32_t mtu) {
-  return 128u << std::clamp<uint32_t>(mtu, 1, 5);
-}
-
 }  // namespace
 
 CompletionChannel::~CompletionChannel() {
@@ -903,56 +899,10 @@ int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
       st = EINVAL;
       return;
     }
-    ctl::QpAttrWire &q = qp.attr;
-    if (mask & IBV_QP_ACCESS_FLAGS) q.qp_access_flags = a.qp_access_flags;
-    if (mask & IBV_QP_PKEY_INDEX) q.pkey_index = a.pkey_index;
-    if (mask & IBV_QP_PORT) q.port_num = a.port_num;
-    if (mask & IBV_QP_QKEY) q.qkey = a.qkey;
-    if (mask & IBV_QP_AV) q.ah = a.ah;
-    if (mask & IBV_QP_PATH_MTU) {
-      q.path_mtu = a.path_mtu;
-      qp.mtu = mtu_bytes(a.path_mtu);
+    if (qp_modify(*workers_[qp.worker], qp, a, mask, next)) {
+      resolve_on = qp.worker;
+      std::memcpy(peer, qp.attr.ah.dgid, sizeof(peer));
     }
-    if (mask & IBV_QP_TIMEOUT) q.timeout = a.timeout;
-    if (mask & IBV_QP_RETRY_CNT) q.retry_cnt = a.retry_cnt;
-    if (mask & IBV_QP_RNR_RETRY) q.rnr_retry = a.rnr_retry;
-    if (mask & IBV_QP_RQ_PSN) q.rq_psn = a.rq_psn & wire::kPsnMask;
-    if (mask & IBV_QP_SQ_PSN) q.sq_psn = a.sq_psn & wire::kPsnMask;
-    if (mask & IBV_QP_MAX_QP_RD_ATOMIC) q.max_rd_atomic = a.max_rd_atomic;
-    if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) q.max_dest_rd_atomic = a.max_dest_rd_atomic;
-    if (mask & IBV_QP_MIN_RNR_TIMER) q.min_rnr_timer = a.min_rnr_timer;
-    if (mask & IBV_QP_DEST_QPN) q.dest_qp_num = a.dest_qp_num & wire::kQpnMask;
-    if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) q.en_sqd_async_notify = a.en_sqd_async_notify;
-
-    Worker &w = *workers_[qp.worker];
-    if (next == IBV_QPS_RESET) {
-      w.forget_qp(qp);  // first: it detaches the QP from its peer's window
-      qp_reset_transport(qp);
-      qp.in_run_queue = qp.in_ack_list = qp.in_timer_list = false;
-    } else if (next == IBV_QPS_ERR) {
-      qp_enter_error(w, qp);  // flushes every outstanding WR
-      return;
-    }
-    if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
-      qp.resp = ResponderState{};
-      qp.resp.psn = q.rq_psn;
-      if (qp.type != IBV_QPT_UD && q.ah.is_global) {
-        resolve_on = qp.worker;
-        std::memcpy(peer, q.ah.dgid, sizeof(peer));
-      }
-    }
-    if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
-      qp.req.psn = qp.req.psn_end = q.sq_psn;
-      qp.comp.acked_psn = wire::psn_add(q.sq_psn, -1u);
-      qp.comp.retry_left = q.retry_cnt;
-      qp.comp.rnr_left = q.rnr_retry;
-    }
-    if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD) qp.sq_drained_reported = false;
-    q.qp_state = next;
-    qp.shared->state.store(next, std::memory_order_release);
-    if (next == IBV_QPS_RTS && qp.type == IBV_QPT_RC) w.attach_peer(qp);
-    if (next == IBV_QPS_RTS) w.schedule(qp);  // WQEs posted before RTS may now go
-    if (next == IBV_QPS_SQD) qp_check_drained(qp);
   });
   if (!st && resolve_on >= 0) resolve_peer(unsigned(resolve_on), peer);
   return st;

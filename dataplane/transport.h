@@ -48,7 +48,14 @@ uint32_t responder_send_reads(Worker &w, QueuePair &qp, uint32_t budget);
 bool responder_has_work(const QueuePair &qp);
 void responder_send_ack(Worker &w, QueuePair &qp);
 
-// QP life cycle on the data path.
+// QP life cycle on the data path (qp_lifecycle.cpp).
+// Bytes of an enum ibv_mtu.
+uint32_t mtu_bytes(uint32_t ibv_mtu);
+// Applies attributes already checked and the effect of the transition to `next` (RESET:
+// transport state cleared; ERR: everything flushed; RTR: responder PSN; RTS: requester PSN,
+// retry budgets, peer window, posted WQEs scheduled; SQD: drain watched). True when the
+// peer's link address should now be resolved (a connected QP entering RTR with a GRH).
+bool qp_modify(Worker &w, QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask, uint32_t next);
 void qp_enter_error(Worker &w, QueuePair &qp);
 // A completion could not be written (its CQ is full): the QP is lost to its owner, who is
 // told with IBV_EVENT_QP_FATAL (the CQ's owner got IBV_EVENT_CQ_ERR).

@@ -1,6 +1,11 @@
-// What the three engines share: packet headers from QP state, completions, and the error
-// state (a QP in error completes everything outstanding with IBV_WC_WR_FLUSH_ERR).
+// The QP life cycle on the data path, as rxe's rxe_qp.c: applying attributes and the effect
+// of each transition (control/ checks ownership and legality, then calls qp_modify once),
+// reset, error and send error (a QP in error completes everything outstanding with
+// IBV_WC_WR_FLUSH_ERR), SQ drain; and what the three engines share of QP state: whether a
+// packet comes from the connected peer, the transport snapshot vrnicctl shows.
 #include <infiniband/verbs.h>
+
+#include <algorithm>
 
 #include "events.h"
 #include "transport.h"
@@ -58,6 +63,62 @@ void qp_reset_transport(QueuePair &qp) {
   qp.req.wqe = qp.req.started = qp.comp.wqe = sq_pos;
   qp.shared->sq.consumer.store(sq_pos, std::memory_order_release);
   qp.own_rq.discard();
+}
+
+uint32_t mtu_bytes(uint32_t ibv_mtu) {
+  return 128u << std::clamp<uint32_t>(ibv_mtu, IBV_MTU_256, IBV_MTU_4096);
+}
+
+bool qp_modify(Worker &w, QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask, uint32_t next) {
+  const uint32_t cur = qp.attr.qp_state;
+  ctl::QpAttrWire &q = qp.attr;
+  if (mask & IBV_QP_ACCESS_FLAGS) q.qp_access_flags = a.qp_access_flags;
+  if (mask & IBV_QP_PKEY_INDEX) q.pkey_index = a.pkey_index;
+  if (mask & IBV_QP_PORT) q.port_num = a.port_num;
+  if (mask & IBV_QP_QKEY) q.qkey = a.qkey;
+  if (mask & IBV_QP_AV) q.ah = a.ah;
+  if (mask & IBV_QP_PATH_MTU) {
+    q.path_mtu = a.path_mtu;
+    qp.mtu = mtu_bytes(a.path_mtu);
+  }
+  if (mask & IBV_QP_TIMEOUT) q.timeout = a.timeout;
+  if (mask & IBV_QP_RETRY_CNT) q.retry_cnt = a.retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) q.rnr_retry = a.rnr_retry;
+  if (mask & IBV_QP_RQ_PSN) q.rq_psn = a.rq_psn & wire::kPsnMask;
+  if (mask & IBV_QP_SQ_PSN) q.sq_psn = a.sq_psn & wire::kPsnMask;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) q.max_rd_atomic = a.max_rd_atomic;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) q.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (mask & IBV_QP_MIN_RNR_TIMER) q.min_rnr_timer = a.min_rnr_timer;
+  if (mask & IBV_QP_DEST_QPN) q.dest_qp_num = a.dest_qp_num & wire::kQpnMask;
+  if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) q.en_sqd_async_notify = a.en_sqd_async_notify;
+
+  if (next == IBV_QPS_RESET) {
+    w.forget_qp(qp);  // first: it detaches the QP from its peer's window
+    qp_reset_transport(qp);
+    qp.in_run_queue = qp.in_ack_list = qp.in_timer_list = false;
+  } else if (next == IBV_QPS_ERR) {
+    qp_enter_error(w, qp);  // flushes every outstanding WR
+    return false;
+  }
+  bool resolve = false;
+  if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
+    qp.resp = ResponderState{};
+    qp.resp.psn = q.rq_psn;
+    resolve = qp.type != IBV_QPT_UD && q.ah.is_global;
+  }
+  if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
+    qp.req.psn = qp.req.psn_end = q.sq_psn;
+    qp.comp.acked_psn = wire::psn_add(q.sq_psn, -1u);
+    qp.comp.retry_left = q.retry_cnt;
+    qp.comp.rnr_left = q.rnr_retry;
+  }
+  if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD) qp.sq_drained_reported = false;
+  q.qp_state = next;
+  qp.shared->state.store(next, std::memory_order_release);
+  if (next == IBV_QPS_RTS && qp.type == IBV_QPT_RC) w.attach_peer(qp);
+  if (next == IBV_QPS_RTS) w.schedule(qp);  // WQEs posted before RTS may now go
+  if (next == IBV_QPS_SQD) qp_check_drained(qp);
+  return resolve;
 }
 
 void qp_enter_error(Worker &w, QueuePair &qp) {
