@@ -94,6 +94,61 @@ vrnic_wait_exit() {
   return 0
 }
 
+# wait_for SECS WHAT CMD...: runs CMD every 50 ms until it succeeds (status 0) or SECS pass;
+# then status 1 and a line saying what was not seen. The one way tests wait for a condition
+# (a counter, a log line, a socket) instead of sleeping a guessed time.
+wait_for() {
+  local secs=$1 what=$2 deadline
+  shift 2
+  deadline=$(($(vrnic_now_us) + secs * 1000000))
+  until "$@" >/dev/null 2>&1; do
+    if (($(vrnic_now_us) >= deadline)); then
+      echo "timed out after ${secs}s waiting for $what"
+      return 1
+    fi
+    sleep 0.05
+  done
+}
+
+# stat_over KEY N [SOCKET]: the vrnicd counter KEY is above N.
+stat_over() {
+  local v
+  v=$(vrnic_stat "$1" "${3:-}") || return 1
+  ((v > $2))
+}
+
+# stat_is KEY VALUE [SOCKET]: the vrnicd counter KEY is VALUE.
+stat_is() {
+  [[ $(vrnic_stat "$1" "${3:-}") == "$2" ]]
+}
+
+# counter_settled KEY [SOCKET]: the vrnicd counter KEY did not change over 200 ms (what was
+# sent to it has all been received and counted).
+counter_settled() {
+  local a b
+  a=$(vrnic_stat "$1" "${2:-}") || return 1
+  sleep 0.2
+  b=$(vrnic_stat "$1" "${2:-}") || return 1
+  [[ $a == "$b" ]]
+}
+
+# file_settled FILE: FILE exists and its size did not change over 300 ms (a capture written).
+file_settled() {
+  local a b
+  a=$(stat -c %s "$1" 2>/dev/null) || return 1
+  sleep 0.3
+  b=$(stat -c %s "$1" 2>/dev/null) || return 1
+  [[ $a == "$b" ]]
+}
+
+# qps_moving SOCKET N: at least N of the vrnicd's QPs are in RTS and have sent packets.
+qps_moving() {
+  local n
+  n=$(timeout -k 2 10 "$VRNICCTL" --socket "$1" qps 2>/dev/null |
+    grep -c 'state=RTS .* packets_sent=[1-9]')
+  ((n >= $2))
+}
+
 # vrnic_fg CMD...: run CMD and return its status, but from `wait`, so that a TERM sent to this
 # shell (run.sh forwards Ctrl-C that way) runs the cleanup trap at once instead of after CMD.
 # CMD must be a program, not a shell function (see VRUN).

@@ -63,20 +63,16 @@ sigkill_reclaim() {
     >"$CLIENT_LOG" 2>&1 </dev/null &
   cpid=$!
   _vrnic_track "$cpid"
-  # The transfer is under way once vrnicd has moved a few thousand packets (perftest's own
+  # The transfer is well under way once vrnicd has moved 20000 packets (perftest's own
   # output is block-buffered into the log, so it tells nothing until the end).
-  deadline=$(($(vrnic_now_us) + 20000000))
-  until (($(vrnicctl_stats | awk -F= '$1 == "packets_sent" { print $2 }') > 2000)); do
-    if ! _vrnic_running "$cpid" || (($(vrnic_now_us) >= deadline)); then
-      echo "FAIL: the client never started its transfer. Client output:"
-      vrnic_tail "$CLIENT_LOG"
-      echo "Server output:"
-      vrnic_tail "$SERVER_LOG"
-      return 1
-    fi
-    sleep 0.05
-  done
-  sleep 1
+  under_way() { stat_over packets_sent 20000 || ! _vrnic_running "$cpid"; }
+  if ! wait_for 20 "20000 packets sent" under_way || ! _vrnic_running "$cpid"; then
+    echo "FAIL: the client never started its transfer. Client output:"
+    vrnic_tail "$CLIENT_LOG"
+    echo "Server output:"
+    vrnic_tail "$SERVER_LOG"
+    return 1
+  fi
   echo "vrnicd stats during the transfer:"
   vrnicctl_stats | sed 's/^/    /'
   echo "+ kill -KILL $cpid (client, mid-transfer)"

@@ -72,13 +72,12 @@ peer_window_shown() {
   cli=$!
   _vrnic_track "$cli"
   # Sampled until the 4 QPs are sending and each has timed a round trip (10 s at most).
-  local deadline=$(($(vrnic_now_us) + 10000000))
-  while :; do
+  sampled() {
     lines=$(timeout -k 2 10 "$VRNICCTL" --socket "$PEER_SOCKET" qps | grep 'type=RC state=RTS')
-    [[ $(grep -c . <<<"$lines") == 4 ]] && ! grep -q 'srtt_us=0 ' <<<"$lines" && break
-    if (($(vrnic_now_us) >= deadline)) || ! _vrnic_running "$cli"; then break; fi
-    sleep 0.2
-  done
+    [[ $(grep -c . <<<"$lines") == 4 ]] && ! grep -q 'srtt_us=0 ' <<<"$lines" && return 0
+    ! _vrnic_running "$cli"
+  }
+  wait_for 10 "4 RC QPs with a measured round trip" sampled
   vrnic_wait_exit "$cli" 20
   [[ $VRNIC_RC == 0 ]] || { echo "FAIL: client exit $VRNIC_RC"; return 1; }
   vrnic_wait_exit "$srv" 20
@@ -206,7 +205,7 @@ raw_ids_served() {
     "$VRNIC_BUILD_DIR/tests/ud_sink" --dev vrnic0 --count 500 --size 1000 >"$sink_log" 2>&1 &
   sink=$!
   _vrnic_track "$sink"
-  for _ in $(seq 100); do grep -q '^qpn=' "$sink_log" && break; sleep 0.1; done
+  wait_for 10 "ud_sink to print its QPN" grep -q '^qpn=' "$sink_log"
   qpn=$(grep -o '^qpn=[0-9]*' "$sink_log" | cut -d= -f2)
   [[ -n $qpn ]] || { echo "FAIL: ud_sink did not start"; cat "$sink_log"; return 1; }
   echo "+ raw_roce_sender.py --src 10.78.9.9 --dst 10.78.9.1 --qpn $qpn --count 500 --corrupt 100"
@@ -388,10 +387,7 @@ peer_death() {
     127.0.0.1 >"$CLIENT_LOG" 2>&1 </dev/null &
   cpid=$!
   _vrnic_track "$cpid"
-  for _ in $(seq 100); do
-    (($(vrnic_stat packets_received "$victim_sock" || echo 0) > 5000)) && break
-    sleep 0.1
-  done
+  wait_for 10 "5000 packets at the server's vrnicd" stat_over packets_received 5000 "$victim_sock"
   t0=$(vrnic_now_us)
   echo "+ kill -KILL $victim_pid   # the server's vrnicd, mid-transfer"
   kill -KILL "$victim_pid"
@@ -420,16 +416,13 @@ wire_format() {
   tshark -q -i lo -f "udp port $WIRE_PORT" -w "$cap" >"$VRNIC_TMP/tshark.log" 2>&1 &
   tpid=$!
   _vrnic_track "$tpid"
-  for t in 1 2 3 4 5 6 7 8 9 10; do
-    grep -q "Capturing on" "$VRNIC_TMP/tshark.log" 2>/dev/null && break
-    sleep 0.5
-  done
+  wait_for 5 "tshark to start capturing" grep -q "Capturing on" "$VRNIC_TMP/tshark.log"
   for t in "ib_write_bw -s 4100 -n 200" "ib_read_bw -s 9000 -n 100" "ib_send_bw -s 3 -n 200" \
     "ib_atomic_bw -n 100" "ib_send_bw -c UD -s 1000 -n 100" "ib_write_bw -c UC -s 5000 -n 100"; do
     read -ra cmd <<<"$t"
     across "${cmd[@]}" -d vrnic0 -x 0 -F >/dev/null || { echo "FAIL: $t"; ok=1; }
   done
-  sleep 0.5
+  wait_for 5 "the capture to be written" file_settled "$cap"
   kill -INT "$tpid" 2>/dev/null
   vrnic_wait_exit "$tpid" 10
   echo "+ python3 tests/tools/roce_pcap_check.py --port $WIRE_PORT --tshark wire.pcapng"

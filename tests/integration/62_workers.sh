@@ -49,7 +49,7 @@ bw_run_finish() {
 spread() {
   local out ok=0
   bw_run_start spread -q 4 -D 4 || return 1
-  sleep 2
+  wait_for 20 "8 QPs moving data" qps_moving "${SOCK[w]}" 8 || ok=1
   out=$(timeout -k 2 10 "$VRNICCTL" --socket "${SOCK[w]}" qps 2>&1)
   bw_run_finish spread || ok=1
   grep -o 'qpn=[^ ]* type=[^ ]* state=[^ ]* session=[^ ]* worker=[0-9]*' <<<"$out" | sed 's/^/    /'
@@ -104,7 +104,7 @@ dead_client() {
     127.0.0.1 >"$HOSTS_DIR/dead.client.log" 2>&1 </dev/null &
   cpid=$!
   _vrnic_track "$cpid"
-  sleep 2
+  wait_for 20 "8 QPs moving data" qps_moving "${SOCK[w]}" 8
   kill -KILL "$cpid" "$spid" 2>/dev/null
   vrnic_wait_exit "$cpid" 5
   vrnic_wait_exit "$spid" 5
@@ -139,7 +139,7 @@ mover() {
           sed -n 's/^qpn=\(0x[0-9a-f]*\) .* worker=\([01]\).*/\1 \2/p' |
           while read -r qpn on; do "$VRNICCTL" --socket "${SOCK[$d]}" move "$qpn" $((1 - on)); done
       done
-      sleep 0.1
+      sleep 0.1  # the mover's pace: ten rounds a second, time itself
     done
   ) >/dev/null 2>&1 &
   MOVER_PID=$!
@@ -198,12 +198,14 @@ check "vrnicctl move refuses a QP or worker that does not exist" on_loop refuse_
 rebalancing() {
   local out qpns moved0 ok=0
   bw_run_start rebalance -q 2 -D 8 || return 1
-  sleep 1.5
+  wait_for 20 "4 QPs moving data" qps_moving "${SOCK[w]}" 4 || ok=1
   qpns=$("$VRNICCTL" --socket "${SOCK[w]}" qps | sed -n 's/^qpn=\(0x[0-9a-f]*\) .*/\1/p')
   for q in $qpns; do "$VRNICCTL" --socket "${SOCK[w]}" move "$q" 0; done
   moved0=$(moves_of w)
   echo "moved every QP ($(wc -w <<<"$qpns")) to worker 0; moves so far: $moved0"
-  sleep 3
+  # vrnicd looks at the loads every second; it moves one QP a look.
+  moved_since() { (($(moves_of w) > $1)); }
+  wait_for 10 "vrnicd to move a QP back" moved_since "$moved0" || ok=1
   out=$("$VRNICCTL" --socket "${SOCK[w]}" qps)
   grep -o 'qpn=[^ ]* .* worker=[01]' <<<"$out" | sed -E 's/ sq_psn.*//; s/^/    /'
   echo "moves now: $(moves_of w)"

@@ -62,7 +62,9 @@ bad_frames_to() {
   grep -v WARNING <<<"$out" | sed 's/^/    /'
   read -r want_m want_i < <(sed -n 's/^expect malformed=\([0-9]*\) icrc=\([0-9]*\)$/\1 \2/p' <<<"$out")
   [[ -n $want_m ]] || { echo "FAIL: bad_frames.py printed no expectation"; return 1; }
-  sleep 0.5
+  wait_for 5 "vrnicd $target to have counted them" stat_over wire_rx_malformed \
+    $((m0 + want_m - 1)) "${SOCK[$target]}"
+  wait_for 2 "its counters to settle" counter_settled wire_rx_malformed "${SOCK[$target]}"
   m=$(($(stat_of wire_rx_malformed "$target") - m0)) i=$(($(stat_of wire_rx_icrc_errors "$target") - i0))
   echo "vrnicd $target counted malformed +$m (want $want_m), ICRC errors +$i (want $want_i)"
   ((m == want_m && i == want_i)) || { echo "FAIL: counters disagree"; return 1; }
@@ -134,16 +136,13 @@ wire_format() {
   ip netns exec "$ns" tshark -q -i "$veth" -f udp -w "$cap" >"$DIR/tshark.log" 2>&1 &
   tpid=$!
   _vrnic_track "$tpid"
-  for t in $(seq 20); do
-    grep -q "Capturing on" "$DIR/tshark.log" 2>/dev/null && break
-    sleep 0.25
-  done
+  wait_for 5 "tshark to start capturing" grep -q "Capturing on" "$DIR/tshark.log"
   for t in "ib_write_bw -s 4100 -n 200" "ib_read_bw -s 9000 -n 100" "ib_send_bw -s 3 -n 200" \
     "ib_atomic_bw -n 100" "ib_send_bw -c UD -s 1000 -n 100" "ib_write_bw -c UC -s 5000 -n 100"; do
     read -ra cmd <<<"$t"
     between "$srv" "$cli" "${cmd[@]}" -d vrnic0 -x 0 -F >/dev/null || { echo "FAIL: $t"; ok=1; }
   done
-  sleep 0.5
+  wait_for 5 "the capture to be written" file_settled "$cap"
   kill -INT "$tpid" 2>/dev/null
   vrnic_wait_exit "$tpid" 10
   echo "+ python3 tests/tools/roce_pcap_check.py --tshark veth.pcapng"
@@ -171,8 +170,9 @@ link_flap() {
     "$VRNIC_BUILD_DIR/tests/port_event_watch" --timeout 10 PORT_ERR PORT_ACTIVE >"$log" 2>&1 &
   wpid=$!
   _vrnic_track "$wpid"
-  for _ in $(seq 50); do grep -q ready "$log" && break; sleep 0.1; done
+  wait_for 5 "port_event_watch to be ready" grep -q ready "$log"
   echo "+ ip -n $NS_A link set $VETH_A down; sleep 1; ip -n $NS_A link set $VETH_A up"
+  # The link stays down for a second: time itself, the outage under test.
   ip -n "$NS_A" link set "$VETH_A" down && sleep 1 && ip -n "$NS_A" link set "$VETH_A" up
   vrnic_wait_exit "$wpid" 20 || ok=1
   sed 's/^/    /' "$log"
@@ -198,11 +198,8 @@ unreachable() {
   VRNIC_SOCKET=${SOCK[$host]} "${VRUN[@]}" timeout -k 2 30 \
     "$VRNIC_BUILD_DIR/tests/unreachable_peer" --peer "$addr" >"$log" 2>&1 || ok=1
   sed 's/^/    /' "$log"
-  for _ in $(seq 30); do
-    nr=$(($(stat_of wire_tx_no_route "$host") - nr0))
-    ((nr > 0)) && break
-    sleep 0.1
-  done
+  wait_for 3 "frames counted as unroutable" stat_over wire_tx_no_route "$nr0" "${SOCK[$host]}"
+  nr=$(($(stat_of wire_tx_no_route "$host") - nr0))
   echo "    frames dropped for want of the address: $nr"
   ((nr > 0)) || { echo "FAIL: none counted as unroutable (wire_tx_no_route)"; ok=1; }
   pingpong_between "$host" "$peer" ibv_rc_pingpong >/dev/null ||
@@ -285,10 +282,7 @@ memif_peer_death() {
   echo "+ kill -KILL ${PID[$srv]}   # the memif server's vrnicd"
   kill -KILL "${PID[$srv]}"
   vrnic_wait_exit "${PID[$srv]}" 5
-  for _ in $(seq 100); do
-    [[ $(stat_of wire_link_up "$cli") == 0 ]] && break
-    sleep 0.1
-  done
+  wait_for 10 "$cli's link to go down" stat_is wire_link_up 0 "${SOCK[$cli]}"
   [[ $(stat_of wire_link_up "$cli") == 0 ]] || { echo "FAIL: the client's link is still up"; return 1; }
   echo "link of $cli down"
   host_vrnicd "$srv" - "$@" && wait_link "$srv" "$cli" &&
@@ -319,23 +313,18 @@ memif_peer_stopped() {
     ib_write_bw -d vrnic0 -x 0 -F -s 65536 -q 16 -D 30 -p "$port" 127.0.0.1 >"$DIR/stop.client.log" 2>&1 &
   cli=$!
   _vrnic_track "$cli"
-  for _ in $(seq 100); do
-    (($(stat_of wire_tx_packets p2) > 10000)) && break
-    sleep 0.1
-  done
+  wait_for 10 "10000 frames from p2" stat_over wire_tx_packets 10000 "${SOCK[p2]}"
   echo "+ kill -STOP ${PID[p1]}   # the memif server's vrnicd, mid-transfer ($(stat_of wire_tx_packets p2) frames sent)"
   kill -STOP "${PID[p1]}"
-  sleep 0.5
+  sleep 0.5  # p1 stays stopped while p2 goes on sending: the outage under test, time itself
   echo "+ kill -KILL $cli   # the sending ib_write_bw"
   kill -KILL "$cli"
   vrnic_wait_exit "$cli" 5
   # While p1 is still stopped: its QP gone from p2 within 5 s (a vrnicd waiting for a port that
   # never empties would not even answer vrnicctl).
-  local deadline=$(($(vrnic_now_us) + 5000000)) qps='' errors=''
-  while (($(vrnic_now_us) < deadline)); do
-    qps=$(stat_of qps p2) && ((qps == 0)) && break
-    sleep 0.1
-  done
+  local qps errors
+  wait_for 5 "p2 to destroy the dead client's QP" stat_is qps 0 "${SOCK[p2]}"
+  qps=$(stat_of qps p2)
   errors=$(stat_of wire_tx_errors p2)
   echo "    p2, its peer still stopped: qps=${qps:-?} wire_tx_errors=${errors:-?}"
   kill -CONT "${PID[p1]}"
@@ -427,10 +416,7 @@ dual_link_down() {
     { echo "FAIL: no traffic on both devices to begin with"; return 1; }
   echo "+ ip -n $NS_Y link set $VETH_Y0 down   # vrnic0's link"
   ip -n "$NS_Y" link set "$VETH_Y0" down || return 1
-  for _ in $(seq 100); do
-    [[ $(stat_of wire_link_up y) == 0 ]] && break
-    sleep 0.1
-  done
+  wait_for 10 "vrnic0's link to go down" stat_is wire_link_up 0 "${SOCK[y]}"
   echo "    link_up: vrnic0 $(stat_of wire_link_up y), vrnic1 $(stat_of wire_link_up y1)"
   [[ $(stat_of wire_link_up y) == 0 ]] || { echo "FAIL: vrnic0's link is still up"; ok=1; }
   [[ $(stat_of wire_link_up y1) == 1 ]] || { echo "FAIL: vrnic1's link went down with it"; ok=1; }
@@ -658,7 +644,9 @@ worker_wakeups() {
 # that is not RoCE) wakes it through the interrupt.
 tap_rx_interrupts() {
   local w0 w1 i0 i1 try
-  sleep 0.5  # idle long enough to sleep (20 ms without work)
+  # Timers under test, time itself: idle long enough to fall asleep (20 ms without work),
+  # then the wakeups of one idle second counted.
+  sleep 0.5
   w0=$(worker_wakeups t) && sleep 1 && w1=$(worker_wakeups t) || return 1
   echo "    t's worker, idle: $((w1 - w0)) wakeups in 1 s"
   ((w1 - w0 < 200)) || { echo "FAIL: the idle worker polls instead of sleeping on the interrupt"; return 1; }
@@ -666,11 +654,11 @@ tap_rx_interrupts() {
   # it sleeps after 20 ms without work): a few tries, in case other traffic woke it just then.
   i0=$(stat_of wire_rx_interrupts t) && i1=$i0
   for try in 1 2 3; do
-    sleep 0.3
+    sleep 0.3  # time itself: the worker falls asleep again after 20 ms without work
     ip -n "$NS_T" neigh flush dev "$TAP"
     echo "+ a UDP datagram from the kernel to $IP_T:4791 (try $try)"
     ip netns exec "$NS_T" bash -c "echo not-roce >/dev/udp/$IP_T/4791" || return 1
-    sleep 0.2
+    wait_for 1 "the datagram to be counted" stat_over wire_rx_interrupts "$i0" "${SOCK[t]}"
     i1=$(stat_of wire_rx_interrupts t)
     ((i1 > i0)) && break
   done

@@ -79,11 +79,8 @@ rank_kill() {
   "${MPIRUN[@]}" "$@" >"$out" 2>&1 </dev/null &
   job=$!
   _vrnic_track "$job"
-  for _ in $(seq 1 200); do
-    (($(grep -c 'running until killed' "$out") == 2)) && break
-    _vrnic_running "$job" || break
-    sleep 0.1
-  done
+  both_running() { (($(grep -c 'running until killed' "$out") == 2)) || ! _vrnic_running "$job"; }
+  wait_for 30 "both ranks exchanging" both_running
   pid=$(sed -n 's/.*rank 1 of 2 (pid \([0-9]*\)).*/\1/p' "$out")
   if [[ -z $pid ]]; then
     echo "FAIL: the ranks did not start; mpirun's output:"
@@ -91,7 +88,6 @@ rank_kill() {
     kill -KILL "$job" 2>/dev/null
     return 1
   fi
-  sleep 1
   echo "+ kill -KILL $pid (rank 1)"
   t0=$(vrnic_now_us)
   kill -KILL "$pid"
@@ -107,8 +103,8 @@ rank_kill() {
     ((rc != 0)) || { echo "FAIL: exit status 0 after a rank was killed"; ok=1; }
     CHECK_NOTE="exit $rc after ${secs}s"
   fi
-  sleep 0.5
-  if pgrep -f "$MPI_CHECK --forever" >/dev/null; then
+  no_rank_left() { ! pgrep -f "$MPI_CHECK --forever"; }
+  if ! wait_for 5 "every rank to be gone" no_rank_left; then
     echo "FAIL: ranks left running:"
     pgrep -af "$MPI_CHECK --forever" | sed 's/^/    /'
     pkill -KILL -f "$MPI_CHECK --forever"

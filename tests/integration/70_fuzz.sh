@@ -97,20 +97,21 @@ fuzz_with_traffic() {
     --port "$tcp" >"$srv_log" 2>&1 </dev/null &
   srv=$!
   _vrnic_track "$srv"
-  for i in $(seq 1 100); do
-    qpn=$(kv "$srv_log" qpn)
-    [[ -n $qpn ]] && break
-    _vrnic_running "$srv" || break
-    sleep 0.1
-  done
+  qpn_or_gone() { [[ -n $(kv "$srv_log" qpn) ]] || ! _vrnic_running "$srv"; }
+  wait_for 10 "the traffic server's QPN" qpn_or_gone
+  qpn=$(kv "$srv_log" qpn)
   [[ -n $qpn ]] || { echo "the traffic server printed no QPN"; vrnic_tail "$srv_log"; return 1; }
   echo "+ VRNIC_SOCKET=B fuzz_traffic client --server 127.0.0.1 --port $tcp --stop-file fuzz.stop &"
+  local sent0
+  sent0=$(vrnic_stat packets_sent "$B_SOCK") || return 1
   "${VRUN[@]}" VRNIC_SOCKET="$B_SOCK" timeout -k 5 $((fz_tmo + 90)) "$FUZZ_TRAFFIC" client \
     --server 127.0.0.1 --port "$tcp" --stop-file "$stop" --max-seconds "$fz_tmo" \
     --seed "$$" >"$cli_log" 2>&1 </dev/null &
   cli=$!
   _vrnic_track "$cli"
-  sleep 1  # the connection is up and moving data before the first hostile packet
+  # the connection is up and moving data before the first hostile packet
+  wait_for 30 "the checked traffic to flow" stat_over packets_sent $((sent0 + 1000)) "$B_SOCK" ||
+    return 1
   echo "+ ctl_fuzz --socket A --seconds $CTL_FUZZ_SECONDS --seed $$ &"
   timeout -k 5 $((CTL_FUZZ_SECONDS + 60)) "$CTL_FUZZ" --socket "$A_SOCK" \
     --seconds "$CTL_FUZZ_SECONDS" --seed "$$" >"$VRNIC_TMP/ctl_fuzz.out" 2>&1 </dev/null &
@@ -177,11 +178,9 @@ ctl_fuzz_result() {
   ((VRNIC_RC == 0)) || { echo "FAIL: ctl_fuzz: $(_vrnic_status_word "$VRNIC_RC")"; rc=1; }
   ((${A_FDS:-0} > 0)) || { echo "no baseline fd count for vrnicd A"; return 1; }
   _vrnic_running "$A_PID" || { echo "FAIL: vrnicd A died"; return 1; }
-  for _ in $(seq 1 50); do  # the last sessions' teardown
-    now=$(ls "/proc/$A_PID/fd" | wc -l)
-    ((now == A_FDS)) && break
-    sleep 0.1
-  done
+  fds_back() { (($(ls "/proc/$A_PID/fd" | wc -l) == A_FDS)); }
+  wait_for 5 "the last sessions' teardown" fds_back
+  now=$(ls "/proc/$A_PID/fd" | wc -l)
   echo "vrnicd A's descriptors: $A_FDS before any client, $now after"
   ((now == A_FDS)) || { echo "FAIL: vrnicd A holds $((now - A_FDS)) more fds"; rc=1; }
   CHECK_NOTE="$(awk -F= '$1 == "messages" { print $2 }' "$VRNIC_TMP/ctl_fuzz.out") messages,"
@@ -238,7 +237,7 @@ truncation() {
   echo "+ packet_fuzz --target 127.0.0.1 --port $FUZZ_PORT --probe-truncation"
   vrnic_fg timeout -k 5 30 "$PACKET_FUZZ" --target 127.0.0.1 --port "$FUZZ_PORT" \
     --probe-truncation </dev/null || return 1
-  sleep 0.3
+  wait_for 5 "vrnicd A to have counted them" counter_settled wire_rx_packets "$A_SOCK"
   for k in wire_rx_packets wire_rx_malformed wire_rx_icrc_errors; do
     after+=("$(vrnic_stat "$k" "$A_SOCK")")
   done

@@ -88,11 +88,8 @@ start_daemon() {
     >"$VRNIC_TMP/victim.server.log" 2>&1 </dev/null &
   SRV=$!
   _vrnic_track "$SRV"
-  for i in $(seq 1 100); do
-    qpn=$(awk -F= '$1 == "qpn" { print $2 }' "$VRNIC_TMP/victim.server.log")
-    [[ -n $qpn ]] && break
-    sleep 0.1
-  done
+  wait_for 10 "the victim's server to print its QPN" grep -q '^qpn=' "$VRNIC_TMP/victim.server.log"
+  qpn=$(awk -F= '$1 == "qpn" { print $2 }' "$VRNIC_TMP/victim.server.log")
   [[ -n $qpn ]] || { echo "the victim's server printed no QPN"; return 1; }
   "${VRUN[@]}" timeout -k 5 900 "$FUZZ_TRAFFIC" client --server 127.0.0.1 --port "$port" \
     --stop-file "$VRNIC_TMP/victim.stop" --max-seconds 800 --seed "$$" \
@@ -110,7 +107,7 @@ probe_while() {
     ms timeout 5 "$VRNICCTL" stats >/dev/null || { echo "FAIL: vrnicctl stats failed"; return 1; }
     ((LAST_MS > worst)) && worst=$LAST_MS
     n=$((n + 1))
-    sleep 0.2
+    sleep 0.2  # the probes' pace: five a second, time itself
   done
   echo "liveness: $n probes of vrnicctl stats, slowest ${worst} ms"
   ((worst < 1000)) || { echo "FAIL: vrnicd took ${worst} ms to answer"; return 1; }
@@ -148,7 +145,8 @@ inject() {
   "${VRUN[@]}" timeout -k 5 60 "$HOSTILE" victim <"$VRNIC_TMP/inject.in" >"$vout" 2>&1 &
   local vpid=$!
   exec {hold}>"$VRNIC_TMP/inject.in"
-  for _ in $(seq 1 100); do [[ $(grep -c = "$vout") -ge 4 ]] && break; sleep 0.05; done
+  four_lines() { (($(grep -c = "$vout") >= 4)); }
+  wait_for 5 "the victim to print its QPN and PSN" four_lines
   qpn=$(awk -F= '$1 == "qpn" { print $2 }' "$vout")
   psn=$(awk -F= '$1 == "psn" { print $2 }' "$vout")
   rkey=$(awk -F= '$1 == "rkey" { print $2 }' "$vout")
@@ -169,20 +167,17 @@ pid_reuse() {
   mkdir -p "$dir" && chmod 0777 "$dir" || return 1
   as_attacker "$A_HOSTILE" reuse-attacker "$addr" "$dir" >"$VRNIC_TMP/reuse.out" 2>&1 &
   local apid=$!
-  for _ in $(seq 1 200); do
-    child=$(awk -F= '$1 == "child_pid" { print $2 }' "$VRNIC_TMP/reuse.out")
-    [[ -n $child ]] && break
-    sleep 0.05
-  done
+  wait_for 10 "the attacker to print its child's PID" grep -q '^child_pid=' "$VRNIC_TMP/reuse.out"
+  child=$(awk -F= '$1 == "child_pid" { print $2 }' "$VRNIC_TMP/reuse.out")
   [[ -n $child ]] || { echo "the attacker printed no PID"; cat "$VRNIC_TMP/reuse.out"; return 1; }
   echo "the registering process (pid $child) has exited; a root process takes its PID"
   "$HOSTILE" spawn-at-pid "$child" "$addr" "$dir" >"$VRNIC_TMP/reuse.root" 2>&1 &
   local vpid=$!
-  for _ in $(seq 1 200); do [[ -e $dir/ready ]] && break; sleep 0.05; done
+  wait_for 10 "the root process to be ready" test -e "$dir/ready"
   [[ -e $dir/ready ]] || { echo "the root process did not start"; cat "$VRNIC_TMP/reuse.root"; return 1; }
   echo "root process with pid $child holds a pattern at $addr; the attacker writes its MR there"
   touch "$dir/go"
-  for _ in $(seq 1 300); do [[ -e $dir/done ]] && break; sleep 0.05; done
+  wait_for 15 "the attacker's WRITE" test -e "$dir/done"
   echo "attacker's WRITE: $(cat "$dir/write_status" 2>/dev/null || echo none)"
   touch "$dir/check"
   vrnic_wait_exit "$vpid" 20
@@ -248,7 +243,9 @@ open_close() {
   local before after
   before=$(ls "/proc/$D_PID/fd" | wc -l)
   vrun timeout 120 "$VRNIC_BUILD_DIR/tests/open_close" 2000 || return 1
-  sleep 0.2
+  # vrnicd closes a session's descriptors when it sees the connection end
+  fds_back() { (($(ls "/proc/$D_PID/fd" | wc -l) == before)); }
+  wait_for 5 "vrnicd's descriptors to be back to $before" fds_back
   after=$(ls "/proc/$D_PID/fd" | wc -l)
   echo "vrnicd's fds: $before before 2,000 open/close cycles, $after after"
   CHECK_NOTE="$before fds before and after"
@@ -275,7 +272,7 @@ import socket, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind('$fake'); s.listen(8)
 time.sleep(8)" &
   local spid=$!
-  for _ in $(seq 1 100); do [[ -S $fake ]] && break; sleep 0.05; done
+  wait_for 5 "the fake socket" test -S "$fake"
   out=$(VRNIC_SOCKET=$fake vrun timeout 10 ibv_devices 2>&1)
   echo "root, VRNIC_SOCKET=<the account's socket> ibv_devices:"
   sed 's/^/    /' <<<"$out"

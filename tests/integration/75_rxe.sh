@@ -47,7 +47,7 @@ start_daemon() {
   ip netns exec "$RXE_NS" timeout 1200 tcpdump -q -i "$RXE_TAP" -s 0 -w "$CAPTURE" \
     udp port 4791 >"$VRNIC_TMP/tcpdump.log" 2>&1 &
   _vrnic_track $!
-  sleep 1  # tcpdump opens the tap
+  wait_for 10 "tcpdump to open the tap" grep -q "listening on" "$VRNIC_TMP/tcpdump.log"
 }
 check "vrnicd on the tap: vrnic0 on $RXE_HOST_IP4, vrnic1 on $RXE_HOST_IP6" start_daemon ||
   vrnic_script_finish
@@ -213,7 +213,7 @@ check "vrnicd took rxe's packets whatever their IPv4 ID, with no ICRC error" rxe
 capture_ok() {
   local pid
   pid=$(pgrep -f "tcpdump -q -i $RXE_TAP" | head -n 1)
-  [[ -n $pid ]] && kill -INT "$pid" && sleep 1
+  [[ -n $pid ]] && kill -INT "$pid" && vrnic_wait_exit "$pid" 10
   ls -l "$CAPTURE"
   echo "+ roce_pcap_check.py --tshark rxe.pcap"
   vrnic_fg timeout -k 5 600 /usr/bin/python3 "$VRNIC_ROOT/tests/tools/roce_pcap_check.py" \
