@@ -105,11 +105,7 @@ Session::~Session() {
 }
 
 Server::Server(ServerConfig cfg)
-    : cfg_(std::move(cfg)),
-      path_(cfg_.socket_path),
-      nworkers_(cfg_.workers),
-      dev_(cfg_.device_index),
-      quotas_(cfg_.limits) {
+    : cfg_(std::move(cfg)), path_(cfg_.socket_path), dev_(cfg_.device_index), quotas_(cfg_.limits) {
   // What one user may register and create, as ibv_query_device tells it; the device's own
   // capacity stays the bound on everyone's objects together.
   device_max_mr_ = dev_.info.max_mr;
@@ -121,8 +117,7 @@ Server::Server(ServerConfig cfg)
 
 Server::~Server() {
   while (!sessions_.empty()) close_session(sessions_.begin()->first);
-  for (auto &w : workers_) w->stop();
-  workers_.clear();
+  workers_.stop();
   if (listen_fd_ >= 0) ::close(listen_fd_);
   if (bound_) ::unlink(path_.c_str());  // never another vrnicd's socket
   if (!node_path_.empty()) ::unlink(node_path_.c_str());
@@ -131,7 +126,7 @@ Server::~Server() {
 }
 
 absl::Status Server::start() {
-  if (nworkers_ < 1 || nworkers_ > shm::kMaxWorkers)
+  if (cfg_.workers < 1 || cfg_.workers > shm::kMaxWorkers)
     return absl::InvalidArgumentError("--workers must be between 1 and 8");
   sockaddr_un addr{};
   if (path_.size() >= sizeof(addr.sun_path))
@@ -165,7 +160,9 @@ absl::Status Server::start() {
   make_device_node();
   if (::listen(listen_fd_, 64) < 0) return absl::ErrnoToStatus(errno, "listen");
 
-  return start_workers();
+  if (absl::Status st = workers_.start(daemon_shm_); !st.ok()) return st;
+  watch_link();
+  return absl::OkStatus();
 }
 
 // The default socket's directory (socket_path.h) is made private to us, and one that is not
@@ -236,60 +233,8 @@ void Server::make_device_node() {
   node_path_ = path;
 }
 
-// Each worker has a port of its own (a udp port's receive sockets share the address with
-// SO_REUSEPORT; packets for another worker's QP are handed over).
-absl::StatusOr<std::unique_ptr<Port>> Server::open_wire_port(Worker &w) {
-  if (cfg_.dpdk) {
-    DpdkPortConfig dpdk_cfg = cfg_.dpdk_port;
-    dpdk_cfg.queue = uint16_t(w.index());
-    dpdk_cfg.queues = uint16_t(nworkers_);
-    return open_dpdk_port(dpdk_cfg, w.pool);
-  }
-  UdpPortConfig udp_cfg = cfg_.udp_port;
-  udp_cfg.reuse_port = nworkers_ > 1;
-  absl::StatusOr<std::unique_ptr<UdpPort>> udp = UdpPort::open(udp_cfg, w.pool, w.wake_fd());
-  if (!udp.ok()) return udp.status();
-  return std::unique_ptr<Port>(std::move(*udp));
-}
-
-// Workers and their ports. With a wire port, GID 0 is the port's address.
-absl::Status Server::start_workers() {
-  dev_.info.num_workers = nworkers_;
-  for (uint32_t i = 0; i < nworkers_; i++) {
-    auto w = std::make_unique<Worker>(dev_, i, daemon_shm_);
-    if (cfg_.udp || cfg_.dpdk) {
-      absl::StatusOr<std::unique_ptr<Port>> port = open_wire_port(*w);
-      if (!port.ok()) return port.status();
-      // A udp port's address is on a kernel interface; a dpdk port's NIC is not the kernel's.
-      const uint8_t *gid = (*port)->gid();
-      dev_.set_gid(0, gid, dev_.info.gids[0].type, cfg_.udp ? kernel_interface_of(gid) : 0);
-      // The port's MTU caps every path MTU (IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5).
-      dev_.info.port_active_mtu = uint32_t(std::countr_zero((*port)->mtu_bytes())) - 7;
-      (*port)->set_faults(cfg_.faults);
-      w->attach_wire_port(std::move(*port));
-    }
-    workers_.push_back(std::move(w));
-  }
-  qps_per_worker_.assign(nworkers_, 0);
-  if (nworkers_ > 1) {
-    std::vector<Worker *> all;
-    for (auto &w : workers_) all.push_back(w.get());
-    for (auto &w : workers_) w->connect(all);
-  }
-  watch_link();
-  for (uint32_t i = 0; i < nworkers_; i++) {
-    const std::vector<int> &cpus = cfg_.worker_cpus;
-    const int cpu = cpus.empty() ? -1 : cpus[i % cpus.size()];
-    if (int err = workers_[i]->start(cpu))
-      return absl::InternalError("pinning worker " + std::to_string(i) + " to CPU " +
-                                 std::to_string(cpu) + ": " + std::strerror(err));
-  }
-  return absl::OkStatus();
-}
-
 void Server::watch_link() {
-  Port *wire = workers_.empty() ? nullptr : workers_[0]->wire_port();
-  uint32_t state = !wire || wire->link_up() ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  uint32_t state = workers_.link_up() ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   daemon_shm_->port_state.store(state, std::memory_order_relaxed);
   if (state == dev_.info.port_state) return;
   dev_.info.port_state = state;
@@ -312,7 +257,7 @@ void Server::serve(const std::atomic<bool> &stop) {
     }
     int n = ::poll(pfds.data(), pfds.size(), 100);
     watch_link();
-    rebalance();
+    workers_.rebalance();
     if (n <= 0) continue;
     if (pfds[0].revents & POLLIN) accept_client();
     for (size_t i = 1; i < pfds.size(); i++) {
@@ -396,7 +341,7 @@ int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::
   s.async_fd = ::dup(m.fds[0]);
   if (m.fds.size() == 2) s.mem_fd = ::dup(m.fds[1]);
   ::fcntl(s.async_fd, F_SETFL, O_NONBLOCK);
-  for (auto &w : workers_) {
+  for (auto &w : workers_.all()) {
     shm::DoorbellRing *ring = &s.shm->doorbells[w->index()];
     w->execute([&] { w->add_session(s.id, ring); });
   }
@@ -405,7 +350,7 @@ int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::
   resp.device = dev_.info;
   fds.push_back(s.shm_fd);
   fds.push_back(daemon_shm_fd_);
-  for (auto &w : workers_) fds.push_back(w->wake_fd());
+  for (auto &w : workers_.all()) fds.push_back(w->wake_fd());
   return 0;
 }
 
@@ -496,7 +441,7 @@ int Server::insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrRe
   if (int err = quotas_.charge(s.uid, Quota::kMrs)) return err;
   uint32_t handle = 0, key = 0, pd = mr->pd;
   MemoryRegion *raw = mr.get();
-  execute_all([&] {
+  workers_.execute_all([&] {
     handle = dev_.mrs.insert(std::move(mr), random_key_step());
     if (!handle) return;
     key = handle << 8 | dev_.mrs.generation(handle);
@@ -522,7 +467,7 @@ int Server::replace_mr(Session &s, uint32_t handle, std::unique_ptr<MemoryRegion
   uint32_t new_pd = mr->pd;
   std::unique_ptr<MemoryRegion> old;
   int st = 0;
-  execute_all([&] {
+  workers_.execute_all([&] {
     MemoryRegion *cur = dev_.mrs.get(handle);
     if (cur->null_mr) {
       st = EINVAL;
@@ -559,7 +504,7 @@ int Server::dereg_mr(Session &s, uint32_t handle) {
   if (!owns(s.mrs, handle)) return EINVAL;
   uint32_t pd = 0;
   int st = 0;
-  execute_all([&] {
+  workers_.execute_all([&] {
     if (dev_.mrs.get(handle)->bound_windows) {
       st = EBUSY;  // memory windows still expose it
       return;
@@ -581,7 +526,7 @@ int Server::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &r
   mw->session = s.id;
   mw->type = uint8_t(req.type);
   uint32_t handle = 0;
-  execute_all([&] {
+  workers_.execute_all([&] {
     MemoryWindow *raw = mw.get();
     handle = dev_.mws.insert(std::move(mw), random_key_step());
     if (!handle) return;
@@ -599,7 +544,7 @@ int Server::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &r
 int Server::dealloc_mw(Session &s, uint32_t handle) {
   if (!owns(s.mws, handle)) return EINVAL;
   uint32_t pd = 0;
-  execute_all([&] { pd = remove_mw(handle); });
+  workers_.execute_all([&] { pd = remove_mw(handle); });
   if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
   s.mws.erase(handle);
   return 0;
@@ -660,7 +605,7 @@ int Server::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::CreateCqResp
   cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
   cq->mask = slots - 1;
   uint32_t handle = 0;
-  execute_all([&] {
+  workers_.execute_all([&] {
     handle = dev_.cqs.insert(std::move(cq));
     if (handle) dev_.cqs.get(handle)->handle = handle;
   });
@@ -681,7 +626,7 @@ int Server::destroy_cq(Session &s, uint32_t handle) {
   if (!owns(s.cqs, handle)) return EINVAL;
   int st = 0;
   uint32_t channel = 0;
-  execute_all([&] {
+  workers_.execute_all([&] {
     CompletionQueue *cq = dev_.cqs.get(handle);
     if (cq->refs) {
       st = EBUSY;
@@ -708,7 +653,7 @@ int Server::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::CreateCqResp
   auto *fresh = static_cast<shm::CqShared *>(map);
   auto *ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
   int st = 0;
-  execute_all([&] {
+  workers_.execute_all([&] {
     CompletionQueue &cq = *dev_.cqs.get(req.handle);
     uint32_t consumer = cq.shared->ring.consumer.load(std::memory_order_acquire);
     uint32_t pending = cq.producer - consumer;
@@ -736,34 +681,6 @@ int Server::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::CreateCqResp
   resp.slots = slots;
   fds.push_back(fd);
   return 0;
-}
-
-// The worker with the fewest QPs.
-Worker &Server::worker_for_new_qp() {
-  size_t best = 0;
-  for (size_t i = 1; i < workers_.size(); i++)
-    if (qps_per_worker_[i] < qps_per_worker_[best]) best = i;
-  return *workers_[best];
-}
-
-void Server::execute_all(const std::function<void()> &fn) {
-  if (workers_.size() == 1) {
-    workers_[0]->execute(fn);
-    return;
-  }
-  for (auto &w : workers_) w->request_park();
-  for (auto &w : workers_) w->wait_parked();
-  // A worker that drained later may have handed packets to one parked earlier: drain again
-  // until every inbox is empty (a few rounds at most: draining starts no new sends).
-  auto inboxes_empty = [&] {
-    return std::all_of(workers_.begin(), workers_.end(), [](auto &w) { return w->inbox_empty(); });
-  };
-  while (!inboxes_empty()) {
-    for (auto &w : workers_) w->redrain();
-    for (auto &w : workers_) w->wait_parked();
-  }
-  fn();
-  for (auto &w : workers_) w->unpark();
 }
 
 int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp &resp,
@@ -816,12 +733,12 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
   // A UD message is one packet: up to the port's MTU (connected QPs get theirs at RTR).
   if (req.qp_type == IBV_QPT_UD) qp->mtu = mtu_bytes(dev_.info.port_active_mtu);
   qp->shared->state.store(IBV_QPS_RESET);
-  Worker &w = worker_for_new_qp();
+  Worker &w = workers_.for_new_qp();
   qp->worker = uint8_t(w.index());
   qp->shared->worker.store(w.index());
   const bool shared = workers_.size() > 1;  // CQs and SRQs may be used by several workers
   uint32_t handle = 0;
-  execute_all([&] {
+  workers_.execute_all([&] {
     qp->send_cq = dev_.cqs.get(req.send_cq);
     qp->recv_cq = dev_.cqs.get(req.recv_cq);
     QueuePair *raw = qp.get();
@@ -852,7 +769,7 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
   resp.sq_slots = sq_slots;
   resp.rq_slots = rq_slots;
   resp.worker = w.index();
-  qps_per_worker_[w.index()]++;
+  workers_.qp_added(w.index());
   resp.caps = {sq_slots, rq_slots, shm::kMaxSge, shm::kMaxSge, shm::kMaxInline, 0};
   fds.push_back(fd);
   return 0;
@@ -865,7 +782,7 @@ int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
   int st = 0;
   int resolve_on = -1;  // the worker whose port should look up the peer's link address
   uint8_t peer[16];
-  execute_all([&] {
+  workers_.execute_all([&] {
     QueuePair &qp = *dev_.qps.get(req.handle);
     uint32_t cur = qp.attr.qp_state;
     if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) {
@@ -899,27 +816,18 @@ int Server::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
       st = EINVAL;
       return;
     }
-    if (qp_modify(*workers_[qp.worker], qp, a, mask, next)) {
+    if (qp_modify(workers_[qp.worker], qp, a, mask, next)) {
       resolve_on = qp.worker;
       std::memcpy(peer, qp.attr.ah.dgid, sizeof(peer));
     }
   });
-  if (!st && resolve_on >= 0) resolve_peer(unsigned(resolve_on), peer);
+  if (!st && resolve_on >= 0) workers_.resolve_peer(uint32_t(resolve_on), peer);
   return st;
-}
-
-// A peer the device is about to send to: its worker's wire port starts resolving its link
-// address now, as a RoCE driver resolves the destination MAC at modify-QP or create-AH time,
-// rather than when the first burst finds it unknown.
-void Server::resolve_peer(unsigned worker, const uint8_t gid[16]) {
-  Worker &w = *workers_[worker];
-  if (!w.wire_port() || dev_.is_local_gid(gid)) return;
-  w.execute([&] { w.wire_port()->resolve(gid); });
 }
 
 int Server::query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp) {
   if (!owns(s.qps, handle)) return EINVAL;
-  execute_all([&] {
+  workers_.execute_all([&] {
     QueuePair &qp = *dev_.qps.get(handle);
     resp.attr = qp.attr;
     resp.attr.cur_qp_state = qp.attr.qp_state;
@@ -930,7 +838,7 @@ int Server::query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp) {
 
 int Server::destroy_qp(Session &s, uint32_t handle) {
   if (!owns(s.qps, handle)) return EINVAL;
-  execute_all([&] { remove_qp(s, handle); });
+  workers_.execute_all([&] { remove_qp(s, handle); });
   if (ProtectionDomain *pd = pds_.get(qp_owners_[handle].pd)) pd->refs--;
   qp_owners_.erase(handle);
   s.qps.erase(handle);
@@ -963,7 +871,7 @@ int Server::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::CreateSrqR
   srq->cookie = req.cookie;
   srq->async_fd = s.async_fd;
   uint32_t handle = 0;
-  execute_all([&] {
+  workers_.execute_all([&] {
     ReceiveQueue *raw = srq.get();
     handle = dev_.srqs.insert(std::move(srq));
     if (handle) raw->handle = handle;
@@ -986,7 +894,7 @@ int Server::modify_srq(Session &s, const ctl::ModifySrqReq &req) {
   if (!owns(s.srqs, req.handle)) return EINVAL;
   if (req.attr_mask & ~uint32_t(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
   int st = 0;
-  execute_all([&] {
+  workers_.execute_all([&] {
     ReceiveQueue &srq = *dev_.srqs.get(req.handle);
     uint32_t slots = srq.mask + 1;
     // The ring is sized at creation; "resizing" within it is all vrnic offers.
@@ -1007,7 +915,7 @@ int Server::modify_srq(Session &s, const ctl::ModifySrqReq &req) {
 
 int Server::query_srq(Session &s, uint32_t handle, ctl::QuerySrqResp &resp) {
   if (!owns(s.srqs, handle)) return EINVAL;
-  execute_all([&] {
+  workers_.execute_all([&] {
     ReceiveQueue &srq = *dev_.srqs.get(handle);
     resp.attr = {srq.mask + 1, shm::kMaxSge, srq.limit->load(), 0};
   });
@@ -1018,7 +926,7 @@ int Server::destroy_srq(Session &s, uint32_t handle) {
   if (!owns(s.srqs, handle)) return EINVAL;
   int st = 0;
   uint32_t pd = 0;
-  execute_all([&] {
+  workers_.execute_all([&] {
     ReceiveQueue *srq = dev_.srqs.get(handle);
     if (srq->refs) {
       st = EBUSY;
@@ -1047,7 +955,7 @@ int Server::create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &
   pd->refs++;
   s.ahs.insert(h);
   resp.handle = h;
-  resolve_peer(0, req.av.dgid);
+  workers_.resolve_peer(0, req.av.dgid);
   return 0;
 }
 
@@ -1102,16 +1010,16 @@ int Server::stats(Session &s, ctl::StatsResp &resp) {
   resp.channels = channels_.size();
   resp.ahs = ahs_.size();
   resp.wire_link_up = 1;
-  resp.qp_moves = moves_;
+  resp.qp_moves = workers_.moves();
   resp.workers = workers_.size();
-  execute_all([&] {
+  workers_.execute_all([&] {
     resp.mrs = dev_.mrs.size();
     resp.cqs = dev_.cqs.size();
     resp.qps = dev_.qps.size();
     resp.srqs = dev_.srqs.size();
     resp.mws = dev_.mws.size();
     // Every worker's share, summed: its counters and its ports'.
-    for (auto &w : workers_) {
+    for (auto &w : workers_.all()) {
       for (size_t i = 0; i < std::size(resp.transport); i++)
         resp.transport[i] += w->counters.value[i];
       Port *wire = w->wire_port();
@@ -1138,7 +1046,7 @@ int Server::list_qps(Session &s, const ctl::ListQpsReq &req, ctl::ListQpsResp &r
     auto it = sessions_.find(qp.session);
     return it != sessions_.end() && it->second->uid == s.uid;
   };
-  execute_all([&] {
+  workers_.execute_all([&] {
     dev_.qps.for_each([&](uint32_t handle, QueuePair &qp) {
       if (handle < start || !visible(qp)) return;
       if (resp.count == ctl::ListQpsResp::kMaxEntries) {
@@ -1151,7 +1059,7 @@ int Server::list_qps(Session &s, const ctl::ListQpsReq &req, ctl::ListQpsResp &r
       e.state = qp.attr.qp_state;
       e.session = qp.session;
       std::copy(std::begin(qp.counters.value), std::end(qp.counters.value), e.counters);
-      e.transport = qp_transport_state(qp, workers_[qp.worker]->now);
+      e.transport = qp_transport_state(qp, workers_[qp.worker].now);
       e.worker = qp.worker;
     });
   });
@@ -1159,67 +1067,14 @@ int Server::list_qps(Session &s, const ctl::ListQpsReq &req, ctl::ListQpsResp &r
 }
 
 int Server::move_qp(Session &, const ctl::MoveQpReq &req) {
-  return relocate_qp(req);
-}
-
-int Server::relocate_qp(const ctl::MoveQpReq &req) {
-  if (req.worker >= workers_.size()) return EINVAL;
-  int err = 0;
-  execute_all([&] {
-    QueuePair *qp = dev_.qp_by_qpn(req.qpn);
-    if (!qp || qp->qpn != req.qpn) {
-      err = EINVAL;
-      return;
-    }
-    if (qp->worker == req.worker) return;
-    moves_++;
-    qps_per_worker_[qp->worker]--;
-    qps_per_worker_[req.worker]++;
-    workers_[qp->worker]->move_qp(*qp, *workers_[req.worker]);
-  });
-  return err;
-}
-
-namespace {
-
-// A QP's packets in and out so far, read while its worker updates them (a torn or stale
-// figure only makes one balancing decision a little off).
-uint64_t qp_packets(const QueuePair &qp) {
-  return __atomic_load_n(&qp.counters.value[kPacketsSent], __ATOMIC_RELAXED) +
-         __atomic_load_n(&qp.counters.value[kPacketsReceived], __ATOMIC_RELAXED);
-}
-
-}  // namespace
-
-void Server::rebalance() {
-  uint64_t now = monotonic_ns();
-  if (workers_.size() < 2 || now < next_rebalance_ns_) return;
-  next_rebalance_ns_ = now + 1'000'000'000;
-  std::vector<QpLoad> qps;
-  dev_.qps.for_each([&](uint32_t handle, QueuePair &qp) {
-    if (handle >= last_qp_packets_.size()) last_qp_packets_.resize(handle + 1024, 0);
-    uint64_t total = qp_packets(qp);
-    uint64_t delta = total >= last_qp_packets_[handle] ? total - last_qp_packets_[handle] : total;
-    last_qp_packets_[handle] = total;
-    qps.push_back({qp.qpn, qp.worker, delta});
-  });
-  std::optional<QpMove> move = choose_move(qps, uint32_t(workers_.size()));
-  if (!move) return;
-  if (relocate_qp(ctl::MoveQpReq{move->qpn, move->to}) == 0) {
-    std::fprintf(stderr, "vrnicd: QP 0x%x moved from worker %u to %u (loads %llu, %llu)\n",
-                 move->qpn, move->from, move->to, static_cast<unsigned long long>(move->from_load),
-                 static_cast<unsigned long long>(move->to_load));
-  }
+  return workers_.move_qp(req.qpn, req.worker);
 }
 
 int Server::set_faults(Session &, const ctl::SetFaultsReq &req) {
   std::string spec(req.spec, strnlen(req.spec, sizeof(req.spec)));
   absl::StatusOr<FaultConfig> cfg = FaultConfig::parse(spec);
   if (!cfg.ok()) return EINVAL;
-  if (!workers_[0]->wire_port()) return ENODEV;  // faults are injected on a wire
-  execute_all([&] {
-    for (auto &w : workers_) w->wire_port()->set_faults(*cfg);
-  });
+  if (int err = workers_.set_faults(*cfg)) return err;
   // In the log, so that what a run's packets went through is on record.
   std::fprintf(stderr, "vrnicd: vrnic%u: faults %s\n", cfg_.device_index,
                cfg->any() ? cfg->to_string().c_str() : "off");
@@ -1231,8 +1086,8 @@ int Server::set_faults(Session &, const ctl::SetFaultsReq &req) {
 void Server::remove_qp(Session &s, uint32_t handle) {
   quotas_.release(s.uid, Quota::kQps);
   QueuePair *qp = dev_.qps.get(handle);
-  workers_[qp->worker]->forget_qp(*qp);
-  qps_per_worker_[qp->worker]--;
+  workers_[qp->worker].forget_qp(*qp);
+  workers_.qp_removed(qp->worker);
   qp->send_cq->refs--;
   qp->recv_cq->refs--;
   if (qp->rq != &qp->own_rq) qp->rq->refs--;
@@ -1282,7 +1137,7 @@ void Server::close_session(uint32_t id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
   Session &s = *it->second;
-  execute_all([&] {
+  workers_.execute_all([&] {
     for (uint32_t h : s.qps) remove_qp(s, h);
     for (uint32_t h : s.mws) remove_mw(h);
     for (uint32_t h : s.mrs) remove_mr(s, h);
@@ -1294,7 +1149,7 @@ void Server::close_session(uint32_t id) {
   for (uint32_t h : s.channels) channels_.remove(h);
   for (uint32_t h : s.pds) pds_.remove(h);
   if (s.shm) {
-    for (auto &w : workers_) w->execute([&] { w->remove_session(id); });
+    for (auto &w : workers_.all()) w->execute([&] { w->remove_session(id); });
   }
   quotas_.release(s.uid, Quota::kChannels, s.channels.size());
   if (!s.refused) quotas_.release(s.uid, Quota::kSessions);

@@ -20,6 +20,8 @@
 #include "dataplane/udp_port.h"
 #include "dataplane/worker.h"
 #include "quota.h"
+#include "server_config.h"
+#include "worker_group.h"
 #include "vrnic/ctl_io.h"
 
 namespace vrnic {
@@ -64,24 +66,7 @@ struct Session {
 };
 
 // One device (virtual NIC) of vrnicd: a Server each, with a socket, workers, a port and
-// tables of its own.
-struct ServerConfig {
-  std::string socket_path;
-  uint32_t device_index = 0;
-  uint32_t workers = 1;
-  std::vector<int> worker_cpus;  // worker i runs on worker_cpus[i % size]; empty: anywhere
-  // The wire: none (loop only: every peer is a local process), a udp port or a dpdk port.
-  bool udp = false;
-  UdpPortConfig udp_port;
-  bool dpdk = false;
-  DpdkPortConfig dpdk_port;
-  FaultConfig faults;  // on the wire port's receive path
-  UserLimits limits;   // per user, on this device
-  // The socket: owner-only (0600) unless a group is given, then 0660 for that group (a root
-  // vrnicd serving several users).
-  gid_t socket_group = gid_t(-1);
-};
-
+// tables of its own (ServerConfig: control/server_config.h).
 class Server {
  public:
   explicit Server(ServerConfig cfg);
@@ -173,27 +158,11 @@ class Server {
   // Every QP for an admin, a user's own otherwise.
   int list_qps(Session &s, const ctl::ListQpsReq &req, ctl::ListQpsResp &resp);
   int move_qp(Session &s, const ctl::MoveQpReq &req);
-  int relocate_qp(const ctl::MoveQpReq &req);  // vrnicctl move and rebalance()
-  // Several workers: every second, moves a QP from the busiest worker to the idlest when
-  // their loads (packets in and out) are far apart.
-  void rebalance();
-  uint64_t next_rebalance_ns_ = 0;
-  uint64_t moves_ = 0;
-  std::vector<uint64_t> last_qp_packets_;  // by QP handle, at the last rebalance
-  absl::Status start_workers();
   absl::Status prepare_socket_dir();
   void make_device_node();
   std::string node_path_;  // the /dev/infiniband node we made, removed at exit
-  absl::StatusOr<std::unique_ptr<Port>> open_wire_port(Worker &w);
   // Link up or down on the wire port: port state and an async event to every client.
   void watch_link();
-
-  Worker &worker_for_new_qp();
-  // Runs fn where it may change any worker's state: on the worker (one), or with every
-  // worker parked (several).
-  void execute_all(const std::function<void()> &fn);
-  void resolve_peer(unsigned worker, const uint8_t gid[16]);
-  std::vector<uint32_t> qps_per_worker_;
 
   ServerConfig cfg_;
   std::vector<ctl::DeviceListEntry> device_list_;
@@ -202,9 +171,8 @@ class Server {
   bool bound_ = false;
   int daemon_shm_fd_ = -1;
   shm::DaemonShared *daemon_shm_ = nullptr;
-  uint32_t nworkers_;
   Device dev_;
-  std::vector<std::unique_ptr<Worker>> workers_;
+  WorkerGroup workers_{dev_, cfg_};  // after dev_ and cfg_, which it uses
   std::map<uint32_t, std::unique_ptr<Session>> sessions_;
   uint32_t next_session_ = 1;
   SlotTable<ProtectionDomain> pds_{1u << 16};

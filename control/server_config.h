@@ -1,0 +1,35 @@
+// What one device (virtual NIC) of vrnicd is started with: its socket, workers, wire port
+// and limits, from vrnicd's command line.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dataplane/dpdk_port.h"
+#include "dataplane/fault_injector.h"
+#include "dataplane/udp_port.h"
+#include "quota.h"
+
+namespace vrnic {
+
+struct ServerConfig {
+  std::string socket_path;
+  uint32_t device_index = 0;
+  uint32_t workers = 1;
+  std::vector<int> worker_cpus;  // worker i runs on worker_cpus[i % size]; empty: anywhere
+  // The wire: none (loop only: every peer is a local process), a udp port or a dpdk port.
+  bool udp = false;
+  UdpPortConfig udp_port;
+  bool dpdk = false;
+  DpdkPortConfig dpdk_port;
+  FaultConfig faults;  // on the wire port's receive path
+  UserLimits limits;   // per user, on this device
+  // The socket: owner-only (0600) unless a group is given, then 0660 for that group (a root
+  // vrnicd serving several users).
+  gid_t socket_group = gid_t(-1);
+};
+
+}  // namespace vrnic
