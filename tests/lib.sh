@@ -750,10 +750,15 @@ verbs_pair() {
   ((srv_rc == 0 && CLIENT_RC == 0)) || ok=1
   if [[ -n $VRNICD_PID ]]; then vrnicd_check_alive || ok=1; fi
   if ((ok != 0)); then
-    echo "--- server output (tail):"
-    vrnic_tail "$SERVER_LOG" 15
-    echo "--- client output (tail):"
-    vrnic_tail "$CLIENT_LOG" 15
+    # Without perftest's per-QP address lines, so that its error lines are what shows.
+    local side log
+    for side in server client; do
+      [[ $side == server ]] && log=$SERVER_LOG || log=$CLIENT_LOG
+      echo "--- $side output (tail, address lines left out):"
+      grep -avE '^[[:space:]]*(GID|remote address|local address):' "$log" >"$log.short"
+      vrnic_tail "$log.short" 10
+    done
+    echo "server: $(_vrnic_status_word "$srv_rc"); client: $(_vrnic_status_word "$CLIENT_RC")"
   fi
   return "$ok"
 }
