@@ -141,11 +141,12 @@ file_settled() {
   [[ $a == "$b" ]]
 }
 
-# qps_moving SOCKET N: at least N of the vrnicd's QPs are in RTS and have sent packets.
+# qps_moving SOCKET N: at least N of the vrnicd's QPs are connected (RTS, or RTR: perftest's
+# WRITE servers stay there) and have moved packets.
 qps_moving() {
   local n
   n=$(timeout -k 2 10 "$VRNICCTL" --socket "$1" qps 2>/dev/null |
-    grep -c 'state=RTS .* packets_sent=[1-9]')
+    grep -cE 'state=(RTR|RTS) .*packets_(sent|received)=[1-9]')
   ((n >= $2))
 }
 
