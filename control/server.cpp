@@ -713,47 +713,23 @@ int Server::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp
   auto qp = std::make_unique<QueuePair>();
   qp->session = s.id;
   qp->pd = req.pd;
-  qp->type = uint8_t(req.qp_type);
   qp->sq_sig_all = req.sq_sig_all;
   qp->cookie = req.cookie;
   qp->async_fd = s.async_fd;
-  qp->shared = static_cast<shm::QpShared *>(map);
-  auto *base = static_cast<uint8_t *>(map);
-  qp->sq = reinterpret_cast<shm::SendWqe *>(base + shm::kQpHeaderBytes);
-  qp->sq_mask = sq_slots - 1;
-  qp->own_rq.indices = &qp->shared->rq;
-  qp->own_rq.ring = reinterpret_cast<shm::RecvWqe *>(base + shm::kQpHeaderBytes +
-                                                     sq_slots * sizeof(shm::SendWqe));
-  qp->own_rq.mask = rq_slots - 1;
-  qp->own_rq.pd = req.pd;
-  qp->meta.reset(new WqeMeta[sq_slots]());
-  qp->attr.qp_state = IBV_QPS_RESET;
-  qp->attr.cap = {sq_slots, rq_slots, shm::kMaxSge, shm::kMaxSge, shm::kMaxInline, 0};
-  qp->attr.port_num = 1;
-  // A UD message is one packet: up to the port's MTU (connected QPs get theirs at RTR).
-  if (req.qp_type == IBV_QPT_UD) qp->mtu = mtu_bytes(dev_.info.port_active_mtu);
-  qp->shared->state.store(IBV_QPS_RESET);
+  qp_init(*qp, uint8_t(req.qp_type), map, sq_slots, rq_slots, mtu_bytes(dev_.info.port_active_mtu));
   Worker &w = workers_.for_new_qp();
   qp->worker = uint8_t(w.index());
   qp->shared->worker.store(w.index());
   const bool shared = workers_.size() > 1;  // CQs and SRQs may be used by several workers
   uint32_t handle = 0;
   workers_.execute_all([&] {
-    qp->send_cq = dev_.cqs.get(req.send_cq);
-    qp->recv_cq = dev_.cqs.get(req.recv_cq);
     QueuePair *raw = qp.get();
     handle = dev_.qps.insert(std::move(qp));
     if (!handle) return;
     raw->handle = handle;
     raw->qpn = Device::qpn_of_handle(handle, ::arc4random());
-    raw->send_cq->refs++;
-    raw->recv_cq->refs++;
-    raw->send_cq->multi_worker = raw->recv_cq->multi_worker = shared;
-    if (req.srq) {
-      raw->rq = dev_.srqs.get(req.srq);
-      raw->rq->refs++;
-      raw->rq->multi_worker = shared;
-    }
+    qp_attach_queues(*raw, dev_.cqs.get(req.send_cq), dev_.cqs.get(req.recv_cq),
+                     req.srq ? dev_.srqs.get(req.srq) : nullptr, shared);
   });
   if (!handle) {
     ::munmap(map, bytes);
@@ -1086,11 +1062,8 @@ int Server::set_faults(Session &, const ctl::SetFaultsReq &req) {
 void Server::remove_qp(Session &s, uint32_t handle) {
   quotas_.release(s.uid, Quota::kQps);
   QueuePair *qp = dev_.qps.get(handle);
-  workers_[qp->worker].forget_qp(*qp);
+  qp_release(workers_[qp->worker], *qp);
   workers_.qp_removed(qp->worker);
-  qp->send_cq->refs--;
-  qp->recv_cq->refs--;
-  if (qp->rq != &qp->own_rq) qp->rq->refs--;
   ::munmap(qp->shared, shm::qp_region_bytes(qp->sq_mask + 1, qp->own_rq.mask + 1));
   dev_.qps.remove(handle);
 }

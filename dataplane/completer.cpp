@@ -9,7 +9,7 @@
 #include "sge_io.h"
 #include "transport.h"
 #include "vrnic/work_request.h"
-#include "worker.h"
+#include "transport_host.h"
 
 namespace vrnic {
 namespace {
@@ -26,7 +26,7 @@ bool outstanding(const QueuePair &qp) {
   return qp.comp.wqe != qp.req.started;
 }
 
-void restart_ack_timer(Worker &w, QueuePair &qp) {
+void restart_ack_timer(TransportHost &w, QueuePair &qp) {
   if (outstanding(qp) && qp.attr.timeout) {
     qp.comp.ack_deadline = w.now + (4096ull << qp.attr.timeout);
     w.watch_timers(qp);
@@ -42,14 +42,14 @@ void answered(QueuePair &qp, uint32_t index) {
   if (int32_t(qp.req.wqe - index) > 0) qp.req.rd_atomic_outstanding--;
 }
 
-void fail_oldest(Worker &w, QueuePair &qp, uint8_t status) {
+void fail_oldest(TransportHost &w, QueuePair &qp, uint8_t status) {
   if (outstanding(qp)) qp.wqe_meta(qp.comp.wqe).status = status;
   completer_retire(w, qp);
 }
 
 // Packets from `psn` on were lost (a timeout, or a NAK saying so): both windows shrink, and the
 // requester goes back to send them again.
-void lost(Worker &w, QueuePair &qp, PeerWindow::Loss kind, uint32_t psn, Reask reask) {
+void lost(TransportHost &w, QueuePair &qp, PeerWindow::Loss kind, uint32_t psn, Reask reask) {
   qp.req.window.on_loss();
   if (qp.req.peer) qp.req.peer->on_loss(kind, w.now);
   qp.comp.rtt_sent_at = 0;  // what is timed will be sent again: no sample from it
@@ -59,7 +59,7 @@ void lost(Worker &w, QueuePair &qp, PeerWindow::Loss kind, uint32_t psn, Reask r
 }
 
 // The ACK acknowledges every PSN up to and including psn.
-void acknowledge(Worker &w, QueuePair &qp, uint32_t psn) {
+void acknowledge(TransportHost &w, QueuePair &qp, uint32_t psn) {
   if (int32_t acked = psn_diff(psn, qp.comp.acked_psn); acked > 0) {
     qp.req.window.on_progress(uint32_t(acked));
     qp.comp.acked_psn = psn;
@@ -83,7 +83,7 @@ void acknowledge(Worker &w, QueuePair &qp, uint32_t psn) {
 
 // The oldest WQE, a read or atomic, lacks answers from `resp_psn` on: ask again at once rather
 // than wait for the timer, once per gap (every later packet in flight would show the gap).
-void reask(Worker &w, QueuePair &qp, uint32_t resp_psn) {
+void reask(TransportHost &w, QueuePair &qp, uint32_t resp_psn) {
   if (qp.comp.rerequested_psn_valid && qp.comp.rerequested_psn == resp_psn) return;
   qp.comp.rerequested_psn = resp_psn;
   qp.comp.rerequested_psn_valid = true;
@@ -95,7 +95,7 @@ void reask(Worker &w, QueuePair &qp, uint32_t resp_psn) {
 // or atomic means its answer went missing: lost, or overtaken on the way (loopback reorders
 // when the sending thread moves between CPUs). The spec's implied NAK: without it the
 // requester waited for the ack timer (17 ms and more, with the window halved).
-void reask_missing_answer(Worker &w, QueuePair &qp) {
+void reask_missing_answer(TransportHost &w, QueuePair &qp) {
   if (!outstanding(qp)) return;
   const WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
   if (!wr::is_read_or_atomic(meta.opcode) || meta.resp_done || meta.status) return;
@@ -103,7 +103,7 @@ void reask_missing_answer(Worker &w, QueuePair &qp) {
   reask(w, qp, meta.resp_psn);
 }
 
-void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
+void read_response(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   uint32_t psn = pkt.bth().psn();
   acknowledge(w, qp, psn_add(psn, -1u));
   reask_missing_answer(w, qp);  // when this answers a later one
@@ -137,7 +137,7 @@ void read_response(Worker &w, QueuePair &qp, const Packet &pkt) {
   restart_ack_timer(w, qp);
 }
 
-void atomic_ack(Worker &w, QueuePair &qp, const Packet &pkt) {
+void atomic_ack(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   uint32_t psn = pkt.bth().psn();
   acknowledge(w, qp, psn_add(psn, -1u));
   reask_missing_answer(w, qp);  // when this answers a later one
@@ -161,7 +161,7 @@ void atomic_ack(Worker &w, QueuePair &qp, const Packet &pkt) {
   w.schedule(qp);
 }
 
-void nak(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
+void nak(TransportHost &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
   acknowledge(w, qp, psn_add(psn, -1u));
   if (!outstanding(qp)) return;
   w.count(qp, aeth_kind(syndrome) == kAethRnrNak ? kRnrNaksReceived : kNaksReceived);
@@ -202,7 +202,7 @@ void nak(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
 
 }  // namespace
 
-void completer_retire(Worker &w, QueuePair &qp) {
+void completer_retire(TransportHost &w, QueuePair &qp) {
   CompleterState &comp = qp.comp;
   bool retired = false;
   while (outstanding(qp)) {
@@ -246,7 +246,7 @@ void completer_retire(Worker &w, QueuePair &qp) {
   qp_check_drained(qp);
 }
 
-void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
+void completer_receive(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   if (qp.type != IBV_QPT_RC || qp.state() == IBV_QPS_ERR) return;
   // Responses come from the connected peer only (as requests do, see the responder).
   if (!from_connected_peer(qp, pkt)) {
@@ -284,7 +284,7 @@ void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
 // retry_cnt), as a NIC's adaptive retransmission does; only while the path loses packets
 // (peer_window.h). Each probe in a row doubles the wait; one that would come after half the IB
 // timeout is not armed.
-void completer_arm_probe(Worker &w, QueuePair &qp) {
+void completer_arm_probe(TransportHost &w, QueuePair &qp) {
   if (!qp.req.peer || !qp.attr.timeout || qp.comp.probe_deadline) return;
   if (!qp.req.peer->lossy(w.now)) return;
   uint64_t wait = qp.req.peer->probe_ns() << qp.comp.probes;
@@ -293,7 +293,7 @@ void completer_arm_probe(Worker &w, QueuePair &qp) {
   w.watch_timers(qp);
 }
 
-void completer_check_timers(Worker &w, QueuePair &qp) {
+void completer_check_timers(TransportHost &w, QueuePair &qp) {
   CompleterState &comp = qp.comp;
   if (qp.state() == IBV_QPS_ERR) {
     comp.ack_deadline = comp.rnr_deadline = comp.probe_deadline = 0;

@@ -1,15 +1,16 @@
-// The QP life cycle on the data path, as rxe's rxe_qp.c: applying attributes and the effect
-// of each transition (control/ checks ownership and legality, then calls qp_modify once),
+// The QP life cycle on the data path, as rxe's rxe_qp.c: create-side setup (rings laid out
+// in the QP's shared region, queues attached), applying attributes and the effect of each
+// transition (control/ checks ownership and legality, then calls qp_modify once),
 // reset, error and send error (a QP in error completes everything outstanding with
-// IBV_WC_WR_FLUSH_ERR), SQ drain; and what the three engines share of QP state: whether a
-// packet comes from the connected peer, the transport snapshot vrnicctl shows.
+// IBV_WC_WR_FLUSH_ERR), SQ drain, release on destroy; and what the three engines share of QP state:
+// whether a packet comes from the connected peer, the transport snapshot vrnicctl shows.
 #include <infiniband/verbs.h>
 
 #include <algorithm>
 
 #include "events.h"
 #include "transport.h"
-#include "worker.h"
+#include "transport_host.h"
 
 namespace vrnic {
 
@@ -25,7 +26,7 @@ static shm::Cqe flush_cqe(const QueuePair &qp, uint64_t wr_id, uint8_t opcode) {
   return cqe;
 }
 
-Packet *new_packet_to(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
+Packet *new_packet_to(TransportHost &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
                       bool solicited, const PacketDestination &to) {
   Packet *pkt = w.alloc_packet();
   if (!pkt) return nullptr;
@@ -47,10 +48,52 @@ bool from_connected_peer(const QueuePair &qp, const Packet &pkt) {
          (pkt.src_qpn == Packet::kUnknownSource || pkt.src_qpn == qp.attr.dest_qp_num);
 }
 
-Packet *new_packet(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
+Packet *new_packet(TransportHost &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
                    bool solicited) {
   PacketDestination to{qp.attr.ah.dgid, qp.attr.dest_qp_num, qp.attr.ah.sgid_index};
   return new_packet_to(w, qp, opcode, psn, ack_req, solicited, to);
+}
+
+void qp_init(QueuePair &qp, uint8_t type, void *region, uint32_t sq_slots, uint32_t rq_slots,
+             uint32_t ud_mtu) {
+  qp.type = type;
+  qp.shared = static_cast<shm::QpShared *>(region);
+  auto *base = static_cast<uint8_t *>(region);
+  qp.sq = reinterpret_cast<shm::SendWqe *>(base + shm::kQpHeaderBytes);
+  qp.sq_mask = sq_slots - 1;
+  qp.own_rq.indices = &qp.shared->rq;
+  qp.own_rq.ring = reinterpret_cast<shm::RecvWqe *>(base + shm::kQpHeaderBytes +
+                                                    sq_slots * sizeof(shm::SendWqe));
+  qp.own_rq.mask = rq_slots - 1;
+  qp.own_rq.pd = qp.pd;
+  qp.meta.reset(new WqeMeta[sq_slots]());
+  qp.attr.qp_state = IBV_QPS_RESET;
+  qp.attr.cap = {sq_slots, rq_slots, shm::kMaxSge, shm::kMaxSge, shm::kMaxInline, 0};
+  qp.attr.port_num = 1;
+  // A UD message is one packet: up to the port's MTU (connected QPs get theirs at RTR).
+  if (type == IBV_QPT_UD) qp.mtu = ud_mtu;
+  qp.shared->state.store(IBV_QPS_RESET);
+}
+
+void qp_attach_queues(QueuePair &qp, CompletionQueue *send_cq, CompletionQueue *recv_cq,
+                      ReceiveQueue *srq, bool multi_worker) {
+  qp.send_cq = send_cq;
+  qp.recv_cq = recv_cq;
+  send_cq->refs++;
+  recv_cq->refs++;
+  send_cq->multi_worker = recv_cq->multi_worker = multi_worker;
+  if (srq) {
+    qp.rq = srq;
+    srq->refs++;
+    srq->multi_worker = multi_worker;
+  }
+}
+
+void qp_release(TransportHost &w, QueuePair &qp) {
+  w.forget_qp(qp);
+  qp.send_cq->refs--;
+  qp.recv_cq->refs--;
+  if (qp.rq != &qp.own_rq) qp.rq->refs--;
 }
 
 void qp_reset_transport(QueuePair &qp) {
@@ -69,7 +112,8 @@ uint32_t mtu_bytes(uint32_t ibv_mtu) {
   return 128u << std::clamp<uint32_t>(ibv_mtu, IBV_MTU_256, IBV_MTU_4096);
 }
 
-bool qp_modify(Worker &w, QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask, uint32_t next) {
+bool qp_modify(TransportHost &w, QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask,
+               uint32_t next) {
   const uint32_t cur = qp.attr.qp_state;
   ctl::QpAttrWire &q = qp.attr;
   if (mask & IBV_QP_ACCESS_FLAGS) q.qp_access_flags = a.qp_access_flags;
@@ -121,7 +165,7 @@ bool qp_modify(Worker &w, QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask
   return resolve;
 }
 
-void qp_enter_error(Worker &w, QueuePair &qp) {
+void qp_enter_error(TransportHost &w, QueuePair &qp) {
   if (qp.attr.qp_state == IBV_QPS_ERR) return;
   qp.attr.qp_state = IBV_QPS_ERR;
   qp.shared->state.store(IBV_QPS_ERR, std::memory_order_release);
@@ -132,13 +176,13 @@ void qp_enter_error(Worker &w, QueuePair &qp) {
   if (qp.rq != &qp.own_rq) raise_event(qp.async_fd, IBV_EVENT_QP_LAST_WQE_REACHED, qp.cookie);
 }
 
-void qp_fatal(Worker &w, QueuePair &qp) {
+void qp_fatal(TransportHost &w, QueuePair &qp) {
   if (qp.attr.qp_state == IBV_QPS_ERR) return;
   raise_event(qp.async_fd, IBV_EVENT_QP_FATAL, qp.cookie);
   qp_enter_error(w, qp);
 }
 
-void qp_enter_send_error(Worker &w, QueuePair &qp) {
+void qp_enter_send_error(TransportHost &w, QueuePair &qp) {
   qp.attr.qp_state = IBV_QPS_SQE;
   qp.shared->state.store(IBV_QPS_SQE, std::memory_order_release);
   qp_flush_send_queue(qp);
@@ -155,7 +199,7 @@ void qp_check_drained(QueuePair &qp) {
   if (qp.attr.en_sqd_async_notify) raise_event(qp.async_fd, IBV_EVENT_SQ_DRAINED, qp.cookie);
 }
 
-void qp_flush(Worker &w, QueuePair &qp) {
+void qp_flush(TransportHost &w, QueuePair &qp) {
   qp_flush_send_queue(qp);
   qp_flush_receive_side(qp);
   (void)w;

@@ -8,7 +8,7 @@
 #include "sge_io.h"
 #include "transport.h"
 #include "vrnic/work_request.h"
-#include "worker.h"
+#include "transport_host.h"
 
 namespace vrnic {
 namespace {
@@ -29,7 +29,7 @@ uint32_t packets_for(uint32_t length, uint32_t mtu) {
 
 // Records the WQE's PSN range and checks what the requester can check locally. A failure is
 // kept in meta.status; the completer reports it in order.
-void start_wqe(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
+void start_wqe(TransportHost &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
   meta.opcode = wqe.opcode;
   meta.flags = wqe.flags;
   meta.status = IBV_WC_SUCCESS;
@@ -102,7 +102,7 @@ uint8_t send_or_write_opcode(uint8_t wr_op, bool first, bool last) {
 
 // One packet of a SEND or WRITE; false if it could not be built (no packet buffer, or the
 // WQE turned out bad, which is then recorded for the completer).
-bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
+bool send_data_packet(TransportHost &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
   RequesterState &req = qp.req;
   uint32_t chunk = std::min(qp.mtu, meta.length - req.offset);
   bool first = req.offset == 0;
@@ -175,7 +175,7 @@ bool send_data_packet(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
   return true;
 }
 
-bool send_read_or_atomic(Worker &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
+bool send_read_or_atomic(TransportHost &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
   uint8_t opcode = meta.opcode == IBV_WR_RDMA_READ            ? kReadRequest
                    : meta.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap
                                                               : kFetchAdd;
@@ -275,7 +275,7 @@ bool requester_has_work(QueuePair &qp) {
          qp.req.wqe != send_limit(qp);
 }
 
-uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget) {
+uint32_t requester_run(TransportHost &w, QueuePair &qp, uint32_t budget) {
   RequesterState &req = qp.req;
   if ((qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD) || qp.comp.rnr_deadline) return 0;
   uint32_t producer = send_limit(qp);

@@ -7,7 +7,7 @@
 #include "ip_header.h"
 #include "sge_io.h"
 #include "transport.h"
-#include "worker.h"
+#include "transport_host.h"
 
 namespace vrnic {
 namespace {
@@ -16,7 +16,7 @@ using namespace wire;
 
 constexpr uint8_t kAckSyndrome = kAethAck | kAethCreditsInvalid;
 
-void send_aeth(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
+void send_aeth(TransportHost &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
   Packet *pkt = new_packet(w, qp, kAcknowledge, psn, false);
   if (!pkt) return;  // lost ACKs are recovered by the requester's timer
   pkt->ext<Aeth>(opcode_info(kAcknowledge).aeth_off).set(syndrome, qp.resp.msn);
@@ -24,14 +24,14 @@ void send_aeth(Worker &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
 }
 
 // UC has no NAKs: a message the responder cannot take is dropped whole (IB spec 9.9.4).
-void drop_uc_message(Worker &w, QueuePair &qp) {
+void drop_uc_message(TransportHost &w, QueuePair &qp) {
   w.count(qp, kPacketsDropped);
   qp.resp.in_send = qp.resp.in_write = false;
   qp.resp.uc_drop = true;
 }
 
 // Responder-detected errors (IB spec 9.9.3): NAK the request, then the QP enters error.
-void fail(Worker &w, QueuePair &qp, uint32_t psn, uint8_t nak_code) {
+void fail(TransportHost &w, QueuePair &qp, uint32_t psn, uint8_t nak_code) {
   if (qp.type == IBV_QPT_UC) return drop_uc_message(w, qp);
   w.count(qp, kNaksSent);
   send_aeth(w, qp, psn, nak_code);
@@ -55,7 +55,7 @@ SgeList recv_sges(const QueuePair &qp) {
 }
 
 // Completes the receive WQE the message used.
-bool complete_recv(Worker &w, QueuePair &qp, shm::Cqe cqe, bool solicited) {
+bool complete_recv(TransportHost &w, QueuePair &qp, shm::Cqe cqe, bool solicited) {
   cqe.wr_id = qp.resp.wqe.wr_id;
   cqe.qp_num = qp.qpn;
   if (qp.type != IBV_QPT_UD) cqe.src_qp = qp.attr.dest_qp_num;
@@ -67,7 +67,7 @@ bool complete_recv(Worker &w, QueuePair &qp, shm::Cqe cqe, bool solicited) {
   return true;
 }
 
-void fail_recv(Worker &w, QueuePair &qp, uint32_t psn, uint8_t wc_status, uint8_t nak_code) {
+void fail_recv(TransportHost &w, QueuePair &qp, uint32_t psn, uint8_t wc_status, uint8_t nak_code) {
   shm::Cqe cqe{};
   cqe.status = wc_status;
   cqe.opcode = IBV_WC_RECV;
@@ -76,7 +76,7 @@ void fail_recv(Worker &w, QueuePair &qp, uint32_t psn, uint8_t wc_status, uint8_
   fail(w, qp, psn, nak_code);
 }
 
-void rnr_nak(Worker &w, QueuePair &qp, uint32_t psn) {
+void rnr_nak(TransportHost &w, QueuePair &qp, uint32_t psn) {
   if (qp.type == IBV_QPT_UC) return drop_uc_message(w, qp);  // no receive WQE: dropped
   w.count(qp, kRnrNaksSent);
   qp.resp.nak_sent = true;
@@ -84,8 +84,8 @@ void rnr_nak(Worker &w, QueuePair &qp, uint32_t psn) {
 }
 
 // Checks an rkey for `len` bytes at va with `right`; the QP must allow it too.
-const MemoryRegion *remote_mr(Worker &w, QueuePair &qp, uint32_t rkey, uint64_t va, uint64_t len,
-                              uint32_t right) {
+const MemoryRegion *remote_mr(TransportHost &w, QueuePair &qp, uint32_t rkey, uint64_t va,
+                              uint64_t len, uint32_t right) {
   return w.dev.resolve_rkey(qp, rkey, va, len, right);
 }
 
@@ -93,7 +93,7 @@ void finish_message(QueuePair &qp) {
   qp.resp.msn = (qp.resp.msn + 1) & 0xffffff;
 }
 
-void receive_send(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
+void receive_send(TransportHost &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
   ResponderState &r = qp.resp;
   uint32_t psn = pkt.bth().psn();
   if (info.flags & kOpFirst) {
@@ -134,7 +134,7 @@ void receive_send(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo 
   }
 }
 
-void receive_write(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
+void receive_write(TransportHost &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
   ResponderState &r = qp.resp;
   uint32_t psn = pkt.bth().psn();
   bool last = info.flags & kOpLast;
@@ -208,7 +208,7 @@ void forget_responses_from(QueuePair &qp, uint32_t psn) {
   }
 }
 
-void receive_read(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info,
+void receive_read(TransportHost &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info,
                   bool duplicate) {
   uint32_t psn = pkt.bth().psn();
   const Reth &reth = pkt.ext<Reth>(info.reth_off);
@@ -238,7 +238,7 @@ void receive_read(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo 
   w.schedule(qp);
 }
 
-void receive_atomic(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
+void receive_atomic(TransportHost &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
   uint32_t psn = pkt.bth().psn();
   const AtomicEth &eth = pkt.ext<AtomicEth>(info.atomic_eth_off);
   if (eth.va() & 7) return fail(w, qp, psn, kNakInvalidRequest);
@@ -265,7 +265,7 @@ void receive_atomic(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInf
 }
 
 // A request we already executed: answer again without executing it twice.
-void receive_duplicate(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
+void receive_duplicate(TransportHost &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
   ResponderState &r = qp.resp;
   w.count(qp, kDuplicates);
   uint32_t psn = pkt.bth().psn();
@@ -327,7 +327,7 @@ void build_grh(const Packet &pkt, uint8_t grh[40]) {
 
 // UD: no sequence, no acknowledgement; a datagram without a receive WQE or with the wrong
 // Q_Key is dropped.
-void receive_ud(Worker &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
+void receive_ud(TransportHost &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
   const Deth &deth = pkt.ext<Deth>(info.deth_off);
   if (op_transport(pkt.bth().opcode()) != kUd || deth.qkey() != qp.attr.qkey ||
       !take_recv_wqe(qp)) {
@@ -374,7 +374,7 @@ bool uc_accept(QueuePair &qp, uint32_t psn, const OpcodeInfo &info) {
 
 }  // namespace
 
-void responder_receive(Worker &w, QueuePair &qp, const Packet &pkt) {
+void responder_receive(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   const OpcodeInfo &info = pkt.info();
   if (qp.state() == IBV_QPS_ERR) {
     w.count(qp, kPacketsDropped);
@@ -437,7 +437,7 @@ bool responder_has_work(const QueuePair &qp) {
   return qp.resp.res_sending != qp.resp.res_head;
 }
 
-void responder_send_ack(Worker &w, QueuePair &qp) {
+void responder_send_ack(TransportHost &w, QueuePair &qp) {
   ResponderState &r = qp.resp;
   if (!r.ack_pending || qp.state() == IBV_QPS_ERR) return;
   uint32_t psn = r.ack_psn;
@@ -456,7 +456,7 @@ void responder_send_ack(Worker &w, QueuePair &qp) {
   send_aeth(w, qp, psn, kAckSyndrome);
 }
 
-uint32_t responder_send_reads(Worker &w, QueuePair &qp, uint32_t budget) {
+uint32_t responder_send_reads(TransportHost &w, QueuePair &qp, uint32_t budget) {
   ResponderState &r = qp.resp;
   uint32_t sent = 0;
   while (sent < budget && r.res_sending != r.res_head) {

@@ -11,11 +11,11 @@
 
 namespace vrnic {
 
-class Worker;
+class TransportHost;
 
 // Requester: packets for new and retransmitted WQEs, and local operations; returns the steps
 // it took of the budget (a packet sent or a local operation done).
-uint32_t requester_run(Worker &w, QueuePair &qp, uint32_t budget);
+uint32_t requester_run(TransportHost &w, QueuePair &qp, uint32_t budget);
 bool requester_has_work(QueuePair &qp);
 
 // Whether a rewind asks again for reads and atomics the responder has already taken.
@@ -37,35 +37,46 @@ int execute_local_op(Device &dev, QueuePair &qp, const shm::SendWqe &wqe);
 bool invalidate_window(Device &dev, const QueuePair &qp, uint32_t rkey);
 
 // Completer.
-void completer_receive(Worker &w, QueuePair &qp, const Packet &pkt);
-void completer_check_timers(Worker &w, QueuePair &qp);
-void completer_arm_probe(Worker &w, QueuePair &qp);
-void completer_retire(Worker &w, QueuePair &qp);
+void completer_receive(TransportHost &w, QueuePair &qp, const Packet &pkt);
+void completer_check_timers(TransportHost &w, QueuePair &qp);
+void completer_arm_probe(TransportHost &w, QueuePair &qp);
+void completer_retire(TransportHost &w, QueuePair &qp);
 
 // Responder.
-void responder_receive(Worker &w, QueuePair &qp, const Packet &pkt);
-uint32_t responder_send_reads(Worker &w, QueuePair &qp, uint32_t budget);
+void responder_receive(TransportHost &w, QueuePair &qp, const Packet &pkt);
+uint32_t responder_send_reads(TransportHost &w, QueuePair &qp, uint32_t budget);
 bool responder_has_work(const QueuePair &qp);
-void responder_send_ack(Worker &w, QueuePair &qp);
+void responder_send_ack(TransportHost &w, QueuePair &qp);
 
 // QP life cycle on the data path (qp_lifecycle.cpp).
+// Create side: lays the QP's rings out in its shared region (shm::qp_region_bytes(sq_slots,
+// rq_slots) bytes, qp.pd already set) and puts it in RESET; a UD QP sends up to `ud_mtu`.
+void qp_init(QueuePair &qp, uint8_t type, void *region, uint32_t sq_slots, uint32_t rq_slots,
+             uint32_t ud_mtu);
+// Its completion queues and, if any, the SRQ it draws from (each counts the QP); with several
+// workers they may be reached from more than one, and lock.
+void qp_attach_queues(QueuePair &qp, CompletionQueue *send_cq, CompletionQueue *recv_cq,
+                      ReceiveQueue *srq, bool multi_worker);
+// Destroy side: off its host's lists and its queues (the owner unmaps the region).
+void qp_release(TransportHost &w, QueuePair &qp);
 // Bytes of an enum ibv_mtu.
 uint32_t mtu_bytes(uint32_t ibv_mtu);
 // Applies attributes already checked and the effect of the transition to `next` (RESET:
 // transport state cleared; ERR: everything flushed; RTR: responder PSN; RTS: requester PSN,
 // retry budgets, peer window, posted WQEs scheduled; SQD: drain watched). True when the
 // peer's link address should now be resolved (a connected QP entering RTR with a GRH).
-bool qp_modify(Worker &w, QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask, uint32_t next);
-void qp_enter_error(Worker &w, QueuePair &qp);
+bool qp_modify(TransportHost &w, QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask,
+               uint32_t next);
+void qp_enter_error(TransportHost &w, QueuePair &qp);
 // A completion could not be written (its CQ is full): the QP is lost to its owner, who is
 // told with IBV_EVENT_QP_FATAL (the CQ's owner got IBV_EVENT_CQ_ERR).
-void qp_fatal(Worker &w, QueuePair &qp);
-void qp_enter_send_error(Worker &w, QueuePair &qp);  // UC/UD: SQE, receive side goes on
+void qp_fatal(TransportHost &w, QueuePair &qp);
+void qp_enter_send_error(TransportHost &w, QueuePair &qp);  // UC/UD: SQE, receive side goes on
 void qp_flush_send_queue(QueuePair &qp);
 // SQD: tells the owner once nothing is outstanding (if it asked to be told).
 void qp_check_drained(QueuePair &qp);
 bool qp_sq_busy(const QueuePair &qp);
-void qp_flush(Worker &w, QueuePair &qp);  // completes everything outstanding with FLUSH_ERR
+void qp_flush(TransportHost &w, QueuePair &qp);  // completes everything outstanding with FLUSH_ERR
 void qp_reset_transport(QueuePair &qp);
 // A snapshot of where the QP's transport stands (vrnicctl qps); `now` in ns.
 ctl::QpTransportState qp_transport_state(QueuePair &qp, uint64_t now);
@@ -77,13 +88,13 @@ struct PacketDestination {
   uint32_t qpn;
   uint8_t sgid_index;
 };
-Packet *new_packet(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
+Packet *new_packet(TransportHost &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
                    bool solicited = false);
 // Whether a packet for a connected (RC/UC) QP comes from the peer it is connected to: its
 // source address, and on the loop port the very QP (RoCE itself carries no source QPN for
 // connected QPs; between local sessions vrnicd knows it).
 bool from_connected_peer(const QueuePair &qp, const Packet &pkt);
-Packet *new_packet_to(Worker &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
+Packet *new_packet_to(TransportHost &w, QueuePair &qp, uint8_t opcode, uint32_t psn, bool ack_req,
                       bool solicited, const PacketDestination &to);
 
 }  // namespace vrnic

@@ -39,7 +39,9 @@ constexpr unsigned long kTimerSlackNs = 5'000;  // the default 50 us would dwarf
 }  // namespace
 
 Worker::Worker(Device &d, uint32_t index, shm::DaemonShared *daemon_shm)
-    : dev(d), pool(kPoolPackets, uint8_t(index)), index_(index), daemon_shm_(daemon_shm) {
+    : TransportHost(d, kPoolPackets, kRxReserve, uint8_t(index)),
+      index_(index),
+      daemon_shm_(daemon_shm) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   loop_ = std::make_unique<LoopPort>(kPoolPackets);
 }
@@ -133,15 +135,6 @@ void Worker::move_qp(QueuePair &qp, Worker &to) {
   if (peer) to.attach_peer(qp);
 }
 
-void Worker::forget_qp(QueuePair &qp) {
-  detach_peer(qp);
-  std::erase(run_queue_, &qp);
-  std::erase(run_next_, &qp);
-  std::erase(ack_list_, &qp);
-  std::erase(timer_list_, &qp);
-}
-
-// Packets for this device's own GIDs take the loop port, the rest the wire (if any).
 void Worker::transmit(QueuePair &qp, Packet *pkt) {
   qp.counters[kPacketsSent]++;  // the device counts what the port accepts (flush)
   count(qp, kBytesSent, pkt->header_len + pkt->payload_len);
@@ -166,70 +159,6 @@ void Worker::flush(Port &port, TxBatch &batch) {
     pool.free(batch.pkts[i]);
   }
   batch.n = 0;
-}
-
-void Worker::schedule(QueuePair &qp) {
-  if (qp.in_run_queue) return;
-  qp.in_run_queue = true;
-  run_next_.push_back(&qp);
-}
-
-void Worker::attach_peer(QueuePair &qp) {
-  // The loop port loses nothing: a peer on this device needs no window.
-  if (qp.req.peer || dev.is_local_gid(qp.attr.ah.dgid)) return;
-  std::array<uint8_t, 16> gid;
-  std::copy(std::begin(qp.attr.ah.dgid), std::end(qp.attr.ah.dgid), gid.begin());
-  std::unique_ptr<PeerWindow> &p = peer_windows_[gid];
-  if (!p) {
-    p = std::make_unique<PeerWindow>();
-    p->gid = gid;
-  }
-  p->refs++;
-  qp.req.peer = p.get();
-  qp.req.peer_charged = 0;
-  recharge_peer(qp);
-}
-
-void Worker::detach_peer(QueuePair &qp) {
-  PeerWindow *p = qp.req.peer;
-  if (!p) return;
-  p->charge(qp.req.peer_charged, 0);
-  if (qp.req.peer_waiting) std::erase(p->waiting, &qp);
-  qp.req.peer = nullptr;
-  qp.req.peer_charged = 0;
-  qp.req.peer_waiting = false;
-  if (--p->refs == 0) {
-    peer_windows_.erase(p->gid);
-    return;
-  }
-  wake_peer_waiters(*p);
-}
-
-void Worker::wake_peer_waiters(PeerWindow &p) {
-  if (!p.allows()) return;
-  for (QueuePair *waiter : p.waiting) {
-    waiter->req.peer_waiting = false;
-    schedule(*waiter);
-  }
-  p.waiting.clear();
-}
-
-void Worker::wait_for_peer(QueuePair &qp) {
-  if (qp.req.peer_waiting || !qp.req.peer) return;
-  qp.req.peer_waiting = true;
-  qp.req.peer->waiting.push_back(&qp);
-}
-
-void Worker::watch_timers(QueuePair &qp) {
-  if (qp.in_timer_list) return;
-  qp.in_timer_list = true;
-  timer_list_.push_back(&qp);
-}
-
-void Worker::ack_later(QueuePair &qp) {
-  if (qp.in_ack_list) return;
-  qp.in_ack_list = true;
-  ack_list_.push_back(&qp);
 }
 
 bool Worker::poll_doorbells() {
@@ -260,40 +189,6 @@ bool Worker::poll_doorbells() {
   return any;
 }
 
-// True when it got anything done. QPs held back (no packets, or a wire that cannot take more)
-// are not work: a worker that only waits for its port to drain must count as idle and give
-// its CPU up in time, or a peer sharing that CPU (the other end of a memif) never empties the
-// queue it waits for.
-bool Worker::serve_run_queue() {
-  if (run_next_.empty()) return false;
-  run_queue_.swap(run_next_);
-  bool progress = false;
-  for (QueuePair *qp : run_queue_) {
-    qp->in_run_queue = false;
-    // Out of packets, or the wire cannot take more for now: try again next turn.
-    if (pool.available() < kRxReserve + kQpBudget || (wire_ && wire_->tx_full())) {
-      schedule(*qp);
-      continue;
-    }
-    progress = true;
-    if (qp->state() == IBV_QPS_ERR) {
-      qp_flush(*this, *qp);
-      continue;
-    }
-    if (qp->state() == IBV_QPS_SQE) {  // new sends complete in error; receives go on
-      qp_flush_send_queue(*qp);
-      continue;
-    }
-    uint32_t sent = responder_send_reads(*this, *qp, kQpBudget);
-    if (sent < kQpBudget) sent += requester_run(*this, *qp, kQpBudget - sent);
-    if (requester_has_work(*qp) || responder_has_work(*qp)) {
-      if (sent) schedule(*qp);  // more to do; blocked QPs wait for an ACK or timer instead
-    }
-  }
-  run_queue_.clear();
-  return progress;
-}
-
 bool Worker::receive() {
   Packet *pkts[kBurst];
   uint16_t n = loop_->rx_burst(pkts, kBurst);
@@ -320,25 +215,6 @@ bool Worker::receive() {
     recycle(pkt);
   }
   return n != 0;
-}
-
-// A received packet on the worker that owns its QP (if any).
-void Worker::deliver(Packet *pkt) {
-  counters[kPacketsReceived]++;
-  counters[kBytesReceived] += pkt->header_len + pkt->payload_len;
-  const OpcodeInfo &info = pkt->info();
-  QueuePair *qp = dev.qp_by_qpn(pkt->bth().dest_qp());
-  if (qp) {
-    qp->counters[kPacketsReceived]++;
-    qp->counters[kBytesReceived] += pkt->header_len + pkt->payload_len;
-  }
-  if (!(info.flags & kOpValid) || !qp || qp->state() < IBV_QPS_RTR) {
-    counters[kPacketsDropped]++;
-  } else if (info.flags & kOpRequest) {
-    responder_receive(*this, *qp, *pkt);
-  } else {
-    completer_receive(*this, *qp, *pkt);
-  }
 }
 
 void Worker::recycle(Packet *pkt) {
@@ -456,33 +332,15 @@ void Worker::park_here() {
   }
 }
 
-void Worker::flush_acks() {
-  for (QueuePair *qp : ack_list_) {
-    qp->in_ack_list = false;
-    responder_send_ack(*this, *qp);
-  }
-  ack_list_.clear();
-}
-
-void Worker::check_timers() {
+void Worker::check_timers_due() {
   if (now < next_timer_check_) return;
   next_timer_check_ = now + kTimerPeriodNs;
-  for (size_t i = 0; i < timer_list_.size();) {
-    QueuePair *qp = timer_list_[i];
-    completer_check_timers(*this, *qp);
-    if (!qp->comp.ack_deadline && !qp->comp.rnr_deadline && !qp->comp.probe_deadline) {
-      qp->in_timer_list = false;
-      timer_list_[i] = timer_list_.back();
-      timer_list_.pop_back();
-    } else {
-      i++;
-    }
-  }
+  check_timers();
 }
 
 void Worker::idle_wait(uint64_t idle_ns) {
   if (idle_ns < kSpinNs) return;
-  if (idle_ns < kYieldNs || !timer_list_.empty()) {
+  if (idle_ns < kYieldNs || timers_armed()) {
     if (now < contended_until_) {
       // A timer, not the eventfd: the application's doorbells stay system-call free.
       const timespec nap{0, long(kContendedSleepNs)};
@@ -496,7 +354,7 @@ void Worker::idle_wait(uint64_t idle_ns) {
   // Tell producers to write our eventfd, then look once more before sleeping.
   std::atomic<uint32_t> &sleeping = daemon_shm_->workers[index_].sleeping;
   sleeping.store(1, std::memory_order_seq_cst);
-  bool work = commands_pending_.load() || !run_next_.empty() ||
+  bool work = commands_pending_.load() || work_scheduled() ||
               park_requested_.load(std::memory_order_acquire);
   if (!inbox_empty()) work = true;
   for (SessionRings &s : sessions_)
@@ -535,7 +393,7 @@ void Worker::run() {
       flush_tx();
       work = true;
     }
-    check_timers();
+    check_timers_due();
     flush_tx();
     if (work) {
       last_work = now;

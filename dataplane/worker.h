@@ -5,6 +5,9 @@
 // of another crosses over an SPSC ring (and goes back to its pool the same way). Control
 // operations reach the workers' state through execute() (one worker) or with every worker
 // parked (park()/unpark(), several).
+// The transport itself (run queue, ACK and timer lists, peer windows, the engines' turns) is
+// the TransportHost this class is (transport_host.h); a worker adds the thread, ports,
+// doorbells and hand-over around it.
 #pragma once
 
 #include <array>
@@ -16,11 +19,11 @@
 #include <thread>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "device.h"
 #include "packet.h"
 #include "port.h"
 #include "spsc_ring.h"
+#include "transport_host.h"
 #include "vrnic/shm_layout.h"
 #include "vrnic/wire.h"
 
@@ -31,11 +34,10 @@ struct SessionRings {
   shm::DoorbellConsumer doorbells;  // this worker's ring in the session's shared memory
 };
 
-class Worker {
+class Worker final : public TransportHost {
  public:
   static constexpr uint16_t kBurst = 32;
   static constexpr uint32_t kPoolPackets = 4096;
-  static constexpr uint32_t kQpBudget = 64;  // packets per QP per turn, for fairness
   // Packets new sends may not take: what arrives meanwhile (and the ACKs and read responses it
   // calls for) needs packets too, or it is dropped (rx_no_buffer) and sent again.
   static constexpr uint32_t kRxReserve = kPoolPackets / 4;
@@ -74,62 +76,29 @@ class Worker {
 
   void add_session(uint32_t id, shm::DoorbellRing *ring);  // worker thread only
   void remove_session(uint32_t id);                        // worker thread only
-  void forget_qp(QueuePair &qp);                           // worker thread only
   // Moves a QP to worker `to` with every worker parked: its place in run queue, ACK and timer
   // lists goes with it, and `to` looks at its send queue at once.
   void move_qp(QueuePair &qp, Worker &to);
 
-  // For the transport engines (worker thread only).
-  Device &dev;
-  PacketPool pool;
-  TransportCounters counters;  // this worker's share of the device's counters
-  uint64_t now = 0;            // ns, CLOCK_MONOTONIC, refreshed every loop turn
-  Packet *alloc_packet() { return pool.alloc(); }
-  void transmit(QueuePair &qp, Packet *pkt);
-  // Counts an event for the device and for the QP it happened on.
-  void count(QueuePair &qp, TransportCounter c, uint64_t n = 1) {
-    counters[c] += n;
-    qp.counters[c] += n;
-  }
+  // The transport host's hooks (worker thread only): packets for this device's own GIDs take
+  // the loop port, the rest the wire (if any), in bursts.
+  void transmit(QueuePair &qp, Packet *pkt) override;
   // A packet this worker is done with goes back to its pool (another worker's, perhaps).
   void recycle(Packet *pkt);
-  void schedule(QueuePair &qp);
-  void watch_timers(QueuePair &qp);
-  void ack_later(QueuePair &qp);
-  // The window an RC requester shares with this worker's other QPs to the same peer
-  // (peer_window.h): attached at RTS, detached on error, reset, destroy and move (both
-  // idempotent). recharge_peer() brings the QP's share up to date after it sent, was
-  // acknowledged or rewound, and schedules the QPs waiting once the window has room;
-  // wait_for_peer() makes the QP one of them.
-  void attach_peer(QueuePair &qp);
-  void detach_peer(QueuePair &qp);
-  void recharge_peer(QueuePair &qp) {
-    PeerWindow *p = qp.req.peer;
-    if (!p) return;
-    int32_t out = wire::psn_diff(qp.req.psn, qp.comp.acked_psn) - 1;
-    uint32_t now = out > 0 ? uint32_t(out) : 0;
-    p->charge(qp.req.peer_charged, now);
-    qp.req.peer_charged = now;
-    if (!p->waiting.empty()) wake_peer_waiters(*p);
-  }
-  void wait_for_peer(QueuePair &qp);
 
  private:
   void run();
   bool poll_doorbells();
-  bool serve_run_queue();
   bool receive();
-  void flush_acks();
-  void check_timers();
+  void check_timers_due();
+  bool tx_blocked() const override { return wire_ && wire_->tx_full(); }
   void flush_tx();
   void drain();
   bool run_commands();
   void idle_wait(uint64_t idle_ns);
-  void deliver(Packet *pkt);
   bool poll_peers();
   void wake();
   void park_here();
-  void wake_peer_waiters(PeerWindow &p);
 
   uint32_t index_;
   shm::DaemonShared *daemon_shm_;
@@ -140,10 +109,6 @@ class Worker {
   std::atomic<bool> running_{false};
 
   std::vector<SessionRings> sessions_;
-  std::vector<QueuePair *> run_queue_, run_next_;
-  std::vector<QueuePair *> ack_list_;
-  std::vector<QueuePair *> timer_list_;
-  absl::flat_hash_map<std::array<uint8_t, 16>, std::unique_ptr<PeerWindow>> peer_windows_;
   uint64_t next_timer_check_ = 0;
   uint64_t contended_until_ = 0;  // nap rather than yield when idle until then
   struct TxBatch {

@@ -1,0 +1,363 @@
+// The RC and UC transport on its own: two QPs back to back through the fake hosts of
+// transport_harness.h, each test scripting the wire and asserting every packet that crossed
+// it (opcode, PSN, AckReq, syndrome), the completions and the bytes that arrived.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <numeric>
+
+#include "dataplane/transport.h"
+#include "transport_harness.h"
+
+using namespace vrnic;
+using namespace vrnic::testing;
+using Lines = std::vector<std::string>;
+
+namespace {
+
+void fill(QpEnd &end, size_t offset, size_t length, uint8_t seed) {
+  for (size_t i = 0; i < length; i++) end.mem[offset + i] = uint8_t(seed + i * 7 + i / 251);
+}
+
+bool same(const QpEnd &x, size_t x_off, const QpEnd &y, size_t y_off, size_t length) {
+  return std::memcmp(x.mem.data() + x_off, y.mem.data() + y_off, length) == 0;
+}
+
+// Drops the first packet the predicate matches, once.
+WireScript drop_once(std::function<bool(const WireRecord &)> match) {
+  auto done = std::make_shared<bool>(false);
+  return [match, done](const WireRecord &r, Packet &) {
+    if (*done || !match(r)) return Fate::kDeliver;
+    *done = true;
+    return Fate::kDrop;
+  };
+}
+
+bool is(const WireRecord &r, char from, uint8_t operation, uint32_t psn) {
+  return r.from == from && wire::op_operation(r.opcode) == operation && r.psn == psn;
+}
+
+}  // namespace
+
+TEST_CASE("transport: an RC WRITE arrives byte for byte, acknowledged once", "[transport]") {
+  QpPair p;
+  fill(p.a, 0, 4096, 1);
+  p.a.post_send(write_wqe(7, p.a, 0, 4096, p.b, 1000));
+  p.run();
+  CHECK(p.trace() == Lines{"A WRITE_FIRST 100", "A WRITE_MIDDLE 101", "A WRITE_MIDDLE 102",
+                           "A WRITE_LAST 103 ack_req", "B ACK 103"});
+  CHECK(same(p.a, 0, p.b, 1000, 4096));
+  auto cqes = p.a.poll_send_cq();
+  REQUIRE(cqes.size() == 1);
+  CHECK(cqes[0].wr_id == 7);
+  CHECK(cqes[0].status == IBV_WC_SUCCESS);
+  CHECK(cqes[0].opcode == IBV_WC_RDMA_WRITE);
+  CHECK(cqes[0].byte_len == 4096);
+  CHECK(p.a.qp->comp.ack_deadline == 0);  // nothing outstanding: no timer left armed
+}
+
+TEST_CASE("transport: go-back-N resends from the lost packet in mid-message", "[transport]") {
+  QpPair p;
+  fill(p.a, 0, 4096, 2);
+  p.script = drop_once([](const WireRecord &r) { return is(r, 'A', wire::kWriteMiddle, 101); });
+  p.a.post_send(write_wqe(1, p.a, 0, 4096, p.b, 0));
+  p.run();
+  CHECK(p.trace() == Lines{"A WRITE_FIRST 100", "A WRITE_MIDDLE 101 (dropped)",
+                           "A WRITE_MIDDLE 102", "A WRITE_LAST 103 ack_req", "B ACK 101 NAK_SEQ",
+                           "A WRITE_MIDDLE 101", "A WRITE_MIDDLE 102", "A WRITE_LAST 103 ack_req",
+                           "B ACK 103"});
+  CHECK(same(p.a, 0, p.b, 0, 4096));
+  auto cqes = p.a.poll_send_cq();
+  REQUIRE(cqes.size() == 1);
+  CHECK(cqes[0].status == IBV_WC_SUCCESS);
+  CHECK(p.a.qp->counters[kRetransmits] == 1);
+  CHECK(p.a.qp->counters[kNaksReceived] == 1);
+  CHECK(p.b.qp->counters[kOutOfSequence] == 2);  // 102 and 103 the first time
+  CHECK(p.b.qp->counters[kNaksSent] == 1);       // one NAK per gap
+  CHECK(p.a.qp->comp.retry_left == 7);           // progress gives the retries back
+}
+
+TEST_CASE("transport: requests that arrive together get one coalesced ACK", "[transport]") {
+  QpPair p;
+  fill(p.a, 0, 8 * 256, 3);
+  for (uint32_t i = 0; i < 8; i++) p.a.post_send(write_wqe(i, p.a, i * 256, 256, p.b, i * 256));
+  p.run();
+  Lines expect;
+  for (uint32_t psn = 100; psn < 108; psn++)
+    expect.push_back("A WRITE_ONLY " + std::to_string(psn) + " ack_req");
+  expect.push_back("B ACK 107");
+  CHECK(p.trace() == expect);
+  auto cqes = p.a.poll_send_cq();
+  REQUIRE(cqes.size() == 8);
+  for (uint32_t i = 0; i < 8; i++) {
+    CHECK(cqes[i].wr_id == i);  // in order, each from the one ACK
+    CHECK(cqes[i].status == IBV_WC_SUCCESS);
+  }
+  CHECK(same(p.a, 0, p.b, 0, 8 * 256));
+}
+
+TEST_CASE("transport: the local ACK timeout resends, and retries run out", "[transport]") {
+  SECTION("one lost request is sent again after the timeout") {
+    QpPair p;
+    p.script = drop_once([](const WireRecord &r) { return r.from == 'A'; });
+    p.a.post_send(write_wqe(1, p.a, 0, 100, p.b, 0));
+    p.run();
+    CHECK(p.trace() ==
+          Lines{"A WRITE_ONLY 100 ack_req (dropped)", "A WRITE_ONLY 100 ack_req", "B ACK 100"});
+    REQUIRE(p.log.size() == 3);
+    CHECK(p.log[1].at_ns == p.ack_timeout_ns());  // 4.096 us << timeout after the first
+    CHECK(p.a.qp->counters[kTimeouts] == 1);
+    auto cqes = p.a.poll_send_cq();
+    REQUIRE(cqes.size() == 1);
+    CHECK(cqes[0].status == IBV_WC_SUCCESS);
+  }
+  SECTION("a dead peer: retry_cnt retries, then RETRY_EXC_ERR and the QP in error") {
+    PairOptions o;
+    o.retry_cnt = 3;
+    QpPair p(o);
+    p.script = [](const WireRecord &, Packet &) { return Fate::kDrop; };
+    p.a.post_send(write_wqe(1, p.a, 0, 100, p.b, 0));
+    p.run();
+    REQUIRE(p.log.size() == 4);  // the first send and three retries
+    for (size_t i = 0; i < 4; i++) {
+      CHECK(p.log[i].psn == 100);
+      CHECK(p.log[i].at_ns == i * p.ack_timeout_ns());
+    }
+    auto cqes = p.a.poll_send_cq();
+    REQUIRE(cqes.size() == 1);
+    CHECK(cqes[0].wr_id == 1);
+    CHECK(cqes[0].status == IBV_WC_RETRY_EXC_ERR);
+    CHECK(p.now == 4 * p.ack_timeout_ns());
+    CHECK(p.a.qp->state() == IBV_QPS_ERR);
+    CHECK(p.a.qp->counters[kTimeouts] == 4);
+    // What is posted now is flushed, never sent.
+    p.a.post_send(write_wqe(2, p.a, 0, 100, p.b, 0));
+    p.run();
+    CHECK(p.log.size() == 4);
+    cqes = p.a.poll_send_cq();
+    REQUIRE(cqes.size() == 1);
+    CHECK(cqes[0].wr_id == 2);
+    CHECK(cqes[0].status == IBV_WC_WR_FLUSH_ERR);
+  }
+}
+
+TEST_CASE("transport: RNR NAK waits the peer's timer and retries", "[transport]") {
+  SECTION("rnr_retry 2: three sends, then RNR_RETRY_EXC_ERR") {
+    PairOptions o;
+    o.rnr_retry = 2;
+    o.min_rnr_timer = 1;  // 10 us (IB spec table 45)
+    QpPair p(o);
+    p.a.post_send(send_wqe(1, p.a, 0, 64));  // B has posted no receive
+    p.run();
+    CHECK(p.trace() == Lines{"A SEND_ONLY 100 ack_req", "B ACK 100 RNR_NAK",
+                             "A SEND_ONLY 100 ack_req", "B ACK 100 RNR_NAK",
+                             "A SEND_ONLY 100 ack_req", "B ACK 100 RNR_NAK"});
+    REQUIRE(p.log.size() == 6);
+    CHECK(p.log[1].syndrome == (wire::kAethRnrNak | 1));
+    CHECK(p.log[2].at_ns == 10'000);
+    CHECK(p.log[4].at_ns == 20'000);
+    auto cqes = p.a.poll_send_cq();
+    REQUIRE(cqes.size() == 1);
+    CHECK(cqes[0].status == IBV_WC_RNR_RETRY_EXC_ERR);
+    CHECK(p.a.qp->state() == IBV_QPS_ERR);
+  }
+  SECTION("rnr_retry 7 retries for ever: the send lands once a receive is posted") {
+    QpPair p;  // rnr_retry 7
+    fill(p.a, 0, 64, 4);
+    int naks = 0;
+    p.script = [&](const WireRecord &r, Packet &) {
+      if (r.from == 'B' && wire::aeth_kind(r.syndrome) == wire::kAethRnrNak && ++naks == 20)
+        p.b.post_recv(9, 4096, 64);
+      return Fate::kDeliver;
+    };
+    p.a.post_send(send_wqe(1, p.a, 0, 64));
+    p.run();
+    CHECK(naks == 20);
+    REQUIRE(p.log.size() == 42);  // 21 sends, 20 RNR NAKs, one ACK
+    CHECK(p.trace().back() == "B ACK 100");
+    CHECK(p.a.qp->counters[kRnrNaksReceived] == 20);
+    auto cqes = p.a.poll_send_cq();
+    REQUIRE(cqes.size() == 1);
+    CHECK(cqes[0].status == IBV_WC_SUCCESS);
+    auto recvs = p.b.poll_recv_cq();
+    REQUIRE(recvs.size() == 1);
+    CHECK(recvs[0].wr_id == 9);
+    CHECK(recvs[0].byte_len == 64);
+    CHECK(same(p.a, 0, p.b, 4096, 64));
+  }
+}
+
+TEST_CASE("transport: a gap in read responses is asked for again, and only it", "[transport]") {
+  QpPair p;
+  fill(p.b, 0, 4096, 5);
+  p.script =
+      drop_once([](const WireRecord &r) { return is(r, 'B', wire::kReadResponseMiddle, 101); });
+  p.a.post_send(read_wqe(1, p.a, 8192, 4096, p.b, 0));
+  p.run();
+  // The responder re-executes the read from the PSN asked for: a new response sequence.
+  CHECK(p.trace() == Lines{"A READ_REQUEST 100 ack_req @0+4096", "B READ_RESPONSE_FIRST 100",
+                           "B READ_RESPONSE_MIDDLE 101 (dropped)", "B READ_RESPONSE_MIDDLE 102",
+                           "B READ_RESPONSE_LAST 103", "A READ_REQUEST 101 ack_req @1024+3072",
+                           "B READ_RESPONSE_FIRST 101", "B READ_RESPONSE_MIDDLE 102",
+                           "B READ_RESPONSE_LAST 103"});
+  CHECK(same(p.b, 0, p.a, 8192, 4096));
+  auto cqes = p.a.poll_send_cq();
+  REQUIRE(cqes.size() == 1);
+  CHECK(cqes[0].status == IBV_WC_SUCCESS);
+  CHECK(cqes[0].opcode == IBV_WC_RDMA_READ);
+  CHECK(p.b.qp->counters[kDuplicates] == 1);
+}
+
+TEST_CASE("transport: a duplicate READ re-executes only the part still missing", "[transport]") {
+  QpPair p;
+  fill(p.b, 0, 4096, 6);
+  p.script =
+      drop_once([](const WireRecord &r) { return is(r, 'B', wire::kReadResponseLast, 103); });
+  p.a.post_send(read_wqe(1, p.a, 8192, 4096, p.b, 0));
+  p.run();
+  CHECK(p.trace() == Lines{"A READ_REQUEST 100 ack_req @0+4096", "B READ_RESPONSE_FIRST 100",
+                           "B READ_RESPONSE_MIDDLE 101", "B READ_RESPONSE_MIDDLE 102",
+                           "B READ_RESPONSE_LAST 103 (dropped)",
+                           "A READ_REQUEST 103 ack_req @3072+1024", "B READ_RESPONSE_ONLY 103"});
+  REQUIRE(p.log.size() == 7);
+  CHECK(p.log[5].at_ns == p.ack_timeout_ns());  // nothing showed the gap: the timer did
+  CHECK(same(p.b, 0, p.a, 8192, 4096));
+  auto cqes = p.a.poll_send_cq();
+  REQUIRE(cqes.size() == 1);
+  CHECK(cqes[0].status == IBV_WC_SUCCESS);
+}
+
+TEST_CASE("transport: a repeated atomic is answered again, not executed twice", "[transport]") {
+  QpPair p;
+  uint64_t before = 1000;
+  std::memcpy(p.b.mem.data() + 64, &before, 8);
+  p.script = drop_once([](const WireRecord &r) { return r.from == 'B'; });
+  p.a.post_send(fetch_add_wqe(1, p.a, 0, p.b, 64, 5));
+  p.run();
+  CHECK(p.trace() == Lines{"A FETCH_ADD 100 ack_req", "B ATOMIC_ACK 100 (dropped)",
+                           "A FETCH_ADD 100 ack_req", "B ATOMIC_ACK 100"});
+  uint64_t at_b, at_a;
+  std::memcpy(&at_b, p.b.mem.data() + 64, 8);
+  std::memcpy(&at_a, p.a.mem.data(), 8);
+  CHECK(at_b == 1005);  // once, not 1010
+  CHECK(at_a == 1000);  // the original value, replayed
+  CHECK(p.b.qp->counters[kDuplicates] == 1);
+  auto cqes = p.a.poll_send_cq();
+  REQUIRE(cqes.size() == 1);
+  CHECK(cqes[0].status == IBV_WC_SUCCESS);
+  CHECK(cqes[0].opcode == IBV_WC_FETCH_ADD);
+}
+
+TEST_CASE("transport: UC drops a message that lost a packet and takes the next", "[transport]") {
+  PairOptions o;
+  o.type = IBV_QPT_UC;
+  QpPair p(o);
+  fill(p.a, 0, 6144, 7);
+  p.b.post_recv(11, 0, 4096);
+  p.b.post_recv(12, 4096, 4096);
+  p.script = drop_once([](const WireRecord &r) { return is(r, 'A', wire::kSendMiddle, 101); });
+  p.a.post_send(send_wqe(1, p.a, 0, 3072));
+  p.a.post_send(send_wqe(2, p.a, 3072, 3072));
+  p.run();
+  // No ACKs, no NAKs, no retransmission.
+  CHECK(p.trace() == Lines{"A SEND_FIRST 100", "A SEND_MIDDLE 101 (dropped)", "A SEND_LAST 102",
+                           "A SEND_FIRST 103", "A SEND_MIDDLE 104", "A SEND_LAST 105"});
+  auto sends = p.a.poll_send_cq();
+  REQUIRE(sends.size() == 2);  // UC completes a send once it is sent
+  CHECK(sends[0].status == IBV_WC_SUCCESS);
+  CHECK(sends[1].status == IBV_WC_SUCCESS);
+  auto recvs = p.b.poll_recv_cq();
+  REQUIRE(recvs.size() == 1);  // the second message, in the WQE the first did not fill
+  CHECK(recvs[0].wr_id == 11);
+  CHECK(recvs[0].status == IBV_WC_SUCCESS);
+  CHECK(recvs[0].byte_len == 3072);
+  CHECK(same(p.a, 3072, p.b, 0, 3072));
+}
+
+TEST_CASE("transport: SQ drain finishes what was started, then tells the owner", "[transport]") {
+  QpPair p;
+  fill(p.a, 0, 3 * 512, 8);
+  p.script = drop_once([](const WireRecord &r) { return r.from == 'B'; });  // the first ACK
+  for (uint32_t i = 0; i < 3; i++) p.a.post_send(write_wqe(i, p.a, i * 512, 512, p.b, i * 512));
+  p.run(1'000'000);  // stops with the three waiting for their ACK
+  REQUIRE(p.log.size() == 4);
+  ctl::QpAttrWire attr{};
+  attr.qp_state = IBV_QPS_SQD;
+  attr.en_sqd_async_notify = 1;
+  p.a.modify(attr, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY);
+  CHECK(p.a.async_events().empty());                    // still busy
+  p.a.post_send(write_wqe(3, p.a, 0, 512, p.b, 4096));  // not started while draining
+  p.run();
+  CHECK(p.trace() == Lines{"A WRITE_ONLY 100 ack_req", "A WRITE_ONLY 101 ack_req",
+                           "A WRITE_ONLY 102 ack_req", "B ACK 102 (dropped)",
+                           "A WRITE_ONLY 100 ack_req", "A WRITE_ONLY 101 ack_req",
+                           "A WRITE_ONLY 102 ack_req", "B ACK 102"});
+  CHECK(p.a.poll_send_cq().size() == 3);
+  CHECK(p.a.async_events() == std::vector<uint32_t>{IBV_EVENT_SQ_DRAINED});
+  CHECK(qp_sq_busy(*p.a.qp) == false);
+  attr.qp_state = IBV_QPS_RTS;
+  p.a.modify(attr, IBV_QP_STATE);
+  p.run();
+  CHECK(p.trace().back() == "B ACK 103");
+  auto cqes = p.a.poll_send_cq();
+  REQUIRE(cqes.size() == 1);
+  CHECK(cqes[0].wr_id == 3);
+  CHECK(p.a.async_events().empty());  // drained once, told once
+}
+
+TEST_CASE("transport: damaged, duplicated and reordered packets", "[transport]") {
+  SECTION("a damaged PSN is out of sequence: NAKed, then sent again") {
+    QpPair p;
+    fill(p.a, 0, 2048, 9);
+    p.script = [done = false](const WireRecord &r, Packet &pkt) mutable {
+      if (!done && r.from == 'A' && r.psn == 100) {
+        done = true;
+        wire::Bth &bth = pkt.bth();  // the wire changed the PSN
+        bth.set(bth.opcode(), bth.solicited(), bth.pad_count(), bth.pkey(), bth.dest_qp(),
+                bth.ack_req(), 1100);
+      }
+      return Fate::kDeliver;
+    };
+    p.a.post_send(write_wqe(1, p.a, 0, 2048, p.b, 0));
+    p.run();
+    CHECK(p.trace() == Lines{"A WRITE_FIRST 100", "A WRITE_LAST 101 ack_req", "B ACK 100 NAK_SEQ",
+                             "A WRITE_FIRST 100", "A WRITE_LAST 101 ack_req", "B ACK 101"});
+    CHECK(same(p.a, 0, p.b, 0, 2048));
+  }
+  SECTION("a duplicated SEND is received once and acknowledged") {
+    QpPair p;
+    fill(p.a, 0, 128, 10);
+    p.b.post_recv(5, 0, 1024);
+    p.b.post_recv(6, 1024, 1024);
+    p.script = [done = false](const WireRecord &r, Packet &) mutable {
+      if (done || r.from != 'A') return Fate::kDeliver;
+      done = true;
+      return Fate::kDuplicate;
+    };
+    p.a.post_send(send_wqe(1, p.a, 0, 128));
+    p.run();
+    CHECK(p.trace() == Lines{"A SEND_ONLY 100 ack_req (twice)", "B ACK 100"});
+    auto recvs = p.b.poll_recv_cq();
+    REQUIRE(recvs.size() == 1);
+    CHECK(recvs[0].wr_id == 5);
+    CHECK(p.b.qp->counters[kDuplicates] == 1);
+    CHECK(p.a.poll_send_cq().size() == 1);
+  }
+  SECTION("a packet overtaken by the next is NAKed, then everything lands once") {
+    QpPair p;
+    fill(p.a, 0, 2048, 11);
+    p.script = [done = false](const WireRecord &r, Packet &) mutable {
+      if (done || r.from != 'A') return Fate::kDeliver;
+      done = true;
+      return Fate::kHold;
+    };
+    p.a.post_send(write_wqe(1, p.a, 0, 2048, p.b, 0));
+    p.run();
+    CHECK(p.trace() == Lines{"A WRITE_FIRST 100 (held)", "A WRITE_LAST 101 ack_req",
+                             "B ACK 100 NAK_SEQ", "A WRITE_FIRST 100", "A WRITE_LAST 101 ack_req",
+                             "B ACK 101"});
+    CHECK(same(p.a, 0, p.b, 0, 2048));
+    auto cqes = p.a.poll_send_cq();
+    REQUIRE(cqes.size() == 1);
+    CHECK(cqes[0].status == IBV_WC_SUCCESS);
+  }
+}
