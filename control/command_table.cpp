@@ -1,7 +1,7 @@
 // vrnicd's command table: for each op of the control protocol, who may send it and the
-// Server method that serves it. The method's parameters say what it takes from the request
-// and gives back, and call<> decodes and encodes accordingly, so a new command is one row
-// here and one method:
+// handler that serves it (a method of the Server, MemoryObjects or QueueObjects). The method's
+// parameters say what it takes from the request and gives back, and call<> decodes and encodes
+// accordingly, so a new command is one row here and one method:
 //   uint32_t                the handle of a HandleReq (0, which names nothing, if absent)
 //   const Req &             the body as Req; a shorter body is EINVAL without a call
 //   const ctl::Message &    the whole message (bodies of variable length, received fds)
@@ -51,16 +51,20 @@ decltype(auto) argument(const ctl::Message &m, Server::Reply &r) {
   }
 }
 
-template <typename... P>
-int invoke(Server &srv, int (Server::*method)(Session &, P...), Session &s, const ctl::Message &m,
-           Server::Reply &r) {
+}  // namespace
+
+template <typename C, typename... P>
+int invoke_handler(Server &srv, int (C::*method)(Session &, P...), Session &s,
+                   const ctl::Message &m, Server::Reply &r) {
   if (!(present<P>(m) && ...)) return EINVAL;
-  return (srv.*method)(s, argument<P>(m, r)...);
+  return (srv.handler_object(static_cast<const C *>(nullptr)).*method)(s, argument<P>(m, r)...);
 }
+
+namespace {
 
 template <auto Method>
 int call(Server &srv, Session &s, const ctl::Message &m, Server::Reply &r) {
-  return invoke(srv, Method, s, m, r);
+  return invoke_handler(srv, Method, s, m, r);
 }
 
 }  // namespace
@@ -70,28 +74,28 @@ const Server::Command *Server::command(ctl::Op op) {
   using W = Who;
   static constexpr Command kTable[] = {
       {kHello, W::kNewClient, true, call<&Server::hello>},
-      {kAllocPd, W::kClient, false, call<&Server::alloc_pd>},
-      {kDeallocPd, W::kClient, false, call<&Server::dealloc_pd>},
-      {kRegMr, W::kClient, false, call<&Server::reg_mr>},
-      {kDeregMr, W::kClient, false, call<&Server::dereg_mr>},
-      {kAllocNullMr, W::kClient, false, call<&Server::alloc_null_mr>},
-      {kAllocMw, W::kClient, false, call<&Server::alloc_mw>},
-      {kDeallocMw, W::kClient, false, call<&Server::dealloc_mw>},
-      {kCreateChannel, W::kClient, false, call<&Server::create_channel>},
-      {kDestroyChannel, W::kClient, false, call<&Server::destroy_channel>},
-      {kCreateCq, W::kClient, false, call<&Server::create_cq>},
-      {kResizeCq, W::kClient, false, call<&Server::resize_cq>},
-      {kDestroyCq, W::kClient, false, call<&Server::destroy_cq>},
-      {kCreateQp, W::kClient, false, call<&Server::create_qp>},
-      {kModifyQp, W::kClient, false, call<&Server::modify_qp>},
-      {kQueryQp, W::kClient, false, call<&Server::query_qp>},
-      {kDestroyQp, W::kClient, false, call<&Server::destroy_qp>},
-      {kCreateSrq, W::kClient, false, call<&Server::create_srq>},
-      {kModifySrq, W::kClient, false, call<&Server::modify_srq>},
-      {kQuerySrq, W::kClient, false, call<&Server::query_srq>},
-      {kDestroySrq, W::kClient, false, call<&Server::destroy_srq>},
-      {kCreateAh, W::kClient, false, call<&Server::create_ah>},
-      {kDestroyAh, W::kClient, false, call<&Server::destroy_ah>},
+      {kAllocPd, W::kClient, false, call<&MemoryObjects::alloc_pd>},
+      {kDeallocPd, W::kClient, false, call<&MemoryObjects::dealloc_pd>},
+      {kRegMr, W::kClient, false, call<&MemoryObjects::reg_mr>},
+      {kDeregMr, W::kClient, false, call<&MemoryObjects::dereg_mr>},
+      {kAllocNullMr, W::kClient, false, call<&MemoryObjects::alloc_null_mr>},
+      {kAllocMw, W::kClient, false, call<&MemoryObjects::alloc_mw>},
+      {kDeallocMw, W::kClient, false, call<&MemoryObjects::dealloc_mw>},
+      {kCreateChannel, W::kClient, false, call<&QueueObjects::create_channel>},
+      {kDestroyChannel, W::kClient, false, call<&QueueObjects::destroy_channel>},
+      {kCreateCq, W::kClient, false, call<&QueueObjects::create_cq>},
+      {kResizeCq, W::kClient, false, call<&QueueObjects::resize_cq>},
+      {kDestroyCq, W::kClient, false, call<&QueueObjects::destroy_cq>},
+      {kCreateQp, W::kClient, false, call<&QueueObjects::create_qp>},
+      {kModifyQp, W::kClient, false, call<&QueueObjects::modify_qp>},
+      {kQueryQp, W::kClient, false, call<&QueueObjects::query_qp>},
+      {kDestroyQp, W::kClient, false, call<&QueueObjects::destroy_qp>},
+      {kCreateSrq, W::kClient, false, call<&QueueObjects::create_srq>},
+      {kModifySrq, W::kClient, false, call<&QueueObjects::modify_srq>},
+      {kQuerySrq, W::kClient, false, call<&QueueObjects::query_srq>},
+      {kDestroySrq, W::kClient, false, call<&QueueObjects::destroy_srq>},
+      {kCreateAh, W::kClient, false, call<&QueueObjects::create_ah>},
+      {kDestroyAh, W::kClient, false, call<&QueueObjects::destroy_ah>},
       {kStats, W::kAnyone, false, call<&Server::stats>},
       {kListQps, W::kAnyone, false, call<&Server::list_qps>},
       {kListDevices, W::kAnyone, false, call<&Server::list_devices>},

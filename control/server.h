@@ -1,6 +1,8 @@
-// vrnicd's control plane: the command interface of the NIC. Accepts client connections on a
-// Unix socket, runs their verbs commands against the dataplane, and reclaims everything a
-// client owned when its connection closes.
+// vrnicd's control plane for one device: the command interface of the NIC. The server keeps
+// the socket loop and the sessions (hello, close), and the glue: each command goes through the
+// command table (command_table.cpp) to its handler -- the verbs objects' (memory_objects.h,
+// queue_objects.h), the workers' (worker_group.h) or the server's own queries -- and
+// everything a client owned is reclaimed when its connection closes.
 #pragma once
 
 #include <sys/types.h>
@@ -12,58 +14,21 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "dataplane/device.h"
 #include "dataplane/slot_table.h"
 #include "dataplane/dpdk_port.h"
 #include "dataplane/udp_port.h"
 #include "dataplane/worker.h"
+#include "memory_objects.h"
+#include "queue_objects.h"
 #include "quota.h"
+#include "session.h"
 #include "server_config.h"
 #include "worker_group.h"
 #include "vrnic/ctl_io.h"
 
 namespace vrnic {
-
-struct ProtectionDomain {
-  uint32_t session;
-  uint32_t refs = 0;  // MRs, QPs and AHs in it
-};
-
-struct CompletionChannel {
-  uint32_t session;
-  int fd;  // write end of the client's pipe
-  uint32_t refs = 0;
-  ~CompletionChannel();
-};
-
-struct AddressHandle {
-  uint32_t session;
-  uint32_t pd;
-  ctl::AddressVector av;
-};
-
-struct QpOwner {
-  uint32_t pd, send_cq, recv_cq, srq;
-};
-
-struct Session {
-  uint32_t id = 0;
-  int sock = -1;
-  pid_t pid = 0;
-  uid_t uid = 0;
-  bool admin = false;    // vrnicd's own user or root: management and fault injection
-  bool refused = false;  // over its user's session quota: answered ENOMEM, then closed
-  int async_fd = -1;
-  int mem_fd = -1;  // the client's /proc/self/mem, or -1 (it sent none)
-  int shm_fd = -1;
-  shm::SessionShared *shm = nullptr;
-  // What it owns, by handle: sets, so that each check and each removal costs the same
-  // whatever a session holds (a million MRs, then exit: teardown is linear, issue 17 row 10).
-  absl::flat_hash_set<uint32_t> pds, mrs, cqs, qps, ahs, channels, srqs, mws;
-  ~Session();
-};
 
 // One device (virtual NIC) of vrnicd: a Server each, with a socket, workers, a port and
 // tables of its own (ServerConfig: control/server_config.h).
@@ -106,6 +71,13 @@ class Server {
     bool lends_fds;  // the reply's fds stay open (the method's own), else they are closed
     int (*serve)(Server &, Session &, const ctl::Message &, Reply &);
   };
+  // The object a handler of class C belongs to, for the command table.
+  Server &handler_object(const Server *) { return *this; }
+  MemoryObjects &handler_object(const MemoryObjects *) { return memory_; }
+  QueueObjects &handler_object(const QueueObjects *) { return queues_; }
+  template <typename C, typename... P>
+  friend int invoke_handler(Server &, int (C::*)(Session &, P...), Session &, const ctl::Message &,
+                            Reply &);
   // The row for op, or nullptr (EOPNOTSUPP).
   static const Command *command(ctl::Op op);
 
@@ -115,43 +87,6 @@ class Server {
   void close_session(uint32_t id);
 
   int hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::vector<int> &fds);
-  int alloc_pd(Session &s, ctl::HandleResp &resp);
-  int dealloc_pd(Session &s, uint32_t handle);
-  int reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp);
-  int dereg_mr(Session &s, uint32_t handle);
-  int alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp);
-  int alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &resp);
-  int dealloc_mw(Session &s, uint32_t handle);
-  // Puts an MR in the key table (on the worker); 0 or ENOMEM (table or quota full).
-  int insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp);
-  int replace_mr(Session &s, uint32_t handle, std::unique_ptr<MemoryRegion> mr,
-                 ctl::RegMrResp &resp);
-  // The dataplane side of destroying one object, inside execute_all; each returns what the
-  // control side still has to release (the PD, the channel).
-  void remove_qp(Session &s, uint32_t handle);
-  uint32_t remove_mw(uint32_t handle);
-  uint32_t remove_mr(Session &s, uint32_t handle);
-  uint32_t remove_srq(uint32_t handle);
-  uint32_t remove_cq(uint32_t handle);
-  int create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp);
-  int destroy_channel(Session &s, uint32_t handle);
-  int create_cq(Session &s, const ctl::CreateCqReq &req, ctl::CreateCqResp &resp,
-                std::vector<int> &fds);
-  int destroy_cq(Session &s, uint32_t handle);
-  int resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::CreateCqResp &resp,
-                std::vector<int> &fds);
-  int create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp &resp,
-                std::vector<int> &fds);
-  int modify_qp(Session &s, const ctl::ModifyQpReq &req);
-  int query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp);
-  int destroy_qp(Session &s, uint32_t handle);
-  int create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::CreateSrqResp &resp,
-                 std::vector<int> &fds);
-  int modify_srq(Session &s, const ctl::ModifySrqReq &req);
-  int query_srq(Session &s, uint32_t handle, ctl::QuerySrqResp &resp);
-  int destroy_srq(Session &s, uint32_t handle);
-  int create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &resp);
-  int destroy_ah(Session &s, uint32_t handle);
   int stats(Session &s, ctl::StatsResp &resp);
   int list_devices(Session &s, ctl::DeviceListResp &resp);
   int set_faults(Session &s, const ctl::SetFaultsReq &req);
@@ -175,12 +110,11 @@ class Server {
   WorkerGroup workers_{dev_, cfg_};  // after dev_ and cfg_, which it uses
   std::map<uint32_t, std::unique_ptr<Session>> sessions_;
   uint32_t next_session_ = 1;
-  SlotTable<ProtectionDomain> pds_{1u << 16};
-  SlotTable<CompletionChannel> channels_{1u << 16};
-  SlotTable<AddressHandle> ahs_{1u << 16};
-  std::map<uint32_t, QpOwner> qp_owners_;
   UserQuotas quotas_;
-  uint32_t device_max_mr_ = 0, device_max_qp_ = 0;  // before the per-user limits
+  // After dev_, workers_ and quotas_, which they use (and before the constructor sets the
+  // per-user limits in dev_.info: they keep the device's own).
+  MemoryObjects memory_{dev_, workers_, quotas_};
+  QueueObjects queues_{dev_, workers_, quotas_, memory_};
 };
 
 }  // namespace vrnic

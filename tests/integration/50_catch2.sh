@@ -7,6 +7,11 @@ vrnic_script_init catch2
 
 export VRNICD=$VRNIC_BUILD_DIR/control/vrnicd  # daemon_test starts its own daemons
 run_catch2_binary unit/unit_tests
+# The same unit tests as a developer runs them (issue 19): meson's fast suite, all of it.
+meson_fast_suite() {
+  vrun timeout -k 5 120 meson test -C "$VRNIC_BUILD_DIR" --suite fast --no-rebuild --print-errorlogs
+}
+check "meson test --suite fast: the unit and transport tests pass" meson_fast_suite
 run_catch2_binary daemon_test
 run_catch2_binary verbs_data_test
 run_catch2_binary wr_api_test

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "control/cpu_list.h"
+#include "control/errno_status.h"
 #include "control/qp_state_machine.h"
 #include "dataplane/slot_table.h"
 #include "vrnic/shm_layout.h"
@@ -129,4 +130,16 @@ TEST_CASE("CPU lists: numbers and ranges in the order given, only allowed CPUs, 
   }
   CHECK(std::string(cpus("4").status().message()) ==
         "'4': CPU 4 is not one vrnicd may run on (0-3,8)");
+}
+
+TEST_CASE("errno_of gives back the errno a Status was made from", "[control]") {
+  CHECK(vrnic::errno_of(absl::OkStatus()) == 0);
+  // Several errnos share a status code; the client is told the very one.
+  CHECK(vrnic::errno_of(vrnic::errno_status(EMFILE, "dup")) == EMFILE);
+  CHECK(vrnic::errno_of(vrnic::errno_status(ENOMEM, "mmap")) == ENOMEM);
+  CHECK(vrnic::errno_of(vrnic::errno_status(EACCES, "open")) == EACCES);
+  // A Status from elsewhere: an errno that fits its code.
+  CHECK(vrnic::errno_of(absl::InvalidArgumentError("bad")) == EINVAL);
+  CHECK(vrnic::errno_of(absl::ResourceExhaustedError("full")) == ENOMEM);
+  CHECK(vrnic::errno_of(absl::InternalError("?")) == EIO);
 }

@@ -1,0 +1,253 @@
+// PDs, MRs and MWs of one device (memory_objects.h).
+#include "memory_objects.h"
+
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+
+namespace vrnic {
+namespace {
+
+constexpr uint32_t kValidAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                                  IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+                                  IBV_ACCESS_RELAXED_ORDERING;
+
+// How far a reused slot's key byte moves: 1 to 255 at random, so that the key of a new MR or
+// window cannot be told from the keys seen before it (issue 17, row 2) and never equals the
+// slot's previous key.
+uint8_t random_key_step() {
+  return uint8_t(1 + ::arc4random_uniform(255));
+}
+
+}  // namespace
+
+int MemoryObjects::alloc_pd(Session &s, ctl::HandleResp &resp) {
+  if (pds_.size() >= dev_.info.max_pd) return ENOMEM;  // the limits ibv_query_device reports
+  uint32_t h = pds_.insert(std::make_unique<ProtectionDomain>(ProtectionDomain{s.id}));
+  if (!h) return ENOMEM;
+  s.pds.insert(h);
+  resp.handle = h;
+  return 0;
+}
+
+int MemoryObjects::dealloc_pd(Session &s, uint32_t handle) {
+  ProtectionDomain *pd = pds_.get(handle);
+  if (!pd || pd->session != s.id) return EINVAL;
+  if (pd->refs) return EBUSY;
+  pds_.remove(handle);
+  s.pds.erase(handle);
+  return 0;
+}
+
+int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp) {
+  // The request carries only the pieces it uses.
+  if (m.header.length < offsetof(ctl::RegMrReq, pieces)) return EINVAL;
+  auto *req = reinterpret_cast<const ctl::RegMrReq *>(m.body);
+  if (req->npieces == 0 || req->npieces > ctl::kMaxMrPieces ||
+      m.header.length < offsetof(ctl::RegMrReq, pieces) + req->npieces * sizeof(ctl::MrPiece))
+    return EINVAL;
+  ProtectionDomain *pd = pds_.get(req->pd);
+  if (!pd || pd->session != s.id) return EINVAL;
+  if ((req->access & ~kValidAccess) || req->length == 0) return EINVAL;
+  if ((req->access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(req->access & IBV_ACCESS_LOCAL_WRITE))
+    return EINVAL;
+  if (req->length > dev_.info.max_mr_size || dev_.mrs.size() >= device_max_mr_) return ENOMEM;
+  auto mr = std::make_unique<MemoryRegion>();
+  mr->pd = req->pd;
+  mr->access = req->access;
+  mr->session = s.id;
+  mr->mem_fd = s.mem_fd;
+  mr->addr = req->addr;
+  mr->iova = req->iova;
+  mr->length = req->length;
+  uint64_t expect = req->addr;
+  for (uint32_t i = 0; i < req->npieces; i++) {
+    const ctl::MrPiece &p = req->pieces[i];
+    if (p.va != expect || p.length == 0) return EINVAL;
+    expect += p.length;
+    MrPieceMap piece{p.va, p.length, nullptr};
+    if (p.kind == uint32_t(ctl::PieceKind::kMemfd)) {
+      if (p.fd_index >= m.fds.size()) return EINVAL;
+      int fd = m.fds[p.fd_index];
+      // Only a memfd sealed against shrinking: vrnicd's access to a page cut off would die
+      // of SIGBUS (issue 17, row 4). Other files have no seals at all.
+      int seals = ::fcntl(fd, F_GET_SEALS);
+      if (seals < 0 || !(seals & F_SEAL_SHRINK)) return EINVAL;
+      struct stat st;
+      if (::fstat(fd, &st) < 0 || p.fd_offset + p.length > uint64_t(st.st_size)) return EINVAL;
+      uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+      uint64_t base = p.fd_offset & ~(page - 1);
+      size_t len = size_t(p.fd_offset + p.length - base);
+      void *map = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(base));
+      if (map == MAP_FAILED) return errno;
+      mr->mappings.push_back({map, len});
+      piece.local = static_cast<uint8_t *>(map) + (p.fd_offset - base);
+    } else if (p.kind == uint32_t(ctl::PieceKind::kProcessVm)) {
+      // Through the client's own /proc/self/mem: is the memory there?
+      uint8_t probe;
+      if (s.mem_fd < 0 || ::pread(s.mem_fd, &probe, 1, off_t(p.va)) != 1) return EFAULT;
+    } else {
+      return EINVAL;
+    }
+    mr->pieces.push_back(piece);
+  }
+  if (expect != req->addr + req->length) return EINVAL;
+  // Charged like the kernel's pinned memory (RLIMIT_MEMLOCK): what vrnicd maps or reaches
+  // for the user, so that sparse memfds cannot take vrnicd's address space (issue 17, row 8).
+  if (int err = quotas_.charge(s.uid, Quota::kMrBytes, req->length)) return err;
+  if (int err = req->replaces ? replace_mr(s, req->replaces, std::move(mr), resp)
+                              : insert_mr(s, std::move(mr), resp)) {
+    quotas_.release(s.uid, Quota::kMrBytes, req->length);
+    return err;
+  }
+  return 0;
+}
+
+int MemoryObjects::insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp) {
+  if (int err = quotas_.charge(s.uid, Quota::kMrs)) return err;
+  uint32_t handle = 0, key = 0, pd = mr->pd;
+  MemoryRegion *raw = mr.get();
+  workers_.execute_all([&] {
+    handle = dev_.mrs.insert(std::move(mr), random_key_step());
+    if (!handle) return;
+    key = handle << 8 | dev_.mrs.generation(handle);
+    raw->handle = handle;
+    raw->key = key;
+  });
+  if (!handle) {
+    quotas_.release(s.uid, Quota::kMrs);
+    return ENOMEM;
+  }
+  pds_.get(pd)->refs++;
+  s.mrs.insert(handle);
+  resp.handle = handle;
+  resp.lkey = resp.rkey = key;
+  return 0;
+}
+
+// ibv_rereg_mr: the new translation, PD and access take the old region's place in one stop
+// of the dataplane, under the same handle and keys; a packet sees one region or the other.
+int MemoryObjects::replace_mr(Session &s, uint32_t handle, std::unique_ptr<MemoryRegion> mr,
+                              ctl::RegMrResp &resp) {
+  if (!owns(s.mrs, handle)) return EINVAL;
+  uint32_t new_pd = mr->pd;
+  std::unique_ptr<MemoryRegion> old;
+  int st = 0;
+  workers_.execute_all([&] {
+    MemoryRegion *cur = dev_.mrs.get(handle);
+    if (cur->null_mr) {
+      st = EINVAL;
+    } else if (cur->bound_windows) {
+      st = EBUSY;  // memory windows still expose the old translation
+    } else {
+      mr->handle = handle;
+      mr->key = cur->key;
+      old = dev_.mrs.replace(handle, std::move(mr));
+    }
+  });
+  if (st) return st;
+  quotas_.release(s.uid, Quota::kMrBytes, old->length);
+  if (ProtectionDomain *p = pds_.get(old->pd)) p->refs--;
+  pds_.get(new_pd)->refs++;
+  resp.handle = handle;
+  resp.lkey = resp.rkey = old->key;
+  return 0;
+}
+
+int MemoryObjects::alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp) {
+  ProtectionDomain *p = pds_.get(pd);
+  if (!p || p->session != s.id) return EINVAL;
+  auto mr = std::make_unique<MemoryRegion>();
+  mr->pd = pd;
+  mr->session = s.id;
+  mr->null_mr = true;
+  mr->access = IBV_ACCESS_LOCAL_WRITE;  // local use only: no rkey works on it
+  mr->length = UINT64_MAX;
+  return insert_mr(s, std::move(mr), resp);
+}
+
+int MemoryObjects::dereg_mr(Session &s, uint32_t handle) {
+  if (!owns(s.mrs, handle)) return EINVAL;
+  uint32_t pd = 0;
+  int st = 0;
+  workers_.execute_all([&] {
+    if (dev_.mrs.get(handle)->bound_windows) {
+      st = EBUSY;  // memory windows still expose it
+      return;
+    }
+    pd = remove_mr(s, handle);
+  });
+  if (st) return st;
+  if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
+  s.mrs.erase(handle);
+  return 0;
+}
+
+int MemoryObjects::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &resp) {
+  ProtectionDomain *pd = pds_.get(req.pd);
+  if (!pd || pd->session != s.id) return EINVAL;
+  if (req.type != IBV_MW_TYPE_1 && req.type != IBV_MW_TYPE_2) return EINVAL;
+  auto mw = std::make_unique<MemoryWindow>();
+  mw->pd = req.pd;
+  mw->session = s.id;
+  mw->type = uint8_t(req.type);
+  uint32_t handle = 0;
+  workers_.execute_all([&] {
+    MemoryWindow *raw = mw.get();
+    handle = dev_.mws.insert(std::move(mw), random_key_step());
+    if (!handle) return;
+    raw->handle = handle;
+    raw->key = kMwKeyBit | handle << 8 | dev_.mws.generation(handle);
+    resp.rkey = raw->key;
+  });
+  if (!handle) return ENOMEM;
+  pd->refs++;
+  s.mws.insert(handle);
+  resp.handle = handle;
+  return 0;
+}
+
+int MemoryObjects::dealloc_mw(Session &s, uint32_t handle) {
+  if (!owns(s.mws, handle)) return EINVAL;
+  uint32_t pd = 0;
+  workers_.execute_all([&] { pd = remove_mw(handle); });
+  if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
+  s.mws.erase(handle);
+  return 0;
+}
+
+uint32_t MemoryObjects::remove_mw(uint32_t handle) {
+  MemoryWindow *mw = dev_.mws.get(handle);
+  if (mw->bound) {
+    if (MemoryRegion *mr = dev_.mr_by_key(mw->mr_key)) mr->bound_windows--;
+  }
+  uint32_t pd = mw->pd;
+  dev_.mws.remove(handle);
+  return pd;
+}
+
+uint32_t MemoryObjects::remove_mr(Session &s, uint32_t handle) {
+  std::unique_ptr<MemoryRegion> mr = dev_.mrs.remove(handle);
+  if (!mr) return 0;
+  quotas_.release(s.uid, Quota::kMrs);
+  if (!mr->null_mr) quotas_.release(s.uid, Quota::kMrBytes, mr->length);
+  return mr->pd;
+}
+
+void MemoryObjects::release_dataplane(Session &s) {
+  for (uint32_t h : s.mws) remove_mw(h);
+  for (uint32_t h : s.mrs) remove_mr(s, h);
+}
+
+void MemoryObjects::release(Session &s) {
+  for (uint32_t h : s.pds) pds_.remove(h);
+}
+
+}  // namespace vrnic

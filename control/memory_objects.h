@@ -1,0 +1,53 @@
+// The memory side of one device's verbs objects: protection domains, memory regions (in the
+// key table the dataplane reads) and memory windows, each owned by a session and charged to
+// its user. Handlers return 0 or a positive errno: the reply's status (command_table.cpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "dataplane/device.h"
+#include "dataplane/slot_table.h"
+#include "quota.h"
+#include "session.h"
+#include "worker_group.h"
+
+namespace vrnic {
+
+class MemoryObjects {
+ public:
+  // The device's own MR capacity bounds everyone's MRs together (quotas bound each user's).
+  MemoryObjects(Device &dev, WorkerGroup &workers, UserQuotas &quotas)
+      : dev_(dev), workers_(workers), quotas_(quotas), device_max_mr_(dev.info.max_mr) {}
+
+  int alloc_pd(Session &s, ctl::HandleResp &resp);
+  int dealloc_pd(Session &s, uint32_t handle);
+  int reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp);
+  int dereg_mr(Session &s, uint32_t handle);
+  int alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp);
+  int alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &resp);
+  int dealloc_mw(Session &s, uint32_t handle);
+
+  // PDs, which QPs, SRQs and AHs (queue_objects.h) are created in and count in refs.
+  SlotTable<ProtectionDomain> &pds() { return pds_; }
+  // A closing session's MWs and MRs, inside WorkerGroup::execute_all (after its QPs).
+  void release_dataplane(Session &s);
+  void release(Session &s);  // then its PDs
+
+ private:
+  // Puts an MR in the key table (on the worker); 0 or ENOMEM (table or quota full).
+  int insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp);
+  int replace_mr(Session &s, uint32_t handle, std::unique_ptr<MemoryRegion> mr,
+                 ctl::RegMrResp &resp);
+  // The dataplane side of destroying one object, inside execute_all; each returns its PD.
+  uint32_t remove_mw(uint32_t handle);
+  uint32_t remove_mr(Session &s, uint32_t handle);
+
+  Device &dev_;
+  WorkerGroup &workers_;
+  UserQuotas &quotas_;
+  const uint32_t device_max_mr_;
+  SlotTable<ProtectionDomain> pds_{1u << 16};
+};
+
+}  // namespace vrnic

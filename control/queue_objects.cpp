@@ -1,0 +1,455 @@
+// Channels, CQs, QPs, SRQs and AHs of one device (queue_objects.h).
+#include "queue_objects.h"
+
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+
+#include "dataplane/transport.h"
+#include "errno_status.h"
+#include "qp_state_machine.h"
+#include "shared_region.h"
+
+namespace vrnic {
+
+int QueueObjects::create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp) {
+  if (m.fds.size() != 1) return EINVAL;
+  // Each costs vrnicd an fd (issue 17, row 9).
+  if (int err = quotas_.charge(s.uid, Quota::kChannels)) return err;
+  int fd = ::dup(m.fds[0]);
+  if (fd < 0) {
+    quotas_.release(s.uid, Quota::kChannels);
+    return errno;
+  }
+  ::fcntl(fd, F_SETFL, O_NONBLOCK);
+  uint32_t h =
+      channels_.insert(std::unique_ptr<CompletionChannel>(new CompletionChannel{s.id, fd}));
+  if (!h) {
+    quotas_.release(s.uid, Quota::kChannels);
+    return ENOMEM;
+  }
+  s.channels.insert(h);
+  resp.handle = h;
+  return 0;
+}
+
+int QueueObjects::destroy_channel(Session &s, uint32_t handle) {
+  CompletionChannel *ch = channels_.get(handle);
+  if (!ch || ch->session != s.id) return EINVAL;
+  if (ch->refs) return EBUSY;
+  channels_.remove(handle);
+  s.channels.erase(handle);
+  quotas_.release(s.uid, Quota::kChannels);
+  return 0;
+}
+
+int QueueObjects::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::CreateCqResp &resp,
+                            std::vector<int> &fds) {
+  if (req.cqe < 1 || req.cqe > dev_.info.max_cqe) return EINVAL;
+  if (dev_.cqs.size() >= dev_.info.max_cq) return ENOMEM;
+  CompletionChannel *ch = nullptr;
+  if (req.channel) {
+    ch = channels_.get(req.channel);
+    if (!ch || ch->session != s.id) return EINVAL;
+  }
+  uint32_t slots = std::bit_ceil(req.cqe);
+  size_t bytes = shm::cq_region_bytes(slots);
+  absl::StatusOr<SharedRegion> region = make_shared_region("vrnic-cq", bytes);
+  if (!region.ok()) return errno_of(region.status());
+  void *map = region->map;
+  const int fd = region->fd;
+  auto cq = std::make_unique<CompletionQueue>();
+  cq->session = s.id;
+  cq->cookie = req.cookie;
+  cq->channel_fd = ch ? ch->fd : -1;
+  cq->channel = req.channel;
+  cq->async_fd = s.async_fd;
+  cq->shared = static_cast<shm::CqShared *>(map);
+  cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
+  cq->mask = slots - 1;
+  uint32_t handle = 0;
+  workers_.execute_all([&] {
+    handle = dev_.cqs.insert(std::move(cq));
+    if (handle) dev_.cqs.get(handle)->handle = handle;
+  });
+  if (!handle) {
+    region->release();
+    return ENOMEM;
+  }
+  if (ch) ch->refs++;
+  s.cqs.insert(handle);
+  resp.handle = handle;
+  resp.slots = slots;
+  fds.push_back(fd);
+  return 0;
+}
+
+int QueueObjects::destroy_cq(Session &s, uint32_t handle) {
+  if (!owns(s.cqs, handle)) return EINVAL;
+  int st = 0;
+  uint32_t channel = 0;
+  workers_.execute_all([&] {
+    CompletionQueue *cq = dev_.cqs.get(handle);
+    if (cq->refs) {
+      st = EBUSY;
+      return;
+    }
+    channel = remove_cq(handle);
+  });
+  if (st) return st;
+  if (CompletionChannel *ch = channels_.get(channel)) ch->refs--;
+  s.cqs.erase(handle);
+  return 0;
+}
+
+// A new ring takes over the CQEs not yet polled; the provider holds its CQ lock meanwhile.
+int QueueObjects::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::CreateCqResp &resp,
+                            std::vector<int> &fds) {
+  if (!owns(s.cqs, req.handle)) return EINVAL;
+  if (req.cqe < 1 || req.cqe > dev_.info.max_cqe) return EINVAL;
+  uint32_t slots = std::bit_ceil(req.cqe);
+  size_t bytes = shm::cq_region_bytes(slots);
+  absl::StatusOr<SharedRegion> region = make_shared_region("vrnic-cq", bytes);
+  if (!region.ok()) return errno_of(region.status());
+  void *map = region->map;
+  const int fd = region->fd;
+  auto *fresh = static_cast<shm::CqShared *>(map);
+  auto *ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
+  int st = 0;
+  workers_.execute_all([&] {
+    CompletionQueue &cq = *dev_.cqs.get(req.handle);
+    uint32_t consumer = cq.shared->ring.consumer.load(std::memory_order_acquire);
+    uint32_t pending = cq.producer - consumer;
+    if (pending > slots) {
+      st = EINVAL;  // the completions waiting would not fit
+      return;
+    }
+    for (uint32_t i = 0; i < pending; i++) ring[i] = cq.ring[(consumer + i) & cq.mask];
+    fresh->ring.producer.store(pending);
+    fresh->ring.consumer.store(0);
+    fresh->notify.store(cq.shared->notify.load());
+    ::munmap(cq.shared, shm::cq_region_bytes(cq.mask + 1));
+    cq.shared = fresh;
+    cq.ring = ring;
+    cq.mask = slots - 1;
+    cq.producer = pending;
+    cq.overrun_reported = false;
+  });
+  if (st) {
+    region->release();
+    return st;
+  }
+  resp.handle = req.handle;
+  resp.slots = slots;
+  fds.push_back(fd);
+  return 0;
+}
+
+int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp &resp,
+                            std::vector<int> &fds) {
+  ProtectionDomain *pd = memory_.pds().get(req.pd);
+  if (!pd || pd->session != s.id) return EINVAL;
+  if (!owns(s.cqs, req.send_cq) || !owns(s.cqs, req.recv_cq)) return EINVAL;
+  if (req.srq && (!owns(s.srqs, req.srq) || req.qp_type == IBV_QPT_UD)) return EINVAL;
+  if (req.qp_type == IBV_QPT_XRC_SEND || req.qp_type == IBV_QPT_XRC_RECV ||
+      req.qp_type == IBV_QPT_RAW_PACKET || req.qp_type == IBV_QPT_DRIVER)
+    return EOPNOTSUPP;
+  if (req.qp_type != IBV_QPT_RC && req.qp_type != IBV_QPT_UC && req.qp_type != IBV_QPT_UD)
+    return EINVAL;
+  const ctl::QpCaps &c = req.caps;
+  if (c.max_send_wr > dev_.info.max_qp_wr || c.max_recv_wr > dev_.info.max_qp_wr ||
+      c.max_send_sge > shm::kMaxSge || c.max_recv_sge > shm::kMaxSge ||
+      c.max_inline_data > shm::kMaxInline)
+    return EINVAL;
+  if (s.qps.size() >= shm::kMaxQpsPerSession || dev_.qps.size() >= device_max_qp_) return ENOMEM;
+  if (int err = quotas_.charge(s.uid, Quota::kQps)) return err;
+  uint32_t sq_slots = std::bit_ceil(std::max(c.max_send_wr, 1u));
+  uint32_t rq_slots = std::bit_ceil(std::max(c.max_recv_wr, 1u));
+  size_t bytes = shm::qp_region_bytes(sq_slots, rq_slots);
+  absl::StatusOr<SharedRegion> region = make_shared_region("vrnic-qp", bytes);
+  if (!region.ok()) {
+    quotas_.release(s.uid, Quota::kQps);
+    return errno_of(region.status());
+  }
+  void *map = region->map;
+  const int fd = region->fd;
+  auto qp = std::make_unique<QueuePair>();
+  qp->session = s.id;
+  qp->pd = req.pd;
+  qp->sq_sig_all = req.sq_sig_all;
+  qp->cookie = req.cookie;
+  qp->async_fd = s.async_fd;
+  qp_init(*qp, uint8_t(req.qp_type), map, sq_slots, rq_slots, mtu_bytes(dev_.info.port_active_mtu));
+  Worker &w = workers_.for_new_qp();
+  qp->worker = uint8_t(w.index());
+  qp->shared->worker.store(w.index());
+  const bool shared = workers_.size() > 1;  // CQs and SRQs may be used by several workers
+  uint32_t handle = 0;
+  workers_.execute_all([&] {
+    QueuePair *raw = qp.get();
+    handle = dev_.qps.insert(std::move(qp));
+    if (!handle) return;
+    raw->handle = handle;
+    raw->qpn = Device::qpn_of_handle(handle, ::arc4random());
+    qp_attach_queues(*raw, dev_.cqs.get(req.send_cq), dev_.cqs.get(req.recv_cq),
+                     req.srq ? dev_.srqs.get(req.srq) : nullptr, shared);
+  });
+  if (!handle) {
+    region->release();
+    quotas_.release(s.uid, Quota::kQps);
+    return ENOMEM;
+  }
+  pd->refs++;
+  s.qps.insert(handle);
+  qp_owners_[handle] = {req.pd, req.send_cq, req.recv_cq, req.srq};
+  resp.handle = handle;
+  resp.qpn = dev_.qps.get(handle)->qpn;
+  resp.sq_slots = sq_slots;
+  resp.rq_slots = rq_slots;
+  resp.worker = w.index();
+  workers_.qp_added(w.index());
+  resp.caps = {sq_slots, rq_slots, shm::kMaxSge, shm::kMaxSge, shm::kMaxInline, 0};
+  fds.push_back(fd);
+  return 0;
+}
+
+int QueueObjects::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
+  if (!owns(s.qps, req.handle)) return EINVAL;
+  const ctl::QpAttrWire &a = req.attr;
+  uint32_t mask = req.attr_mask;
+  int st = 0;
+  int resolve_on = -1;  // the worker whose port should look up the peer's link address
+  uint8_t peer[16];
+  workers_.execute_all([&] {
+    QueuePair &qp = *dev_.qps.get(req.handle);
+    uint32_t cur = qp.attr.qp_state;
+    if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) {
+      st = EINVAL;
+      return;
+    }
+    uint32_t next = (mask & IBV_QP_STATE) ? a.qp_state : cur;
+    if ((st = check_qp_transition(qp.type, cur, next, mask))) return;
+    // RoCE has no alternate paths (no automatic path migration): refused as Linux does.
+    if (mask & IBV_QP_ALT_PATH) {
+      st = EINVAL;
+      return;
+    }
+    // Attribute values (EINVAL as the kernel answers them).
+    if (((mask & IBV_QP_PORT) && a.port_num != 1) ||
+        ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) ||
+        ((mask & IBV_QP_PATH_MTU) &&
+         (a.path_mtu < IBV_MTU_256 || a.path_mtu > dev_.info.port_active_mtu)) ||
+        ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > kMaxRdAtomic) ||
+        ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxRdAtomic) ||
+        ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) ||
+        ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) ||
+        ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) ||
+        ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) ||
+        ((mask & IBV_QP_ACCESS_FLAGS) &&
+         (a.qp_access_flags & ~uint32_t(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                        IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE))) ||
+        ((mask & IBV_QP_AV) &&
+         (a.ah.sgid_index >= ctl::kGidTableLen ||
+          dev_.info.gids[a.ah.sgid_index].type == ctl::kGidEmpty || !a.ah.is_global))) {
+      st = EINVAL;
+      return;
+    }
+    if (qp_modify(workers_[qp.worker], qp, a, mask, next)) {
+      resolve_on = qp.worker;
+      std::memcpy(peer, qp.attr.ah.dgid, sizeof(peer));
+    }
+  });
+  if (!st && resolve_on >= 0) workers_.resolve_peer(uint32_t(resolve_on), peer);
+  return st;
+}
+
+int QueueObjects::query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp) {
+  if (!owns(s.qps, handle)) return EINVAL;
+  workers_.execute_all([&] {
+    QueuePair &qp = *dev_.qps.get(handle);
+    resp.attr = qp.attr;
+    resp.attr.cur_qp_state = qp.attr.qp_state;
+    resp.attr.sq_draining = qp.attr.qp_state == IBV_QPS_SQD && qp_sq_busy(qp);
+  });
+  return 0;
+}
+
+int QueueObjects::destroy_qp(Session &s, uint32_t handle) {
+  if (!owns(s.qps, handle)) return EINVAL;
+  workers_.execute_all([&] { remove_qp(s, handle); });
+  if (ProtectionDomain *pd = memory_.pds().get(qp_owners_[handle].pd)) pd->refs--;
+  qp_owners_.erase(handle);
+  s.qps.erase(handle);
+  return 0;
+}
+
+int QueueObjects::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::CreateSrqResp &resp,
+                             std::vector<int> &fds) {
+  ProtectionDomain *pd = memory_.pds().get(req.pd);
+  if (!pd || pd->session != s.id) return EINVAL;
+  const ctl::SrqAttrWire &a = req.attr;
+  if (a.max_wr < 1 || a.max_wr > dev_.info.max_srq_wr || a.max_sge > shm::kMaxSge ||
+      a.srq_limit > a.max_wr)
+    return EINVAL;
+  if (dev_.srqs.size() >= dev_.info.max_srq) return ENOMEM;
+  uint32_t slots = std::bit_ceil(a.max_wr);
+  size_t bytes = shm::srq_region_bytes(slots);
+  absl::StatusOr<SharedRegion> region = make_shared_region("vrnic-srq", bytes);
+  if (!region.ok()) return errno_of(region.status());
+  void *map = region->map;
+  const int fd = region->fd;
+  auto srq = std::make_unique<ReceiveQueue>();
+  auto *shared = static_cast<shm::SrqShared *>(map);
+  shared->limit.store(a.srq_limit);
+  srq->indices = &shared->ring;
+  srq->ring = reinterpret_cast<shm::RecvWqe *>(static_cast<uint8_t *>(map) + shm::kSrqHeaderBytes);
+  srq->mask = slots - 1;
+  srq->limit = &shared->limit;
+  srq->session = s.id;
+  srq->pd = req.pd;
+  srq->cookie = req.cookie;
+  srq->async_fd = s.async_fd;
+  uint32_t handle = 0;
+  workers_.execute_all([&] {
+    ReceiveQueue *raw = srq.get();
+    handle = dev_.srqs.insert(std::move(srq));
+    if (handle) raw->handle = handle;
+  });
+  if (!handle) {
+    region->release();
+    return ENOMEM;
+  }
+  pd->refs++;
+  s.srqs.insert(handle);
+  resp.handle = handle;
+  resp.slots = slots;
+  resp.attr = {slots, shm::kMaxSge, a.srq_limit, 0};
+  fds.push_back(fd);
+  return 0;
+}
+
+int QueueObjects::modify_srq(Session &s, const ctl::ModifySrqReq &req) {
+  if (!owns(s.srqs, req.handle)) return EINVAL;
+  if (req.attr_mask & ~uint32_t(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  int st = 0;
+  workers_.execute_all([&] {
+    ReceiveQueue &srq = *dev_.srqs.get(req.handle);
+    uint32_t slots = srq.mask + 1;
+    // The ring is sized at creation; "resizing" within it is all vrnic offers.
+    if ((req.attr_mask & IBV_SRQ_MAX_WR) && (req.attr.max_wr < 1 || req.attr.max_wr > slots)) {
+      st = EINVAL;
+      return;
+    }
+    if (req.attr_mask & IBV_SRQ_LIMIT) {
+      if (req.attr.srq_limit > slots) {
+        st = EINVAL;
+        return;
+      }
+      srq.limit->store(req.attr.srq_limit);
+    }
+  });
+  return st;
+}
+
+int QueueObjects::query_srq(Session &s, uint32_t handle, ctl::QuerySrqResp &resp) {
+  if (!owns(s.srqs, handle)) return EINVAL;
+  workers_.execute_all([&] {
+    ReceiveQueue &srq = *dev_.srqs.get(handle);
+    resp.attr = {srq.mask + 1, shm::kMaxSge, srq.limit->load(), 0};
+  });
+  return 0;
+}
+
+int QueueObjects::destroy_srq(Session &s, uint32_t handle) {
+  if (!owns(s.srqs, handle)) return EINVAL;
+  int st = 0;
+  uint32_t pd = 0;
+  workers_.execute_all([&] {
+    ReceiveQueue *srq = dev_.srqs.get(handle);
+    if (srq->refs) {
+      st = EBUSY;
+      return;
+    }
+    pd = remove_srq(handle);
+  });
+  if (st) return st;
+  if (ProtectionDomain *p = memory_.pds().get(pd)) p->refs--;
+  s.srqs.erase(handle);
+  return 0;
+}
+
+int QueueObjects::create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &resp) {
+  ProtectionDomain *pd = memory_.pds().get(req.pd);
+  if (!pd || pd->session != s.id) return EINVAL;
+  if (req.av.port_num != 1) return EINVAL;
+  // RoCE addresses by GID: an AH without a GRH names no peer (the kernel's
+  // rdma_check_ah_attr refuses it with EINVAL as well).
+  if (!req.av.is_global || req.av.sgid_index >= ctl::kGidTableLen ||
+      dev_.info.gids[req.av.sgid_index].type == ctl::kGidEmpty)
+    return EINVAL;
+  if (ahs_.size() >= dev_.info.max_ah) return ENOMEM;
+  uint32_t h = ahs_.insert(std::make_unique<AddressHandle>(AddressHandle{s.id, req.pd, req.av}));
+  if (!h) return ENOMEM;
+  pd->refs++;
+  s.ahs.insert(h);
+  resp.handle = h;
+  workers_.resolve_peer(0, req.av.dgid);
+  return 0;
+}
+
+int QueueObjects::destroy_ah(Session &s, uint32_t handle) {
+  AddressHandle *ah = ahs_.get(handle);
+  if (!ah || ah->session != s.id) return EINVAL;
+  if (ProtectionDomain *pd = memory_.pds().get(ah->pd)) pd->refs--;
+  ahs_.remove(handle);
+  s.ahs.erase(handle);
+  return 0;
+}
+
+// The dataplane side of destroying each object: called where every worker is stopped or is
+// the caller (inside execute_all). Each returns what the control side must release.
+void QueueObjects::remove_qp(Session &s, uint32_t handle) {
+  quotas_.release(s.uid, Quota::kQps);
+  QueuePair *qp = dev_.qps.get(handle);
+  qp_release(workers_[qp->worker], *qp);
+  workers_.qp_removed(qp->worker);
+  ::munmap(qp->shared, shm::qp_region_bytes(qp->sq_mask + 1, qp->own_rq.mask + 1));
+  dev_.qps.remove(handle);
+}
+
+uint32_t QueueObjects::remove_srq(uint32_t handle) {
+  ReceiveQueue *srq = dev_.srqs.get(handle);
+  uint32_t pd = srq->pd;
+  ::munmap(reinterpret_cast<uint8_t *>(srq->indices), shm::srq_region_bytes(srq->mask + 1));
+  dev_.srqs.remove(handle);
+  return pd;
+}
+
+uint32_t QueueObjects::remove_cq(uint32_t handle) {
+  CompletionQueue *cq = dev_.cqs.get(handle);
+  uint32_t channel = cq->channel;
+  ::munmap(cq->shared, shm::cq_region_bytes(cq->mask + 1));
+  dev_.cqs.remove(handle);
+  return channel;
+}
+
+void QueueObjects::release_dataplane(Session &s) {
+  for (uint32_t h : s.qps) remove_qp(s, h);
+  for (uint32_t h : s.srqs) remove_srq(h);
+  for (uint32_t h : s.cqs) remove_cq(h);
+}
+
+void QueueObjects::release(Session &s) {
+  for (uint32_t h : s.qps) qp_owners_.erase(h);
+  for (uint32_t h : s.ahs) ahs_.remove(h);
+  for (uint32_t h : s.channels) channels_.remove(h);
+  quotas_.release(s.uid, Quota::kChannels, s.channels.size());
+}
+
+}  // namespace vrnic

@@ -1,0 +1,73 @@
+// The queue side of one device's verbs objects: completion channels and CQs, QPs (their
+// creation, the checks on every modify before the dataplane's qp_modify, query, destroy),
+// SRQs and address handles, each owned by a session. Handlers return 0 or a positive errno:
+// the reply's status (command_table.cpp).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "dataplane/device.h"
+#include "dataplane/slot_table.h"
+#include "memory_objects.h"
+#include "quota.h"
+#include "session.h"
+#include "worker_group.h"
+
+namespace vrnic {
+
+class QueueObjects {
+ public:
+  // The device's own QP capacity bounds everyone's QPs together (quotas bound each user's).
+  QueueObjects(Device &dev, WorkerGroup &workers, UserQuotas &quotas, MemoryObjects &memory)
+      : dev_(dev),
+        workers_(workers),
+        quotas_(quotas),
+        memory_(memory),
+        device_max_qp_(dev.info.max_qp) {}
+
+  int create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp);
+  int destroy_channel(Session &s, uint32_t handle);
+  int create_cq(Session &s, const ctl::CreateCqReq &req, ctl::CreateCqResp &resp,
+                std::vector<int> &fds);
+  int destroy_cq(Session &s, uint32_t handle);
+  int resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::CreateCqResp &resp,
+                std::vector<int> &fds);
+  int create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp &resp,
+                std::vector<int> &fds);
+  int modify_qp(Session &s, const ctl::ModifyQpReq &req);
+  int query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp);
+  int destroy_qp(Session &s, uint32_t handle);
+  int create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::CreateSrqResp &resp,
+                 std::vector<int> &fds);
+  int modify_srq(Session &s, const ctl::ModifySrqReq &req);
+  int query_srq(Session &s, uint32_t handle, ctl::QuerySrqResp &resp);
+  int destroy_srq(Session &s, uint32_t handle);
+  int create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &resp);
+  int destroy_ah(Session &s, uint32_t handle);
+
+  size_t channel_count() const { return channels_.size(); }
+  size_t ah_count() const { return ahs_.size(); }
+  // A closing session's QPs, SRQs and CQs, inside WorkerGroup::execute_all (first of all).
+  void release_dataplane(Session &s);
+  void release(Session &s);  // then its AHs and channels
+
+ private:
+  // The dataplane side of destroying one object, inside execute_all; each returns what the
+  // control side still has to release (the PD, the channel).
+  void remove_qp(Session &s, uint32_t handle);
+  uint32_t remove_srq(uint32_t handle);
+  uint32_t remove_cq(uint32_t handle);
+
+  Device &dev_;
+  WorkerGroup &workers_;
+  UserQuotas &quotas_;
+  MemoryObjects &memory_;
+  const uint32_t device_max_qp_;
+  SlotTable<CompletionChannel> channels_{1u << 16};
+  SlotTable<AddressHandle> ahs_{1u << 16};
+  std::map<uint32_t, QpOwner> qp_owners_;
+};
+
+}  // namespace vrnic

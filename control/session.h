@@ -1,0 +1,60 @@
+// A client's connection to vrnicd (a session) and the control plane's records of the verbs
+// objects it owns that the dataplane does not hold: PDs, completion channels, AHs, and which
+// PD and queues each QP was created with.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+
+#include "absl/container/flat_hash_set.h"
+#include "vrnic/ctl_io.h"
+#include "vrnic/ctl_protocol.h"
+#include "vrnic/shm_layout.h"
+
+namespace vrnic {
+
+struct ProtectionDomain {
+  uint32_t session;
+  uint32_t refs = 0;  // MRs, QPs and AHs in it
+};
+
+struct CompletionChannel {
+  uint32_t session;
+  int fd;  // write end of the client's pipe
+  uint32_t refs = 0;
+  ~CompletionChannel();
+};
+
+struct AddressHandle {
+  uint32_t session;
+  uint32_t pd;
+  ctl::AddressVector av;
+};
+
+struct QpOwner {
+  uint32_t pd, send_cq, recv_cq, srq;
+};
+
+struct Session {
+  uint32_t id = 0;
+  int sock = -1;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  bool admin = false;    // vrnicd's own user or root: management and fault injection
+  bool refused = false;  // over its user's session quota: answered ENOMEM, then closed
+  int async_fd = -1;
+  int mem_fd = -1;  // the client's /proc/self/mem, or -1 (it sent none)
+  int shm_fd = -1;
+  shm::SessionShared *shm = nullptr;
+  // What it owns, by handle: sets, so that each check and each removal costs the same
+  // whatever a session holds (a million MRs, then exit: teardown is linear, issue 17 row 10).
+  absl::flat_hash_set<uint32_t> pds, mrs, cqs, qps, ahs, channels, srqs, mws;
+  ~Session();
+};
+
+inline bool owns(const absl::flat_hash_set<uint32_t> &handles, uint32_t h) {
+  return handles.contains(h);
+}
+
+}  // namespace vrnic
