@@ -1,3 +1,4 @@
+// CPU lists in Linux's list format ("0-3,8"), parsed and printed (cpu_list.h).
 #include "cpu_list.h"
 
 #include "absl/strings/numbers.h"

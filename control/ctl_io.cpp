@@ -1,3 +1,5 @@
+// The control protocol's I/O, shared by vrnicd, vrnicctl and the provider: messages with
+// their descriptors over the Unix socket, and connecting to a vrnicd (vrnic/ctl_io.h).
 #include "vrnic/ctl_io.h"
 
 #include <cerrno>

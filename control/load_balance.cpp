@@ -1,3 +1,4 @@
+// Which QP to move between workers when their loads are uneven (load_balance.h).
 #include "load_balance.h"
 
 #include <algorithm>

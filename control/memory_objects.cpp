@@ -176,15 +176,10 @@ int MemoryObjects::alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp) 
 int MemoryObjects::dereg_mr(Session &s, uint32_t handle) {
   if (!owns(s.mrs, handle)) return EINVAL;
   uint32_t pd = 0;
-  int st = 0;
-  workers_.execute_all([&] {
-    if (dev_.mrs.get(handle)->bound_windows) {
-      st = EBUSY;  // memory windows still expose it
-      return;
-    }
-    pd = remove_mr(s, handle);
-  });
-  if (st) return st;
+  // Memory windows bound to it still expose it: EBUSY.
+  if (int st = workers_.remove_unless_in_use([&] { return dev_.mrs.get(handle)->bound_windows; },
+                                             [&] { pd = remove_mr(s, handle); }))
+    return st;
   if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
   s.mrs.erase(handle);
   return 0;

@@ -1,3 +1,5 @@
+// The QP state machine of the IB spec (ch. 10.3): which transitions are legal for each QP
+// type, with which attributes required and allowed (qp_state_machine.h).
 #include "qp_state_machine.h"
 
 #include <infiniband/verbs.h>

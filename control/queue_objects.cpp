@@ -92,17 +92,10 @@ int QueueObjects::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::Create
 
 int QueueObjects::destroy_cq(Session &s, uint32_t handle) {
   if (!owns(s.cqs, handle)) return EINVAL;
-  int st = 0;
   uint32_t channel = 0;
-  workers_.execute_all([&] {
-    CompletionQueue *cq = dev_.cqs.get(handle);
-    if (cq->refs) {
-      st = EBUSY;
-      return;
-    }
-    channel = remove_cq(handle);
-  });
-  if (st) return st;
+  if (int st = workers_.remove_unless_in_use([&] { return dev_.cqs.get(handle)->refs; },
+                                             [&] { channel = remove_cq(handle); }))
+    return st;
   if (CompletionChannel *ch = channels_.get(channel)) ch->refs--;
   s.cqs.erase(handle);
   return 0;
@@ -368,17 +361,10 @@ int QueueObjects::query_srq(Session &s, uint32_t handle, ctl::QuerySrqResp &resp
 
 int QueueObjects::destroy_srq(Session &s, uint32_t handle) {
   if (!owns(s.srqs, handle)) return EINVAL;
-  int st = 0;
   uint32_t pd = 0;
-  workers_.execute_all([&] {
-    ReceiveQueue *srq = dev_.srqs.get(handle);
-    if (srq->refs) {
-      st = EBUSY;
-      return;
-    }
-    pd = remove_srq(handle);
-  });
-  if (st) return st;
+  if (int st = workers_.remove_unless_in_use([&] { return dev_.srqs.get(handle)->refs; },
+                                             [&] { pd = remove_srq(handle); }))
+    return st;
   if (ProtectionDomain *p = memory_.pds().get(pd)) p->refs--;
   s.srqs.erase(handle);
   return 0;

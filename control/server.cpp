@@ -1,3 +1,6 @@
+// vrnicd's server for one device: start-up (socket, device node, workers), the socket loop,
+// sessions from accept to close, the dispatch of each command through the command table,
+// and the server's own queries (stats, devices, QP lists, faults, moves). See server.h.
 #include "server.h"
 
 #include <fcntl.h>

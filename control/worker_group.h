@@ -40,6 +40,20 @@ class WorkerGroup {
   // Runs fn where it may change any worker's state: on the worker (one), or with every
   // worker parked (several).
   void execute_all(const std::function<void()> &fn);
+  // Destroying an object that may still be in use: `remove` runs as execute_all's fn unless
+  // `in_use` (asked there too, where nothing changes under it) says so; 0, or EBUSY.
+  template <typename InUse, typename Remove>
+  int remove_unless_in_use(InUse in_use, Remove remove) {
+    int st = 0;
+    execute_all([&] {
+      if (in_use()) {
+        st = EBUSY;
+      } else {
+        remove();
+      }
+    });
+    return st;
+  }
   // Moves the QP to another worker; EINVAL for no such QP or worker.
   int move_qp(uint32_t qpn, uint32_t worker);
   // Several workers: every second, moves a QP from the busiest worker to the idlest when

@@ -1,3 +1,5 @@
+// Producing completions into a CQ ring shared with the provider, and its events
+// (completion_queue.h).
 #include "completion_queue.h"
 
 #include <infiniband/verbs.h>

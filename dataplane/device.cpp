@@ -1,3 +1,5 @@
+// The device as the data path sees it: its identity and limits, GID table, rkey resolution
+// (device.h).
 #include "device.h"
 
 #include <ifaddrs.h>

@@ -1,3 +1,5 @@
+// Loads the dpdk port module (vrnic_port_dpdk.so) on demand and opens a port through its
+// entry point, so that vrnicd runs its other ports without DPDK's libraries (dpdk_port.h).
 #include <dlfcn.h>
 #include <unistd.h>
 

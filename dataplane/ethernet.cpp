@@ -1,3 +1,4 @@
+// Ethernet and ARP frames for ports that build their own (ethernet.h).
 #include "ethernet.h"
 
 #include <cstring>

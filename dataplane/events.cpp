@@ -1,3 +1,4 @@
+// Async and completion events to a client's event pipe (events.h).
 #include "events.h"
 
 #include <unistd.h>

@@ -1,3 +1,5 @@
+// Fault injection on a port's receive path: loss, reordering, duplication, corruption and
+// delay, from a --faults spec (fault_injector.h).
 #include "fault_injector.h"
 
 #include <cstdio>

@@ -1,3 +1,5 @@
+// The RoCEv2 ICRC: computed over the masked IP/UDP/BTH fields and payload, checked on
+// receive, and solved for an IPv4 ID the sender did not tell (icrc.h).
 #include "icrc.h"
 
 #include <isa-l/crc.h>

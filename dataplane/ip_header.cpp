@@ -1,3 +1,4 @@
+// IPv4 and IPv6 headers as RoCEv2 carries them: built, parsed and checked (ip_header.h).
 #include "ip_header.h"
 
 #include <bit>

@@ -1,3 +1,4 @@
+// The loop port: packets between QPs of one vrnicd, through an in-daemon ring (loop_port.h).
 #include "loop_port.h"
 
 #include <bit>

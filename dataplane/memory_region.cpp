@@ -1,3 +1,5 @@
+// Access to a registered region by IOVA: in place through shared pages, else through the
+// client's /proc/<pid>/mem; 64-bit atomics (memory_region.h).
 #include "memory_region.h"
 
 #include <sys/mman.h>

@@ -1,3 +1,5 @@
+// IPv6 neighbour discovery messages (solicitations and advertisements) for the dpdk port
+// (neighbor_discovery.h).
 #include "neighbor_discovery.h"
 
 #include <cstring>

@@ -5,6 +5,7 @@
 // reported unreachable after the fail time, until it answers.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -35,6 +36,7 @@ class NeighborTable {
     State state;
     const MacAddress *mac;  // set when reachable or stale
     bool send_request;      // a request for this peer should go out now
+    uint64_t fresh_until;   // reachable: the answer holds until then, unless the table learns
   };
 
   NeighborTable() = default;
@@ -54,6 +56,9 @@ class NeighborTable {
   // MAC is reached at the new one. Returns whether it was.
   bool refresh(IpKey ip, const MacAddress &mac, uint64_t now);
   size_t size() const { return entries_.size(); }
+  // Changes with every learn and refresh (made under the owner's lock, read by anyone): what
+  // a NeighborCache copied holds while it stays.
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
 
  private:
   struct Entry {
@@ -67,6 +72,38 @@ class NeighborTable {
   };
   Timing timing_;
   absl::flat_hash_map<IpKey, Entry> entries_;
+  std::atomic<uint64_t> version_{0};
+};
+
+// One sender's copy of the reachable peers it sends to, read without the table's lock (the
+// dpdk port looks a peer up for every burst; several workers share the table): an entry is
+// what NeighborTable::lookup() would answer -- reachable, at that address, nothing to send --
+// for as long as the table's version is the one it was copied at and the answer is fresh.
+class NeighborCache {
+ public:
+  const MacAddress *find(IpKey ip, uint64_t now, uint64_t table_version) {
+    auto it = peers_.find(ip);
+    if (it == peers_.end()) return nullptr;
+    if (it->second.version == table_version && now < it->second.fresh_until) return &it->second.mac;
+    peers_.erase(it);
+    return nullptr;
+  }
+  // An answer just looked up, with the table's version at the time (under its lock).
+  void keep(IpKey ip, const NeighborTable::Answer &a, uint64_t table_version) {
+    if (a.state != NeighborTable::State::kReachable || !a.mac) return;
+    if (peers_.size() >= kMaxPeers) peers_.clear();
+    peers_[ip] = {*a.mac, a.fresh_until, table_version};
+  }
+  size_t size() const { return peers_.size(); }
+
+ private:
+  static constexpr size_t kMaxPeers = 4096;
+  struct Peer {
+    MacAddress mac;
+    uint64_t fresh_until;
+    uint64_t version;
+  };
+  absl::flat_hash_map<IpKey, Peer> peers_;
 };
 
 }  // namespace vrnic

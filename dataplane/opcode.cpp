@@ -1,3 +1,5 @@
+// The packet opcode table: per BTH opcode, its extension headers and their offsets, payload
+// and position in a message (opcode.h).
 #include "opcode.h"
 
 #include <array>

@@ -1,3 +1,4 @@
+// The packet pool and the parsing of a received RoCE packet (packet.h).
 #include "packet.h"
 
 #include <cstring>

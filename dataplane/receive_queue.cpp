@@ -1,3 +1,5 @@
+// Consuming receive WQEs from a QP's ring or an SRQ, and the SRQ limit event
+// (receive_queue.h).
 #include "receive_queue.h"
 
 #include <infiniband/verbs.h>

@@ -1,3 +1,5 @@
+// The receive-path stage that applies injected faults to packets before delivery
+// (rx_fault_stage.h).
 #include "rx_fault_stage.h"
 
 #include <cstring>

@@ -1,3 +1,5 @@
+// Gather and scatter between SGE lists and packets, every piece checked against its MR
+// (sge_io.h).
 #include "sge_io.h"
 
 #include <infiniband/verbs.h>

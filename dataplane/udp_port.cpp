@@ -1,3 +1,5 @@
+// The udp port: RoCEv2 in the kernel's UDP sockets through io_uring, the ICRC computed and
+// checked here over IP header fields the kernel builds (udp_port.h).
 #include "udp_port.h"
 
 #include <arpa/inet.h>

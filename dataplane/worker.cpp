@@ -1,3 +1,5 @@
+// A worker's thread: doorbells, the transport's turns, ports, hand-over between workers,
+// parking and the idle policy (worker.h).
 #include "worker.h"
 
 #include <infiniband/verbs.h>

@@ -263,3 +263,32 @@ TEST_CASE("IPv6 upper-layer checksum: parts of odd length, as scapy computes it"
   iovec whole[2] = {{udp, 8}, {payload, 37}};
   CHECK(vrnic::ipv6_upper_checksum(src, dst, vrnic::kIpProtocolUdp, whole, 2) == 0);
 }
+
+TEST_CASE("NeighborCache: answers as the table would, without it, while nothing changed",
+          "[arp]") {
+  NeighborTable::Timing timing;
+  NeighborTable t(timing);
+  vrnic::NeighborCache cache;
+  const IpKey peer = ip(10, 0, 0, 2);
+  // Only a reachable answer is kept.
+  cache.keep(peer, t.lookup(peer, 0), t.version());
+  CHECK(cache.find(peer, 0, t.version()) == nullptr);
+  t.learn(peer, kMacB, 5 * kMs);
+  NeighborTable::Answer a = t.lookup(peer, 6 * kMs);
+  CHECK(a.fresh_until == 5 * kMs + timing.reachable_ns);
+  cache.keep(peer, a, t.version());
+  const MacAddress *mac = cache.find(peer, 7 * kMs, t.version());
+  REQUIRE(mac != nullptr);
+  CHECK(*mac == kMacB);
+  // Once the answer is stale the table must be asked (it sends a request then).
+  CHECK(cache.find(peer, a.fresh_until, t.version()) == nullptr);
+  CHECK(cache.size() == 0);
+  // Anything the table learns (a peer that moved to another MAC) voids what was copied.
+  cache.keep(peer, t.lookup(peer, 8 * kMs), t.version());
+  t.refresh(peer, kMacA, 9 * kMs);
+  CHECK(cache.find(peer, 10 * kMs, t.version()) == nullptr);
+  cache.keep(peer, t.lookup(peer, 10 * kMs), t.version());
+  mac = cache.find(peer, 11 * kMs, t.version());
+  REQUIRE(mac != nullptr);
+  CHECK(*mac == kMacA);
+}

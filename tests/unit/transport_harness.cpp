@@ -354,14 +354,20 @@ shm::SendWqe base_wqe(uint64_t wr_id, uint8_t opcode, const QpEnd &local, size_t
   return w;
 }
 
+// A WQE on the remote end's memory (WRITE, READ, atomics).
+shm::SendWqe remote_wqe(uint64_t wr_id, uint8_t opcode, const QpEnd &local, size_t offset,
+                        uint32_t length, const QpEnd &remote, size_t remote_offset) {
+  shm::SendWqe w = base_wqe(wr_id, opcode, local, offset, length);
+  w.remote_addr = remote.addr(remote_offset);
+  w.rkey = remote.key;
+  return w;
+}
+
 }  // namespace
 
 shm::SendWqe write_wqe(uint64_t wr_id, const QpEnd &from, size_t offset, uint32_t length,
                        const QpEnd &to, size_t remote_offset) {
-  shm::SendWqe w = base_wqe(wr_id, IBV_WR_RDMA_WRITE, from, offset, length);
-  w.remote_addr = to.addr(remote_offset);
-  w.rkey = to.key;
-  return w;
+  return remote_wqe(wr_id, IBV_WR_RDMA_WRITE, from, offset, length, to, remote_offset);
 }
 
 shm::SendWqe send_wqe(uint64_t wr_id, const QpEnd &from, size_t offset, uint32_t length) {
@@ -370,17 +376,13 @@ shm::SendWqe send_wqe(uint64_t wr_id, const QpEnd &from, size_t offset, uint32_t
 
 shm::SendWqe read_wqe(uint64_t wr_id, const QpEnd &into, size_t offset, uint32_t length,
                       const QpEnd &from, size_t remote_offset) {
-  shm::SendWqe w = base_wqe(wr_id, IBV_WR_RDMA_READ, into, offset, length);
-  w.remote_addr = from.addr(remote_offset);
-  w.rkey = from.key;
-  return w;
+  return remote_wqe(wr_id, IBV_WR_RDMA_READ, into, offset, length, from, remote_offset);
 }
 
 shm::SendWqe fetch_add_wqe(uint64_t wr_id, const QpEnd &into, size_t offset, const QpEnd &at,
                            size_t remote_offset, uint64_t add) {
-  shm::SendWqe w = base_wqe(wr_id, IBV_WR_ATOMIC_FETCH_AND_ADD, into, offset, 8);
-  w.remote_addr = at.addr(remote_offset);
-  w.rkey = at.key;
+  shm::SendWqe w =
+      remote_wqe(wr_id, IBV_WR_ATOMIC_FETCH_AND_ADD, into, offset, 8, at, remote_offset);
   w.compare_add = add;
   return w;
 }

@@ -32,6 +32,13 @@ WireScript drop_once(std::function<bool(const WireRecord &)> match) {
   };
 }
 
+// The one send completion the end has; the test fails unless there is exactly one.
+shm::Cqe one_send_completion(QpEnd &end) {
+  std::vector<shm::Cqe> cqes = end.poll_send_cq();
+  REQUIRE(cqes.size() == 1);
+  return cqes[0];
+}
+
 bool is(const WireRecord &r, char from, uint8_t operation, uint32_t psn) {
   return r.from == from && wire::op_operation(r.opcode) == operation && r.psn == psn;
 }
@@ -46,12 +53,11 @@ TEST_CASE("transport: an RC WRITE arrives byte for byte, acknowledged once", "[t
   CHECK(p.trace() == Lines{"A WRITE_FIRST 100", "A WRITE_MIDDLE 101", "A WRITE_MIDDLE 102",
                            "A WRITE_LAST 103 ack_req", "B ACK 103"});
   CHECK(same(p.a, 0, p.b, 1000, 4096));
-  auto cqes = p.a.poll_send_cq();
-  REQUIRE(cqes.size() == 1);
-  CHECK(cqes[0].wr_id == 7);
-  CHECK(cqes[0].status == IBV_WC_SUCCESS);
-  CHECK(cqes[0].opcode == IBV_WC_RDMA_WRITE);
-  CHECK(cqes[0].byte_len == 4096);
+  const shm::Cqe cqe = one_send_completion(p.a);
+  CHECK(cqe.wr_id == 7);
+  CHECK(cqe.status == IBV_WC_SUCCESS);
+  CHECK(cqe.opcode == IBV_WC_RDMA_WRITE);
+  CHECK(cqe.byte_len == 4096);
   CHECK(p.a.qp->comp.ack_deadline == 0);  // nothing outstanding: no timer left armed
 }
 
@@ -66,9 +72,7 @@ TEST_CASE("transport: go-back-N resends from the lost packet in mid-message", "[
                            "A WRITE_MIDDLE 101", "A WRITE_MIDDLE 102", "A WRITE_LAST 103 ack_req",
                            "B ACK 103"});
   CHECK(same(p.a, 0, p.b, 0, 4096));
-  auto cqes = p.a.poll_send_cq();
-  REQUIRE(cqes.size() == 1);
-  CHECK(cqes[0].status == IBV_WC_SUCCESS);
+  CHECK(one_send_completion(p.a).status == IBV_WC_SUCCESS);
   CHECK(p.a.qp->counters[kRetransmits] == 1);
   CHECK(p.a.qp->counters[kNaksReceived] == 1);
   CHECK(p.b.qp->counters[kOutOfSequence] == 2);  // 102 and 103 the first time
@@ -106,9 +110,7 @@ TEST_CASE("transport: the local ACK timeout resends, and retries run out", "[tra
     REQUIRE(p.log.size() == 3);
     CHECK(p.log[1].at_ns == p.ack_timeout_ns());  // 4.096 us << timeout after the first
     CHECK(p.a.qp->counters[kTimeouts] == 1);
-    auto cqes = p.a.poll_send_cq();
-    REQUIRE(cqes.size() == 1);
-    CHECK(cqes[0].status == IBV_WC_SUCCESS);
+    CHECK(one_send_completion(p.a).status == IBV_WC_SUCCESS);
   }
   SECTION("a dead peer: retry_cnt retries, then RETRY_EXC_ERR and the QP in error") {
     PairOptions o;
@@ -122,10 +124,9 @@ TEST_CASE("transport: the local ACK timeout resends, and retries run out", "[tra
       CHECK(p.log[i].psn == 100);
       CHECK(p.log[i].at_ns == i * p.ack_timeout_ns());
     }
-    auto cqes = p.a.poll_send_cq();
-    REQUIRE(cqes.size() == 1);
-    CHECK(cqes[0].wr_id == 1);
-    CHECK(cqes[0].status == IBV_WC_RETRY_EXC_ERR);
+    const shm::Cqe cqe = one_send_completion(p.a);
+    CHECK(cqe.wr_id == 1);
+    CHECK(cqe.status == IBV_WC_RETRY_EXC_ERR);
     CHECK(p.now == 4 * p.ack_timeout_ns());
     CHECK(p.a.qp->state() == IBV_QPS_ERR);
     CHECK(p.a.qp->counters[kTimeouts] == 4);
@@ -133,10 +134,9 @@ TEST_CASE("transport: the local ACK timeout resends, and retries run out", "[tra
     p.a.post_send(write_wqe(2, p.a, 0, 100, p.b, 0));
     p.run();
     CHECK(p.log.size() == 4);
-    cqes = p.a.poll_send_cq();
-    REQUIRE(cqes.size() == 1);
-    CHECK(cqes[0].wr_id == 2);
-    CHECK(cqes[0].status == IBV_WC_WR_FLUSH_ERR);
+    const shm::Cqe flushed = one_send_completion(p.a);
+    CHECK(flushed.wr_id == 2);
+    CHECK(flushed.status == IBV_WC_WR_FLUSH_ERR);
   }
 }
 
@@ -155,9 +155,7 @@ TEST_CASE("transport: RNR NAK waits the peer's timer and retries", "[transport]"
     CHECK(p.log[1].syndrome == (wire::kAethRnrNak | 1));
     CHECK(p.log[2].at_ns == 10'000);
     CHECK(p.log[4].at_ns == 20'000);
-    auto cqes = p.a.poll_send_cq();
-    REQUIRE(cqes.size() == 1);
-    CHECK(cqes[0].status == IBV_WC_RNR_RETRY_EXC_ERR);
+    CHECK(one_send_completion(p.a).status == IBV_WC_RNR_RETRY_EXC_ERR);
     CHECK(p.a.qp->state() == IBV_QPS_ERR);
   }
   SECTION("rnr_retry 7 retries for ever: the send lands once a receive is posted") {
@@ -175,9 +173,7 @@ TEST_CASE("transport: RNR NAK waits the peer's timer and retries", "[transport]"
     REQUIRE(p.log.size() == 42);  // 21 sends, 20 RNR NAKs, one ACK
     CHECK(p.trace().back() == "B ACK 100");
     CHECK(p.a.qp->counters[kRnrNaksReceived] == 20);
-    auto cqes = p.a.poll_send_cq();
-    REQUIRE(cqes.size() == 1);
-    CHECK(cqes[0].status == IBV_WC_SUCCESS);
+    CHECK(one_send_completion(p.a).status == IBV_WC_SUCCESS);
     auto recvs = p.b.poll_recv_cq();
     REQUIRE(recvs.size() == 1);
     CHECK(recvs[0].wr_id == 9);
@@ -200,10 +196,9 @@ TEST_CASE("transport: a gap in read responses is asked for again, and only it", 
                            "B READ_RESPONSE_FIRST 101", "B READ_RESPONSE_MIDDLE 102",
                            "B READ_RESPONSE_LAST 103"});
   CHECK(same(p.b, 0, p.a, 8192, 4096));
-  auto cqes = p.a.poll_send_cq();
-  REQUIRE(cqes.size() == 1);
-  CHECK(cqes[0].status == IBV_WC_SUCCESS);
-  CHECK(cqes[0].opcode == IBV_WC_RDMA_READ);
+  const shm::Cqe cqe = one_send_completion(p.a);
+  CHECK(cqe.status == IBV_WC_SUCCESS);
+  CHECK(cqe.opcode == IBV_WC_RDMA_READ);
   CHECK(p.b.qp->counters[kDuplicates] == 1);
 }
 
@@ -221,9 +216,7 @@ TEST_CASE("transport: a duplicate READ re-executes only the part still missing",
   REQUIRE(p.log.size() == 7);
   CHECK(p.log[5].at_ns == p.ack_timeout_ns());  // nothing showed the gap: the timer did
   CHECK(same(p.b, 0, p.a, 8192, 4096));
-  auto cqes = p.a.poll_send_cq();
-  REQUIRE(cqes.size() == 1);
-  CHECK(cqes[0].status == IBV_WC_SUCCESS);
+  CHECK(one_send_completion(p.a).status == IBV_WC_SUCCESS);
 }
 
 TEST_CASE("transport: a repeated atomic is answered again, not executed twice", "[transport]") {
@@ -241,10 +234,9 @@ TEST_CASE("transport: a repeated atomic is answered again, not executed twice", 
   CHECK(at_b == 1005);  // once, not 1010
   CHECK(at_a == 1000);  // the original value, replayed
   CHECK(p.b.qp->counters[kDuplicates] == 1);
-  auto cqes = p.a.poll_send_cq();
-  REQUIRE(cqes.size() == 1);
-  CHECK(cqes[0].status == IBV_WC_SUCCESS);
-  CHECK(cqes[0].opcode == IBV_WC_FETCH_ADD);
+  const shm::Cqe cqe = one_send_completion(p.a);
+  CHECK(cqe.status == IBV_WC_SUCCESS);
+  CHECK(cqe.opcode == IBV_WC_FETCH_ADD);
 }
 
 TEST_CASE("transport: UC drops a message that lost a packet and takes the next", "[transport]") {
@@ -298,9 +290,8 @@ TEST_CASE("transport: SQ drain finishes what was started, then tells the owner",
   p.a.modify(attr, IBV_QP_STATE);
   p.run();
   CHECK(p.trace().back() == "B ACK 103");
-  auto cqes = p.a.poll_send_cq();
-  REQUIRE(cqes.size() == 1);
-  CHECK(cqes[0].wr_id == 3);
+  const shm::Cqe cqe = one_send_completion(p.a);
+  CHECK(cqe.wr_id == 3);
   CHECK(p.a.async_events().empty());  // drained once, told once
 }
 
@@ -356,8 +347,6 @@ TEST_CASE("transport: damaged, duplicated and reordered packets", "[transport]")
                              "B ACK 100 NAK_SEQ", "A WRITE_FIRST 100", "A WRITE_LAST 101 ack_req",
                              "B ACK 101"});
     CHECK(same(p.a, 0, p.b, 0, 2048));
-    auto cqes = p.a.poll_send_cq();
-    REQUIRE(cqes.size() == 1);
-    CHECK(cqes[0].status == IBV_WC_SUCCESS);
+    CHECK(one_send_completion(p.a).status == IBV_WC_SUCCESS);
   }
 }
