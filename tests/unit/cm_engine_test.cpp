@@ -1,0 +1,428 @@
+// vrnicd's IB CM on its own: two engines (A active, B passive) joined by a scripted wire and a
+// virtual clock; each test asserts the MADs that crossed it, their fields, the events each
+// owner got and when, for the connection's whole life and its failures.
+#include <catch2/catch.hpp>
+#include <deque>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "control/cm_engine.h"
+
+using namespace vrnic::cm;
+
+namespace {
+
+constexpr uint64_t kOwnerA = 0xa, kOwnerB = 0xb;
+constexpr uint64_t kService = 0x0000000001060000ull | 7471;  // RDMA_PS_TCP, port 7471
+const Gid kGidA = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1};
+const Gid kGidB = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2};
+
+const char *attr_name(Attr a) {
+  switch (a) {
+    case Attr::kReq:
+      return "REQ";
+    case Attr::kMra:
+      return "MRA";
+    case Attr::kRej:
+      return "REJ";
+    case Attr::kRep:
+      return "REP";
+    case Attr::kRtu:
+      return "RTU";
+    case Attr::kDreq:
+      return "DREQ";
+    case Attr::kDrep:
+      return "DREP";
+    case Attr::kSidrReq:
+      return "SIDR_REQ";
+    case Attr::kSidrRep:
+      return "SIDR_REP";
+    default:
+      return "?";
+  }
+}
+
+struct Seen {
+  char who;  // whose owner
+  EventType type;
+  uint32_t conn;
+  uint16_t reason;
+  bool timed_out;
+  uint64_t at;
+  Mad mad;  // a copy of what caused it (zero if nothing)
+};
+
+// Two engines on a wire. `drop` decides the fate of each MAD ("A>B REQ" style names); events
+// are recorded, and `on_event` may act on them (accept, establish, ...) as an owner would.
+struct Wire {
+  uint64_t now = 0;
+  std::deque<std::pair<char, Mad>> in_flight;  // to whom
+  std::vector<std::string> log;
+  std::vector<Seen> events;
+  std::function<bool(const std::string &)> drop;
+  std::function<void(const Seen &)> on_event;
+  Timing timing;
+  Engine a{0x0276726e69630001ull, hooks('A'), timing, 11};
+  Engine b{0x0276726e69630002ull, hooks('B'), timing, 22};
+
+  Engine::Hooks hooks(char self) {
+    return {[this, self](const Gid &to, const Mad &m) {
+              const char dest = to == kGidA ? 'A' : 'B';
+              std::string line = std::string(1, self) + ">" + dest + " " + attr_name(m.attr());
+              const bool lost = drop && drop(line);
+              log.push_back(line + (lost ? " (dropped)" : ""));
+              if (!lost) in_flight.push_back({dest, m});
+            },
+            [this, self](const Event &e) {
+              Seen s{self, e.type, e.conn, e.reason, e.timed_out, now, {}};
+              if (e.mad) s.mad = *e.mad;
+              events.push_back(s);
+              if (on_event) on_event(events.back());
+            }};
+  }
+  // Delivers until the wire is empty, then runs the timers, in virtual time, for at most
+  // `limit` ns.
+  void run(uint64_t limit = 600'000'000'000ull) {
+    const uint64_t end = now + limit;
+    for (;;) {
+      while (!in_flight.empty()) {
+        auto [to, m] = in_flight.front();
+        in_flight.pop_front();
+        (to == 'A' ? a : b).receive(to == 'A' ? kGidB : kGidA, m, now);
+      }
+      uint64_t next = 0;
+      for (uint64_t d : {a.next_deadline(), b.next_deadline()})
+        if (d && (!next || d < next)) next = d;
+      if (!next || next > end) return;
+      now = next;
+      a.tick(now);
+      b.tick(now);
+    }
+  }
+  std::vector<EventType> types(char who) const {
+    std::vector<EventType> out;
+    for (const Seen &s : events)
+      if (s.who == who) out.push_back(s.type);
+    return out;
+  }
+  const Seen *last(char who, EventType t) const {
+    for (auto it = events.rbegin(); it != events.rend(); ++it)
+      if (it->who == who && it->type == t) return &*it;
+    return nullptr;
+  }
+};
+
+ConnectParams connect_params() {
+  ConnectParams p;
+  p.service_id = kService;
+  p.qpn = 0x000123;
+  p.starting_psn = 0x00abcd;
+  p.responder_resources = 4;
+  p.initiator_depth = 4;
+  p.local_gid = kGidA;
+  p.remote_gid = kGidB;
+  p.private_data = {1, 2, 3, 4};
+  return p;
+}
+
+AcceptParams accept_params() {
+  AcceptParams p;
+  p.qpn = 0x000456;
+  p.starting_psn = 0x00ef01;
+  p.responder_resources = 4;
+  p.initiator_depth = 4;
+  p.private_data = {9, 8, 7};
+  return p;
+}
+
+// The owners of a plain connection: B accepts, A establishes.
+void owners_connect(Wire &w) {
+  w.on_event = [&w](const Seen &s) {
+    if (s.who == 'B' && s.type == EventType::kReqReceived)
+      REQUIRE(w.b.accept(s.conn, accept_params(), w.now).ok());
+    if (s.who == 'A' && s.type == EventType::kRepReceived)
+      REQUIRE(w.a.establish(s.conn, w.now).ok());
+  };
+}
+
+uint64_t req_wait(const Timing &t) {
+  return 2 * Timing::ns(t.packet_life_time) + Timing::ns(t.cm_response_timeout);
+}
+
+}  // namespace
+
+TEST_CASE("CM: REQ, REP, RTU set up a connection; the fields go across", "[cm]") {
+  Wire w;
+  REQUIRE(w.b.listen(kService, kOwnerB).ok());
+  owners_connect(w);
+  auto id = w.a.connect(kOwnerA, kGidB, connect_params(), 0);
+  REQUIRE(id.ok());
+  w.run();
+  CHECK(w.log == std::vector<std::string>{"A>B REQ", "B>A REP", "A>B RTU"});
+  CHECK(w.types('A') == std::vector<EventType>{EventType::kRepReceived});
+  CHECK(w.types('B') == std::vector<EventType>{EventType::kReqReceived, EventType::kEstablished});
+  const Seen *req = w.last('B', EventType::kReqReceived);
+  REQUIRE(req);
+  CHECK(req->mad[req::kServiceId] == kService);
+  CHECK(req->mad[req::kLocalQpn] == 0x000123);
+  CHECK(req->mad[req::kStartingPsn] == 0x00abcd);
+  CHECK(req->mad[req::kLocalCommId] == *id);
+  CHECK(req->mad[req::kMaxCmRetries] == 15);
+  CHECK(std::vector<uint8_t>(req->mad.at(req::kPrivateData), req->mad.at(req::kPrivateData) + 4) ==
+        std::vector<uint8_t>{1, 2, 3, 4});
+  const Seen *rep = w.last('A', EventType::kRepReceived);
+  REQUIRE(rep);
+  CHECK(rep->mad[rep::kRemoteCommId] == *id);
+  CHECK(rep->mad[rep::kLocalQpn] == 0x000456);
+  CHECK(rep->mad[rep::kStartingPsn] == 0x00ef01);
+  CHECK(rep->mad.tid() == req->mad.tid());  // the passive side answers in the REQ's transaction
+  CHECK(w.a.connections() == 1);
+  CHECK(w.b.connections() == 1);
+}
+
+TEST_CASE("CM: no listener -> REJ reason 8; the consumer's reject -> REJ 28 with its data",
+          "[cm]") {
+  SECTION("no listener") {
+    Wire w;
+    REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
+    w.run();
+    CHECK(w.log == std::vector<std::string>{"A>B REQ", "B>A REJ"});
+    const Seen *rej = w.last('A', EventType::kRejected);
+    REQUIRE(rej);
+    CHECK(rej->reason == kRejInvalidServiceId);
+    CHECK(w.a.connections() == 0);
+    CHECK(w.b.connections() == 0);
+  }
+  SECTION("rejected by the owner") {
+    Wire w;
+    REQUIRE(w.b.listen(kService, kOwnerB).ok());
+    w.on_event = [&w](const Seen &s) {
+      if (s.who == 'B' && s.type == EventType::kReqReceived)
+        REQUIRE(w.b.reject(s.conn, kRejConsumerDefined, {42, 43}, w.now).ok());
+    };
+    REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
+    w.run();
+    CHECK(w.log == std::vector<std::string>{"A>B REQ", "B>A REJ"});
+    const Seen *rej = w.last('A', EventType::kRejected);
+    REQUIRE(rej);
+    CHECK(rej->reason == kRejConsumerDefined);
+    CHECK(rej->mad.at(rej::kPrivateData)[0] == 42);
+    CHECK(rej->mad.at(rej::kPrivateData)[1] == 43);
+    CHECK(w.b.connections() == 0);
+  }
+}
+
+TEST_CASE("CM: a lost REQ is sent again after the response timeout", "[cm]") {
+  Wire w;
+  REQUIRE(w.b.listen(kService, kOwnerB).ok());
+  owners_connect(w);
+  bool dropped = false;
+  w.drop = [&](const std::string &m) { return m == "A>B REQ" && !std::exchange(dropped, true); };
+  REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
+  w.run();
+  CHECK(w.log == std::vector<std::string>{"A>B REQ (dropped)", "A>B REQ", "B>A REP", "A>B RTU"});
+  const Seen *est = w.last('B', EventType::kEstablished);
+  REQUIRE(est);
+  CHECK(est->at == req_wait(w.timing));  // 2 packet lifetimes + the CM response timeout
+  CHECK(w.a.counters().resent == 1);
+}
+
+TEST_CASE("CM: a dead peer is UNREACHABLE after every retry", "[cm]") {
+  Wire w;
+  w.drop = [](const std::string &) { return true; };
+  REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
+  w.run();
+  CHECK(w.log.size() == 16);  // the REQ and 15 retries
+  const Seen *u = w.last('A', EventType::kUnreachable);
+  REQUIRE(u);
+  CHECK(u->at == 16 * req_wait(w.timing));  // about 74 s with Linux's timers
+  CHECK(w.a.connections() == 0);
+}
+
+TEST_CASE("CM: a slow owner's peer is asked to wait (MRA), once", "[cm]") {
+  Wire w;
+  REQUIRE(w.b.listen(kService, kOwnerB).ok());
+  uint32_t pending = 0;
+  w.on_event = [&](const Seen &s) {
+    if (s.who == 'B' && s.type == EventType::kReqReceived) pending = s.conn;  // no answer yet
+    if (s.who == 'A' && s.type == EventType::kRepReceived)
+      REQUIRE(w.a.establish(s.conn, w.now).ok());
+  };
+  REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
+  // Two response timeouts go by: A resends, B answers the duplicate with an MRA, A waits.
+  w.run(req_wait(w.timing) + 1);
+  CHECK(w.log == std::vector<std::string>{"A>B REQ", "A>B REQ", "B>A MRA"});
+  CHECK(w.b.counters().duplicates == 1);
+  // The MRA asked for the service timeout: no resend before it.
+  const uint64_t mra_wait =
+      Timing::ns(w.timing.cm_response_timeout) + 2 * Timing::ns(w.timing.packet_life_time);
+  w.run(mra_wait - 2);
+  CHECK(w.log.size() == 3);
+  REQUIRE(w.b.accept(pending, accept_params(), w.now).ok());
+  w.run();
+  CHECK(w.log == std::vector<std::string>{"A>B REQ", "A>B REQ", "B>A MRA", "B>A REP", "A>B RTU"});
+  CHECK(w.types('B').back() == EventType::kEstablished);
+}
+
+TEST_CASE("CM: a lost REP or RTU: the passive side resends its REP", "[cm]") {
+  SECTION("REP lost") {
+    Wire w;
+    REQUIRE(w.b.listen(kService, kOwnerB).ok());
+    owners_connect(w);
+    bool dropped = false;
+    w.drop = [&](const std::string &m) { return m == "B>A REP" && !std::exchange(dropped, true); };
+    REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
+    w.run();
+    // Both timers run out together: the REQ's repeat is not answered (the REP's timer is).
+    CHECK(w.log == std::vector<std::string>{"A>B REQ", "B>A REP (dropped)", "A>B REQ", "B>A REP",
+                                            "A>B RTU"});
+    CHECK(w.types('A') == std::vector<EventType>{EventType::kRepReceived});
+  }
+  SECTION("RTU lost: the established side answers the repeated REP with its RTU") {
+    Wire w;
+    REQUIRE(w.b.listen(kService, kOwnerB).ok());
+    owners_connect(w);
+    bool dropped = false;
+    w.drop = [&](const std::string &m) { return m == "A>B RTU" && !std::exchange(dropped, true); };
+    REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
+    w.run();
+    CHECK(w.log == std::vector<std::string>{"A>B REQ", "B>A REP", "A>B RTU (dropped)", "B>A REP",
+                                            "A>B RTU"});
+    CHECK(w.types('A') == std::vector<EventType>{EventType::kRepReceived});  // once
+    CHECK(w.types('B') == std::vector<EventType>{EventType::kReqReceived, EventType::kEstablished});
+  }
+}
+
+TEST_CASE("CM: DREQ, DREP, then time-wait on both sides", "[cm]") {
+  Wire w;
+  REQUIRE(w.b.listen(kService, kOwnerB).ok());
+  owners_connect(w);
+  auto id = w.a.connect(kOwnerA, kGidB, connect_params(), 0);
+  REQUIRE(id.ok());
+  w.run();
+  w.on_event = [&w](const Seen &s) {
+    if (s.who == 'B' && s.type == EventType::kDisconnectRequest)
+      REQUIRE(w.b.disconnect(s.conn, {}, w.now).ok());
+  };
+  const uint64_t t0 = w.now;
+  REQUIRE(w.a.disconnect(*id, {}, w.now).ok());
+  w.run();
+  CHECK(w.log == std::vector<std::string>{"A>B REQ", "B>A REP", "A>B RTU", "A>B DREQ", "B>A DREP"});
+  const Seen *down = w.last('A', EventType::kDisconnected);
+  REQUIRE(down);
+  CHECK_FALSE(down->timed_out);
+  const Seen *exit_a = w.last('A', EventType::kTimewaitExit);
+  const Seen *exit_b = w.last('B', EventType::kTimewaitExit);
+  REQUIRE(exit_a);
+  REQUIRE(exit_b);
+  CHECK(exit_a->at == t0 + 2 * Timing::ns(w.timing.packet_life_time));
+  CHECK(w.a.connections() == 0);
+  CHECK(w.b.connections() == 0);
+}
+
+TEST_CASE("CM: a DREQ that never arrives still ends in DISCONNECTED", "[cm]") {
+  Wire w;
+  REQUIRE(w.b.listen(kService, kOwnerB).ok());
+  owners_connect(w);
+  auto id = w.a.connect(kOwnerA, kGidB, connect_params(), 0);
+  REQUIRE(id.ok());
+  w.run();
+  w.drop = [](const std::string &m) { return m == "A>B DREQ"; };
+  const uint64_t t0 = w.now;
+  REQUIRE(w.a.disconnect(*id, {}, w.now).ok());
+  w.run();
+  const Seen *down = w.last('A', EventType::kDisconnected);
+  REQUIRE(down);
+  CHECK(down->timed_out);
+  CHECK(down->at == t0 + 16 * req_wait(w.timing));
+  CHECK(w.a.counters().resent == 15);
+}
+
+TEST_CASE("CM: a second REQ from a connected QP is a stale connection", "[cm]") {
+  Wire w;
+  REQUIRE(w.b.listen(kService, kOwnerB).ok());
+  owners_connect(w);
+  REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
+  w.run();
+  w.on_event = nullptr;
+  REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), w.now).ok());  // same QPN, new ID
+  w.run(1);
+  CHECK(w.log == std::vector<std::string>{"A>B REQ", "B>A REP", "A>B RTU", "A>B REQ", "B>A REJ",
+                                          "B>A DREQ"});
+  CHECK(w.last('A', EventType::kDisconnectRequest));  // the old connection is taken down
+  const Seen *rej = w.last('A', EventType::kRejected);
+  REQUIRE(rej);
+  CHECK(rej->reason == kRejStaleConnection);
+}
+
+TEST_CASE("CM: SIDR resolves a UD service, or says there is none", "[cm]") {
+  Wire w;
+  REQUIRE(w.b.listen(kService, kOwnerB).ok());
+  w.on_event = [&w](const Seen &s) {
+    if (s.who == 'B' && s.type == EventType::kSidrReqReceived)
+      REQUIRE(w.b.sidr_reply(s.conn, kSidrValid, 0x000789, 0x01234567, {5}).ok());
+  };
+  REQUIRE(w.a.sidr_request(kOwnerA, kGidB, kService, {1, 2}, 0).ok());
+  REQUIRE(w.a.sidr_request(kOwnerA, kGidB, kService + 1, {}, 0).ok());
+  w.run();
+  CHECK(w.log ==
+        std::vector<std::string>{"A>B SIDR_REQ", "A>B SIDR_REQ", "B>A SIDR_REP", "B>A SIDR_REP"});
+  REQUIRE(w.events.size() == 3);
+  CHECK(w.events[1].type == EventType::kSidrRepReceived);
+  CHECK(w.events[1].reason == kSidrValid);
+  CHECK(w.events[1].mad[sidr_rep::kQpn] == 0x000789);
+  CHECK(w.events[1].mad[sidr_rep::kQkey] == 0x01234567);
+  CHECK(w.events[2].reason == kSidrServiceIdNotSupported);
+  CHECK(w.a.connections() == 0);
+  CHECK(w.b.connections() == 0);
+}
+
+TEST_CASE("CM: malformed and unsolicited MADs are counted and dropped", "[cm]") {
+  Wire w;
+  REQUIRE(w.b.listen(kService, kOwnerB).ok());
+  Mad m;
+  m.init(Attr::kReq, 1);
+  m.bytes[2] = 1;  // class version 1
+  w.b.receive(kGidA, m, 0);
+  m.init(Attr::kReq, 1);
+  m.bytes[1] = 0x04;  // another class
+  w.b.receive(kGidA, m, 0);
+  m.init(Attr(0x0099), 1);  // no such attribute
+  w.b.receive(kGidA, m, 0);
+  m.init(Attr::kRtu, 1);  // for no connection
+  m.put(rtu::kRemoteCommId, 0x1234);
+  w.b.receive(kGidA, m, 0);
+  m.init(Attr::kReq, 1);
+  m.put(req::kServiceId, kService);
+  m.put(req::kTransportServiceType, 3);  // XRC
+  w.b.receive(kGidA, m, 0);
+  CHECK(w.b.counters().dropped == 4);
+  CHECK(w.events.empty());
+  CHECK(w.log == std::vector<std::string>{"B>A REJ"});  // the XRC REQ: invalid transport type
+  m.init(Attr::kRep, 1);  // a REP for nothing asked: REJ invalid comm ID
+  w.b.receive(kGidA, m, 0);
+  CHECK(w.log.back() == "B>A REJ");
+  CHECK(w.b.connections() == 0);
+}
+
+TEST_CASE("CM: an owner that goes away leaves nothing behind", "[cm]") {
+  Wire w;
+  REQUIRE(w.b.listen(kService, kOwnerB).ok());
+  owners_connect(w);
+  auto id = w.a.connect(kOwnerA, kGidB, connect_params(), 0);
+  REQUIRE(id.ok());
+  w.run();
+  size_t events_before = w.types('A').size();
+  w.on_event = [&w](const Seen &s) {
+    if (s.who == 'B' && s.type == EventType::kDisconnectRequest)
+      REQUIRE(w.b.disconnect(s.conn, {}, w.now).ok());
+  };
+  w.a.abandon(*id, w.now);  // established: a DREQ, and no event for the gone owner
+  w.run();
+  CHECK(w.log.back() == "B>A DREP");
+  CHECK(w.types('A').size() == events_before);
+  CHECK(w.a.connections() == 0);
+  CHECK(w.b.connections() == 0);
+}
