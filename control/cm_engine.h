@@ -19,8 +19,6 @@
 
 namespace vrnic::cm {
 
-using Gid = std::array<uint8_t, 16>;
-
 // The timers, as IBA encodes them (4.096 us << value), and the retry count.
 struct Timing {
   uint8_t cm_response_timeout = 20;  // ours, and what we wait for the peer's: 4.3 s
@@ -116,6 +114,11 @@ class Engine {
 
   // Either side, established: a DREQ (kDisconnected follows), or the DREP of a DREQ received.
   absl::Status disconnect(uint32_t conn, const std::vector<uint8_t> &private_data, uint64_t now);
+  // Hands a connection to another owner (rdma_cm: a REQ's connection goes from the listener to
+  // the id made for it).
+  void set_owner(uint32_t conn, uint64_t owner) {
+    if (auto it = conns_.find(conn); it != conns_.end()) it->second.owner = owner;
+  }
   // The owner is gone: whatever the state needs (REJ, DREQ, DREP), then forgotten.
   void abandon(uint32_t conn, uint64_t now);
 

@@ -1,7 +1,7 @@
 // vrnicd's command table: for each op of the control protocol, who may send it and the
-// handler that serves it (a method of the Server, MemoryObjects or QueueObjects). The method's
-// parameters say what it takes from the request and gives back, and call<> decodes and encodes
-// accordingly, so a new command is one row here and one method:
+// handler that serves it (a method of the Server, MemoryObjects, QueueObjects or CmService). The
+// method's parameters say what it takes from the request and gives back, and call<> decodes and
+// encodes accordingly, so a new command is one row here and one method:
 //   uint32_t                the handle of a HandleReq (0, which names nothing, if absent)
 //   const Req &             the body as Req; a shorter body is EINVAL without a call
 //   const ctl::Message &    the whole message (bodies of variable length, received fds)
@@ -101,6 +101,18 @@ const Server::Command *Server::command(ctl::Op op) {
       {kListDevices, W::kAnyone, false, call<&Server::list_devices>},
       {kSetFaults, W::kAdmin, false, call<&Server::set_faults>},
       {kMoveQp, W::kAdmin, false, call<&Server::move_qp>},
+      {kCmCreateChannel, W::kConnection, false, call<&CmService::create_channel>},
+      {kCmDestroyChannel, W::kConnection, false, call<&CmService::destroy_channel>},
+      {kCmCreateId, W::kConnection, false, call<&CmService::create_id>},
+      {kCmDestroyId, W::kConnection, false, call<&CmService::destroy_id>},
+      {kCmBind, W::kConnection, false, call<&CmService::bind>},
+      {kCmListen, W::kConnection, false, call<&CmService::listen>},
+      {kCmConnect, W::kConnection, false, call<&CmService::connect>},
+      {kCmAccept, W::kConnection, false, call<&CmService::accept>},
+      {kCmReject, W::kConnection, false, call<&CmService::reject>},
+      {kCmEstablish, W::kConnection, false, call<&CmService::establish>},
+      {kCmDisconnect, W::kConnection, false, call<&CmService::disconnect>},
+      {kCmMigrate, W::kConnection, false, call<&CmService::migrate>},
   };
   for (const Command &c : kTable)
     if (c.op == op) return &c;

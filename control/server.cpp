@@ -109,6 +109,7 @@ absl::Status Server::start() {
   if (::listen(listen_fd_, 64) < 0) return absl::ErrnoToStatus(errno, "listen");
 
   if (absl::Status st = workers_.start(daemon_shm_); !st.ok()) return st;
+  if (absl::Status st = cm_.start(); !st.ok()) return st;
   watch_link();
   return absl::OkStatus();
 }
@@ -197,18 +198,20 @@ void Server::serve(const std::atomic<bool> &stop) {
   std::vector<pollfd> pfds;
   std::vector<uint32_t> ids;
   while (!stop.load()) {
-    pfds.assign(1, {listen_fd_, POLLIN, 0});
-    ids.assign(1, 0);
+    // The listening socket, QP1's MADs, then a socket per session.
+    pfds.assign({{listen_fd_, POLLIN, 0}, {cm_.poll_fd(), POLLIN, 0}});
+    ids.assign(2, 0);
     for (auto &[id, s] : sessions_) {
       pfds.push_back({s->sock, POLLIN, 0});
       ids.push_back(id);
     }
-    int n = ::poll(pfds.data(), pfds.size(), 100);
+    int n = ::poll(pfds.data(), pfds.size(), cm_.poll_timeout_ms(monotonic_ns()));
     watch_link();
     workers_.rebalance();
+    cm_.run(monotonic_ns());
     if (n <= 0) continue;
     if (pfds[0].revents & POLLIN) accept_client();
-    for (size_t i = 1; i < pfds.size(); i++) {
+    for (size_t i = 2; i < pfds.size(); i++) {
       if (!pfds[i].revents) continue;
       auto it = sessions_.find(ids[i]);
       if (it == sessions_.end()) continue;
@@ -345,6 +348,7 @@ int Server::stats(Session &s, ctl::StatsResp &resp) {
   resp.ahs = queues_.ah_count();
   resp.wire_link_up = 1;
   resp.qp_moves = workers_.moves();
+  cm_.stats(resp);
   resp.workers = workers_.size();
   workers_.execute_all([&] {
     resp.mrs = dev_.mrs.size();
@@ -423,6 +427,7 @@ void Server::close_session(uint32_t id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
   Session &s = *it->second;
+  cm_.release(s);
   workers_.execute_all([&] {
     queues_.release_dataplane(s);  // QPs first: they hold CQs, SRQs and windows
     memory_.release_dataplane(s);

@@ -20,6 +20,7 @@
 #include "dataplane/dpdk_port.h"
 #include "dataplane/udp_port.h"
 #include "dataplane/worker.h"
+#include "cm_service.h"
 #include "memory_objects.h"
 #include "queue_objects.h"
 #include "quota.h"
@@ -60,10 +61,11 @@ class Server {
  private:
   // Who may send a command.
   enum class Who : uint8_t {
-    kNewClient,  // Hello, on a connection without a session; if it fails the connection closes
-    kClient,     // a session's verbs commands, after Hello
-    kAnyone,     // vrnicctl's queries: no session needed (each answers for the asker's user)
-    kAdmin,      // changes the device for everyone: vrnicd's own user and root (issue 17)
+    kNewClient,   // Hello, on a connection without a session; if it fails the connection closes
+    kClient,      // a session's verbs commands, after Hello
+    kAnyone,      // vrnicctl's queries: no session needed (each answers for the asker's user)
+    kAdmin,       // changes the device for everyone: vrnicd's own user and root (issue 17)
+    kConnection,  // rdma_cm: any connection, no Hello; the ids and channels it makes are its own
   };
   struct Command {
     ctl::Op op;
@@ -75,6 +77,7 @@ class Server {
   Server &handler_object(const Server *) { return *this; }
   MemoryObjects &handler_object(const MemoryObjects *) { return memory_; }
   QueueObjects &handler_object(const QueueObjects *) { return queues_; }
+  CmService &handler_object(const CmService *) { return cm_; }
   template <typename C, typename... P>
   friend int invoke_handler(Server &, int (C::*)(Session &, P...), Session &, const ctl::Message &,
                             Reply &);
@@ -115,6 +118,7 @@ class Server {
   // per-user limits in dev_.info: they keep the device's own).
   MemoryObjects memory_{dev_, workers_, quotas_};
   QueueObjects queues_{dev_, workers_, quotas_, memory_};
+  CmService cm_{dev_, workers_};
 };
 
 }  // namespace vrnic

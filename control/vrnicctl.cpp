@@ -55,6 +55,13 @@ int stats(int sock) {
       {"limit_mrs", r->limit_mrs},
       {"limit_qps", r->limit_qps},
       {"limit_mr_bytes", r->limit_mr_bytes},
+      {"cm_ids", r->cm_ids},
+      {"cm_listeners", r->cm_listeners},
+      {"cm_connections", r->cm_connections},
+      {"cm_mads_sent", r->cm_mads_sent},
+      {"cm_mads_received", r->cm_mads_received},
+      {"cm_mads_dropped", r->cm_mads_dropped},
+      {"cm_mads_resent", r->cm_mads_resent},
   };
   for (const auto &c : others) std::printf("%s=%llu\n", c.name, u(c.value));
   return 0;

@@ -37,12 +37,20 @@ class Device {
   SlotTable<CompletionQueue> cqs{1u << 20};
   SlotTable<ReceiveQueue> srqs{1u << 16};
   SlotTable<MemoryWindow> mws{1u << 16};
+  // QP1, vrnicd's own (control/gsi_qp.h): the connection manager's MADs. Not in `qps`.
+  static constexpr uint32_t kGsiQpn = 1;
+  QueuePair *gsi = nullptr;
+  // Its receive buffers, under a key no table entry has (a table key is >= 256). Its PD is 0,
+  // which no client's is (handles start at 1), so no client SGE or rkey reaches it.
+  static constexpr uint32_t kGsiMrKey = 1;
+  MemoryRegion *gsi_mr = nullptr;
   // Windows are bound by the worker of the binding QP and checked by the worker of whichever
   // QP a remote access arrives on: with several workers both take this lock.
   mutable SpinLock mw_lock;
   bool shared_windows() const { return info.num_workers > 1; }
 
   MemoryRegion *mr_by_key(uint32_t key) const {
+    if (key == kGsiMrKey) return gsi_mr;
     MemoryRegion *mr = mrs.get(key >> 8);
     return mr && mr->key == key ? mr : nullptr;
   }
@@ -56,6 +64,7 @@ class Device {
   const MemoryRegion *resolve_rkey(const QueuePair &qp, uint32_t rkey, uint64_t va, uint64_t len,
                                    uint32_t right) const;
   QueuePair *qp_by_qpn(uint32_t qpn) const {
+    if (qpn == kGsiQpn) return gsi;
     const uint32_t index = qpn & ((1u << kQpnIndexBits) - 1);
     QueuePair *qp = index >= kQpnBase ? qps.get(index - kQpnBase + 1) : nullptr;
     return qp && qp->qpn == qpn ? qp : nullptr;

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Checks that vrnic's drop-in libibverbs.so.1 exports exactly the ABI of the system libibverbs:
+# Checks that one of vrnic's drop-in libraries (libibverbs.so.1, librdmacm.so.1) exports exactly
+# the ABI of the system's library of that name:
 #   - the same defined dynamic symbols with the same versions, telling default versions
 #     (sym@@VER; objdump prints "VER") from non-default compat ones (sym@VER; objdump "(VER)"),
 #     including the version-node symbols themselves;
 #   - the same kind for each (function vs data object, and the size of data objects, which
 #     copy relocations depend on);
 #   - the same version definitions and inheritance chain (readelf -V);
-#   - SONAME libibverbs.so.1, and no NEEDED entry for any libibverbs.
+#   - the system library's SONAME, and no NEEDED entry for the library it replaces.
 # Any difference is a failure: a missing entry breaks programs or the distribution's provider
 # libraries at load time (they bind now), and an extra one is either a leaked internal symbol or
 # an ABI the real library does not have.
@@ -117,18 +118,21 @@ if ! diff -u --label system --label ours "$tmp/system.ver" "$tmp/ours.ver" >"$tm
   report "VERSION DEFINITIONS differ (- system, + ours)" "$tmp/verdiff"
 fi
 
+want_soname=$(readelf -d -W "$system" | awk '/\(SONAME\)/ { gsub(/.*\[|\].*/, ""); print }')
 soname=$(readelf -d -W "$ours" | awk '/\(SONAME\)/ { gsub(/.*\[|\].*/, ""); print }')
-if [[ $soname != libibverbs.so.1 ]]; then
-  echo "SONAME is '${soname}', expected libibverbs.so.1"
+if [[ $soname != "$want_soname" ]]; then
+  echo "SONAME is '${soname}', expected $want_soname"
   status=1
 fi
-readelf -d -W "$ours" | awk '/\(NEEDED\)/ && /libibverbs/' >"$tmp/needed"
-report "NEEDED entries naming libibverbs (must link no libibverbs)" "$tmp/needed"
+# A drop-in never links the library it replaces (libibverbs.so.1 for vrnic's libibverbs; the
+# system's librdmacm for vrnic's librdmacm, which links vrnic's libibverbs instead).
+readelf -d -W "$ours" | awk -v lib="${want_soname%%.so*}" '/\(NEEDED\)/ && index($0, lib ".so")' >"$tmp/needed"
+report "NEEDED entries naming ${want_soname%%.so*} (it must not link what it replaces)" "$tmp/needed"
 
 if ((status == 0)); then
   echo "abi_check: OK: $ours exports the same $(wc -l <"$tmp/system.keys") symbol versions" \
     "as $system ($(grep -c '^[^@]*@[^@]' "$tmp/system.keys") non-default), SONAME" \
-    "libibverbs.so.1, no libibverbs NEEDED"
+    "$want_soname, no ${want_soname%%.so*} NEEDED"
 else
   echo "abi_check: FAILED for $ours (reference: $system)"
 fi

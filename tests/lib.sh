@@ -31,11 +31,12 @@ export VRNIC_ROOT VRNIC_BUILD_DIR VRNICD VRNICCTL VRNIC_PROVIDER_DIR
 
 # Debian packages. Build: what meson needs plus the real verbs clients the demo runs.
 # shellcheck disable=SC2034 # used by the scripts that source this file
-VRNIC_BUILD_PACKAGES=(build-essential g++ meson ninja-build pkg-config libibverbs-dev
+VRNIC_BUILD_PACKAGES=(build-essential g++ meson ninja-build pkg-config libibverbs-dev librdmacm-dev
   liburing-dev libabsl-dev libisal-dev catch2 perftest ibverbs-utils iproute2 libdpdk-dev)
 # Extra packages the test suite uses.
 # shellcheck disable=SC2034
-VRNIC_TEST_PACKAGES=(python3-pyverbs tshark python3-scapy ucx-utils openmpi-bin libopenmpi-dev)
+VRNIC_TEST_PACKAGES=(python3-pyverbs tshark python3-scapy ucx-utils openmpi-bin libopenmpi-dev
+  rdmacm-utils)
 
 # ---------------------------------------------------------------------------------------------
 # Small utilities
@@ -462,7 +463,7 @@ vrnicd_check_alive() {
   return 1
 }
 
-VRNIC_OBJECT_KEYS=(sessions pds mrs cqs qps)
+VRNIC_OBJECT_KEYS=(sessions pds mrs cqs qps cm_ids cm_connections)
 
 # wait_objects_zero [SECS]: wait until vrnicd reports no sessions, PDs, MRs, CQs or QPs.
 wait_objects_zero() {

@@ -9,7 +9,7 @@
 # "N passed, N failed". Exit status 0 only if nothing failed (a failed build is a failure).
 #
 # Usage: tests/run.sh [GROUP...]      (GROUP: abi devices lifecycle pingpong perftest catch2
-#                                      wire workers vnics dpdk ucx pyverbs mpi fuzz
+#                                      wire workers vnics dpdk ucx pyverbs mpi rdmacm fuzz
 #                                      hostile rxe;
 #                                      default: all)
 # Environment:

@@ -12,6 +12,8 @@
 
 namespace vrnic::cm {
 
+using Gid = std::array<uint8_t, 16>;  // a port's address: where a MAD comes from or goes
+
 inline constexpr uint32_t kGsiQpn = 1;
 inline constexpr uint32_t kGsiQkey = 0x80010000;  // QP1's Q_Key (IB_QP1_QKEY)
 inline constexpr size_t kMadBytes = 256;

@@ -12,7 +12,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 4;
+inline constexpr uint32_t kProtocolVersion = 5;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -45,6 +45,20 @@ enum class Op : uint16_t {
   kListQps,
   kMoveQp,
   kListDevices,
+  // rdma_cm (librdmacm.so.1 <-> vrnicd's connection manager, control/cm_service.h). Any
+  // connection may send them (no Hello): the ids and channels it makes are its own.
+  kCmCreateChannel,
+  kCmDestroyChannel,
+  kCmCreateId,
+  kCmDestroyId,
+  kCmBind,
+  kCmListen,
+  kCmConnect,
+  kCmAccept,
+  kCmReject,
+  kCmEstablish,
+  kCmDisconnect,
+  kCmMigrate,
 };
 
 struct MsgHeader {
@@ -349,6 +363,15 @@ struct StatsResp {
   uint64_t limit_mrs;
   uint64_t limit_qps;
   uint64_t limit_mr_bytes;
+  // rdma_cm (control/cm_service.h): ids, listening ids, CM connections (and SIDR requests)
+  // open, and QP1's MADs.
+  uint64_t cm_ids;
+  uint64_t cm_listeners;
+  uint64_t cm_connections;
+  uint64_t cm_mads_sent;
+  uint64_t cm_mads_received;
+  uint64_t cm_mads_dropped;  // malformed, unsolicited, or no MAD at all
+  uint64_t cm_mads_resent;   // CM retries after a response timeout
 };
 
 // Per-QP state and counters, a page at a time (vrnicctl qps).
@@ -397,6 +420,102 @@ struct ListQpsResp {
   QpEntry entries[kMaxEntries];
 };
 static_assert(sizeof(ListQpsResp) <= kMaxMessageBytes);
+
+// ---- rdma_cm ----
+// An rdma_cm address as vrnicd keeps it: the IP address GID-shaped (IPv4 mapped, ::ffff:a.b.c.d)
+// and the port (host order).
+struct CmAddress {
+  uint8_t gid[16];
+  uint16_t port;
+  uint16_t reserved[3];
+};
+// enum rdma_cm_event_type, as <rdma/rdma_cma.h> numbers it (checked there by the library).
+enum CmEvent : uint32_t {
+  kCmAddrResolved = 0,
+  kCmAddrError = 1,
+  kCmRouteResolved = 2,
+  kCmRouteError = 3,
+  kCmConnectRequest = 4,
+  kCmConnectResponse = 5,
+  kCmConnectError = 6,
+  kCmUnreachable = 7,
+  kCmRejected = 8,
+  kCmEstablished = 9,
+  kCmDisconnected = 10,
+  kCmTimewaitExit = 15,
+};
+// One side's parameters of a connection (rdma_conn_param, rdma_ud_param) and the private data.
+struct CmConnParams {
+  uint32_t qp_num;
+  uint32_t starting_psn;  // the PSN this side receives from (the peer's sq_psn)
+  uint32_t qkey;          // UD
+  uint8_t responder_resources;
+  uint8_t initiator_depth;
+  uint8_t flow_control;
+  uint8_t retry_count;
+  uint8_t rnr_retry_count;
+  uint8_t srq;
+  uint8_t path_mtu;  // enum ibv_mtu
+  uint8_t reserved;
+  uint32_t private_data_len;
+  uint8_t private_data[256];
+};
+struct CmCreateIdReq {
+  uint32_t channel;
+  uint16_t port_space;  // enum rdma_port_space
+  uint8_t qp_type;      // enum ibv_qp_type
+  uint8_t reserved;
+  uint64_t cookie;  // the library's rdma_cm_id, echoed in its events
+};
+struct CmBindReq {
+  uint32_t id;
+  uint32_t reserved;
+  CmAddress addr;  // port 0: vrnicd picks one
+};
+struct CmBindResp {
+  CmAddress addr;
+};
+struct CmListenReq {
+  uint32_t id;
+  uint32_t backlog;
+};
+struct CmConnectReq {
+  uint32_t id;
+  uint32_t reserved;
+  CmAddress dst;
+  CmConnParams p;  // ours; private_data is the application's (vrnicd adds the IP header)
+};
+struct CmAcceptReq {
+  uint32_t id;
+  uint32_t reserved;
+  CmConnParams p;
+};
+struct CmRejectReq {
+  uint32_t id;
+  uint32_t private_data_len;
+  uint8_t private_data[256];
+};
+// rdma_migrate_id; also how the library names the id vrnicd made for a CONNECT_REQUEST.
+struct CmMigrateReq {
+  uint32_t id;
+  uint32_t channel;
+  uint64_t cookie;  // 0: unchanged
+};
+// kCmCreateChannel: a CreateChannelReq with the write end of the channel's pipe; HandleResp.
+// kCmDestroyChannel, kCmDestroyId, kCmEstablish, kCmDisconnect: a HandleReq.
+
+// What vrnicd (and the library, for address and route resolution) writes into a channel's
+// pipe: one record per event, read whole by rdma_get_cm_event.
+struct CmEventRecord {
+  uint32_t event;  // CmEvent
+  int32_t status;  // 0, a REJ reason (kCmRejected) or a negative errno
+  uint32_t id;     // the id it is for (kCmConnectRequest: the new one)
+  uint32_t listen_id;
+  uint64_t cookie;  // the library's rdma_cm_id of `id` (kCmConnectRequest: the listener's)
+  CmAddress local, peer;
+  CmConnParams p;  // the peer's side, seen from ours (its QPN, its PSN, ...)
+};
+static_assert(sizeof(CmEventRecord) <= 512);  // well under PIPE_BUF: written whole
 
 // Records written by vrnicd into a completion channel's pipe or the async-event pipe.
 struct EventRecord {

@@ -1,0 +1,518 @@
+// rdma_cm in vrnicd (cm_service.h): rdma_cm calls to CM messages, CM events to rdma_cm events.
+#include "cm_service.h"
+
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "errno_status.h"
+
+namespace vrnic {
+namespace {
+
+// enum rdma_port_space.
+constexpr uint16_t kPsIpoib = 0x0002, kPsTcp = 0x0106, kPsUdp = 0x0111, kPsIb = 0x013f;
+// Ports vrnicd hands out for a bind to port 0 (Linux's default ip_local_port_range).
+constexpr uint16_t kEphemeralFirst = 32768, kEphemeralLast = 60999;
+// What an rdma_cm REQ's private data holds after the IP header (RDMACM.md: 56 and 180).
+constexpr size_t kReqUserData = cm::req::kPrivateData.len - cm::kIpHeaderBytes;
+constexpr size_t kSidrUserData = cm::sidr_req::kPrivateData.len - cm::kIpHeaderBytes;
+constexpr uint32_t kRdmaUdpQkey = 0x01234567;  // RDMA_UDP_QKEY
+// What one connection may hold: rdma_cm needs no Hello, so these bound what any local
+// process of the user can make vrnicd keep (issue 17's rule: no unbounded growth).
+constexpr size_t kMaxIdsPerSession = 65536;
+constexpr size_t kMaxChannelsPerSession = 4096;
+
+bool is_ipv4_mapped(const uint8_t gid[16]) {
+  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(gid, prefix, 12) == 0;
+}
+bool is_any(const uint8_t gid[16]) {
+  static const uint8_t zero[16] = {};
+  return std::memcmp(gid, zero, 16) == 0 ||
+         (is_ipv4_mapped(gid) && !gid[12] && !gid[13] && !gid[14] && !gid[15]);
+}
+
+// The header carries IPv4 addresses in the last 4 of 16 bytes, the rest zero (not ::ffff).
+void to_header_address(const uint8_t gid[16], uint8_t out[16]) {
+  std::memset(out, 0, 16);
+  if (is_ipv4_mapped(gid)) {
+    std::memcpy(out + 12, gid + 12, 4);
+  } else {
+    std::memcpy(out, gid, 16);
+  }
+}
+
+std::vector<uint8_t> with_ip_header(const ctl::CmAddress &src, const ctl::CmAddress &dst,
+                                    const ctl::CmConnParams &p, size_t room) {
+  cm::IpServiceHeader h{};
+  h.ip_version = is_ipv4_mapped(src.gid) ? 4 : 6;
+  h.src_port = src.port;
+  to_header_address(src.gid, h.src);
+  to_header_address(dst.gid, h.dst);
+  std::vector<uint8_t> out(cm::kIpHeaderBytes + std::min<size_t>(p.private_data_len, room));
+  h.write(out.data());
+  std::memcpy(out.data() + cm::kIpHeaderBytes, p.private_data, out.size() - cm::kIpHeaderBytes);
+  return out;
+}
+
+void copy_private(ctl::CmConnParams &p, const uint8_t *from, size_t len) {
+  p.private_data_len = uint32_t(std::min(len, sizeof(p.private_data)));
+  std::memcpy(p.private_data, from, p.private_data_len);
+}
+
+bool is_ud(uint16_t port_space, uint8_t qp_type) {
+  return port_space == kPsUdp || port_space == kPsIpoib || qp_type == IBV_QPT_UD;
+}
+
+}  // namespace
+
+CmService::Channel::~Channel() {
+  if (fd >= 0) ::close(fd);
+}
+
+absl::Status CmService::start() {
+  if (absl::Status st = gsi_.start(); !st.ok()) return st;
+  // VRNIC_CM_TRACE=1: every MAD and CM event on stderr, for debugging a peer.
+  trace_ = std::getenv("VRNIC_CM_TRACE") != nullptr;
+  cm::Engine::Hooks hooks{[this](const cm::Gid &to, const cm::Mad &m) {
+                            if (trace_)
+                              std::fprintf(stderr, "vrnicd cm: send attr 0x%04x tid %llx\n",
+                                           unsigned(m.attr()), (unsigned long long)m.tid());
+                            gsi_.send(to, m);
+                          },
+                          [this](const cm::Event &e) {
+                            if (trace_)
+                              std::fprintf(stderr, "vrnicd cm: event %d conn %x owner %llu\n",
+                                           int(e.type), e.conn, (unsigned long long)e.owner);
+                            on_event(e);
+                          }};
+  engine_ = std::make_unique<cm::Engine>(dev_.info.node_guid, std::move(hooks), cm::Timing{},
+                                         ::arc4random());
+  next_port_ = uint16_t(kEphemeralFirst + ::arc4random_uniform(kEphemeralLast - kEphemeralFirst));
+  return absl::OkStatus();
+}
+
+size_t CmService::ids_of(uint32_t session) const {
+  auto it = ids_per_session_.find(session);
+  return it == ids_per_session_.end() ? 0 : it->second;
+}
+
+CmService::Id &CmService::new_id(uint32_t session, uint32_t *handle) {
+  *handle = next_handle_++;
+  ids_per_session_[session]++;
+  Id &id = ids_[*handle];
+  id.session = session;
+  return id;
+}
+
+CmService::Id *CmService::owned(Session &s, uint32_t handle) {
+  auto it = ids_.find(handle);
+  return it != ids_.end() && it->second.session == s.id ? &it->second : nullptr;
+}
+
+int CmService::create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp) {
+  if (m.fds.size() != 1) return EINVAL;
+  if (std::count_if(channels_.begin(), channels_.end(), [&](const auto &kv) {
+        return kv.second->session == s.id;
+      }) >= long(kMaxChannelsPerSession))
+    return ENOMEM;
+  int fd = ::dup(m.fds[0]);
+  if (fd < 0) return errno;
+  ::fcntl(fd, F_SETFL, O_NONBLOCK);  // a client that reads nothing must not block vrnicd
+  const uint32_t h = next_handle_++;
+  channels_[h] = std::unique_ptr<Channel>(new Channel{s.id, fd, {}});
+  resp.handle = h;
+  return 0;
+}
+
+int CmService::destroy_channel(Session &s, uint32_t handle) {
+  auto it = channels_.find(handle);
+  if (it == channels_.end() || it->second->session != s.id) return EINVAL;
+  for (const auto &[h, id] : ids_)
+    if (id.channel == handle) return EBUSY;  // rdma_destroy_event_channel: ids first
+  channels_.erase(it);
+  return 0;
+}
+
+int CmService::create_id(Session &s, const ctl::CmCreateIdReq &req, ctl::HandleResp &resp) {
+  auto ch = channels_.find(req.channel);
+  if (ch == channels_.end() || ch->second->session != s.id) return EINVAL;
+  if (req.port_space != kPsTcp && req.port_space != kPsUdp && req.port_space != kPsIb &&
+      req.port_space != kPsIpoib)
+    return EPROTONOSUPPORT;
+  if (req.qp_type != IBV_QPT_RC && req.qp_type != IBV_QPT_UC && req.qp_type != IBV_QPT_UD)
+    return EINVAL;
+  if (ids_of(s.id) >= kMaxIdsPerSession) return ENOMEM;
+  uint32_t h;
+  Id &id = new_id(s.id, &h);
+  id.channel = req.channel;
+  id.cookie = req.cookie;
+  id.port_space = req.port_space;
+  id.qp_type = req.qp_type;
+  resp.handle = h;
+  return 0;
+}
+
+void CmService::unbind(Id &id) {
+  if (id.bound) ports_.erase(uint32_t(id.port_space) << 16 | id.local.port);
+  id.bound = false;
+  if (id.listening) engine_->stop_listening(cm::service_id(id.port_space, id.local.port));
+  id.listening = false;
+}
+
+void CmService::drop_id(uint32_t handle) {
+  auto it = ids_.find(handle);
+  if (it == ids_.end()) return;
+  Id &id = it->second;
+  if (id.conn) {
+    conn_ids_.erase(id.conn);
+    engine_->abandon(id.conn, now_);
+  }
+  unbind(id);
+  if (--ids_per_session_[id.session] == 0) ids_per_session_.erase(id.session);
+  ids_.erase(it);
+}
+
+int CmService::destroy_id(Session &s, uint32_t handle) {
+  if (!owned(s, handle)) return EINVAL;
+  drop_id(handle);
+  return 0;
+}
+
+int CmService::bind(Session &s, const ctl::CmBindReq &req, ctl::CmBindResp &resp) {
+  Id *id = owned(s, req.id);
+  if (!id || id->bound) return EINVAL;
+  if (!is_any(req.addr.gid)) {
+    bool ours = false;
+    for (const ctl::GidEntry &g : dev_.info.gids)
+      ours |= g.type != ctl::kGidEmpty && std::memcmp(g.gid, req.addr.gid, 16) == 0;
+    if (!ours) return EADDRNOTAVAIL;
+  }
+  uint16_t port = req.addr.port;
+  const uint32_t space = uint32_t(id->port_space) << 16;
+  if (port == 0) {
+    for (uint32_t tries = 0; tries <= kEphemeralLast - kEphemeralFirst; tries++) {
+      if (++next_port_ > kEphemeralLast || next_port_ < kEphemeralFirst)
+        next_port_ = kEphemeralFirst;
+      if (!ports_.contains(space | next_port_)) {
+        port = next_port_;
+        break;
+      }
+    }
+    if (port == 0) return EADDRINUSE;
+  } else if (ports_.contains(space | port)) {
+    return EADDRINUSE;
+  }
+  ports_[space | port] = req.id;
+  id->bound = true;
+  id->local = req.addr;
+  id->local.port = port;
+  resp.addr = id->local;
+  return 0;
+}
+
+int CmService::listen(Session &s, const ctl::CmListenReq &req) {
+  Id *id = owned(s, req.id);
+  if (!id || !id->bound || id->conn) return EINVAL;
+  if (id->listening) return 0;
+  absl::Status st = engine_->listen(cm::service_id(id->port_space, id->local.port), req.id);
+  if (!st.ok()) return errno_of(st);
+  id->listening = true;
+  return 0;
+}
+
+int CmService::connect(Session &s, const ctl::CmConnectReq &req) {
+  Id *id = owned(s, req.id);
+  if (!id || !id->bound || id->listening || id->conn) return EINVAL;
+  if (is_any(id->local.gid)) return EINVAL;  // resolve_addr picks the source first
+  id->peer = req.dst;
+  cm::Gid peer;
+  std::copy(std::begin(req.dst.gid), std::end(req.dst.gid), peer.begin());
+  absl::StatusOr<uint32_t> conn;
+  if (is_ud(id->port_space, id->qp_type)) {
+    conn = engine_->sidr_request(req.id, peer, cm::service_id(id->port_space, req.dst.port),
+                                 with_ip_header(id->local, req.dst, req.p, kSidrUserData), now_);
+  } else {
+    cm::ConnectParams p;
+    p.service_id = cm::service_id(id->port_space, req.dst.port);
+    p.qpn = req.p.qp_num;
+    p.starting_psn = req.p.starting_psn;
+    p.transport = id->qp_type == IBV_QPT_UC ? 1 : 0;
+    p.responder_resources = req.p.responder_resources;
+    p.initiator_depth = req.p.initiator_depth;
+    p.retry_count = std::min<uint8_t>(req.p.retry_count, 7);
+    p.rnr_retry_count = std::min<uint8_t>(req.p.rnr_retry_count, 7);
+    p.path_mtu = req.p.path_mtu;
+    p.srq = req.p.srq;
+    std::copy(std::begin(id->local.gid), std::end(id->local.gid), p.local_gid.begin());
+    p.remote_gid = peer;
+    p.private_data = with_ip_header(id->local, req.dst, req.p, kReqUserData);
+    conn = engine_->connect(req.id, peer, p, now_);
+  }
+  if (!conn.ok()) return errno_of(conn.status());
+  id->conn = *conn;
+  conn_ids_[*conn] = req.id;
+  return 0;
+}
+
+int CmService::accept(Session &s, const ctl::CmAcceptReq &req) {
+  Id *id = owned(s, req.id);
+  if (!id || !id->conn || !id->listen_id) return EINVAL;
+  const std::vector<uint8_t> pd(
+      req.p.private_data, req.p.private_data + std::min<uint32_t>(req.p.private_data_len, 256));
+  absl::Status st;
+  if (is_ud(id->port_space, id->qp_type)) {
+    st = engine_->sidr_reply(id->conn, cm::kSidrValid, req.p.qp_num,
+                             req.p.qkey ? req.p.qkey : kRdmaUdpQkey, pd);
+    conn_ids_.erase(id->conn);
+    id->conn = 0;  // SIDR is done once answered
+  } else {
+    cm::AcceptParams p;
+    p.qpn = req.p.qp_num;
+    p.starting_psn = req.p.starting_psn;
+    p.responder_resources = req.p.responder_resources;
+    p.initiator_depth = req.p.initiator_depth;
+    p.rnr_retry_count = std::min<uint8_t>(req.p.rnr_retry_count, 7);
+    p.srq = req.p.srq;
+    p.private_data = pd;
+    st = engine_->accept(id->conn, p, now_);
+  }
+  return st.ok() ? 0 : errno_of(st);
+}
+
+int CmService::reject(Session &s, const ctl::CmRejectReq &req) {
+  Id *id = owned(s, req.id);
+  if (!id || !id->conn || !id->listen_id) return EINVAL;
+  const std::vector<uint8_t> pd(req.private_data,
+                                req.private_data + std::min<uint32_t>(req.private_data_len, 256));
+  absl::Status st = is_ud(id->port_space, id->qp_type)
+                        ? engine_->sidr_reply(id->conn, cm::kSidrRejected, 0, 0, pd)
+                        : engine_->reject(id->conn, cm::kRejConsumerDefined, pd, now_);
+  conn_ids_.erase(id->conn);
+  id->conn = 0;
+  return st.ok() ? 0 : errno_of(st);
+}
+
+int CmService::establish(Session &s, uint32_t handle) {
+  Id *id = owned(s, handle);
+  if (!id || !id->conn) return EINVAL;
+  absl::Status st = engine_->establish(id->conn, now_);
+  return st.ok() ? 0 : errno_of(st);
+}
+
+int CmService::disconnect(Session &s, uint32_t handle) {
+  Id *id = owned(s, handle);
+  if (!id || !id->conn) return EINVAL;
+  absl::Status st = engine_->disconnect(id->conn, {}, now_);
+  return st.ok() ? 0 : errno_of(st);
+}
+
+int CmService::migrate(Session &s, const ctl::CmMigrateReq &req) {
+  Id *id = owned(s, req.id);
+  auto ch = channels_.find(req.channel);
+  if (!id || ch == channels_.end() || ch->second->session != s.id) return EINVAL;
+  id->channel = req.channel;
+  if (req.cookie) id->cookie = req.cookie;
+  return 0;
+}
+
+void CmService::stats(ctl::StatsResp &resp) const {
+  resp.cm_ids = ids_.size();
+  resp.cm_listeners = size_t(
+      std::count_if(ids_.begin(), ids_.end(), [](const auto &kv) { return kv.second.listening; }));
+  if (!engine_) return;
+  const cm::Engine::Counters &c = engine_->counters();
+  resp.cm_connections = engine_->connections();
+  resp.cm_mads_sent = c.sent;
+  resp.cm_mads_received = c.received;
+  resp.cm_mads_dropped = c.dropped + gsi_.dropped();
+  resp.cm_mads_resent = c.resent;
+}
+
+void CmService::release(Session &s) {
+  std::vector<uint32_t> gone;
+  for (const auto &[h, id] : ids_)
+    if (id.session == s.id) gone.push_back(h);
+  for (uint32_t h : gone) drop_id(h);
+  std::erase_if(channels_, [&](const auto &kv) { return kv.second->session == s.id; });
+}
+
+ctl::CmEventRecord CmService::record(uint32_t event, uint32_t handle, const Id &id) const {
+  ctl::CmEventRecord rec{};
+  rec.event = event;
+  rec.id = handle;
+  rec.cookie = id.cookie;
+  rec.local = id.local;
+  rec.peer = id.peer;
+  return rec;
+}
+
+void CmService::flush(Channel &ch) {
+  while (!ch.backlog.empty()) {
+    ssize_t n = ::write(ch.fd, &ch.backlog.front(), sizeof(ctl::CmEventRecord));
+    if (n < 0 && errno == EAGAIN) return;  // later: the client reads its events
+    ch.backlog.pop_front();                // written, or the client is gone
+  }
+}
+
+void CmService::post(uint32_t channel, const ctl::CmEventRecord &rec) {
+  auto it = channels_.find(channel);
+  if (it == channels_.end()) return;
+  it->second->backlog.push_back(rec);
+  flush(*it->second);
+}
+
+void CmService::on_request(Id &listener, uint32_t listen_handle, const cm::Event &e) {
+  const bool ud = e.type == cm::EventType::kSidrReqReceived;
+  const uint8_t *pd = ud ? e.mad->at(cm::sidr_req::kPrivateData) : e.mad->at(cm::req::kPrivateData);
+  cm::IpServiceHeader h{};
+  if (!h.read(pd)) {  // not from rdma_cm: refused, as Linux's rdma_cm does
+    if (ud) {
+      (void)engine_->sidr_reply(e.conn, cm::kSidrRejected, 0, 0, {});
+    } else {
+      (void)engine_->reject(e.conn, cm::kRejConsumerDefined, {}, now_);
+    }
+    return;
+  }
+  uint32_t handle;
+  Id &id = new_id(listener.session, &handle);
+  id.channel = listener.channel;
+  id.port_space = listener.port_space;
+  id.qp_type = listener.qp_type;
+  id.listen_id = listen_handle;
+  id.conn = e.conn;
+  id.local.port = listener.local.port;
+  id.peer.port = h.src_port;
+  std::copy(e.peer.begin(), e.peer.end(), id.peer.gid);
+  ctl::CmEventRecord rec = record(ctl::kCmConnectRequest, handle, id);
+  rec.listen_id = listen_handle;
+  rec.cookie = listener.cookie;
+  const cm::Mad &m = *e.mad;
+  if (ud) {
+    std::memcpy(id.local.gid, dev_.info.gids[0].gid, 16);
+    rec.local = id.local;
+    copy_private(rec.p, pd + cm::kIpHeaderBytes, kSidrUserData);
+  } else {
+    std::memcpy(id.local.gid, m.at(cm::req::kPrimaryRemoteGid), 16);
+    std::memcpy(id.peer.gid, m.at(cm::req::kPrimaryLocalGid), 16);
+    rec.local = id.local;
+    rec.peer = id.peer;
+    rec.p.qp_num = uint32_t(m[cm::req::kLocalQpn]);
+    rec.p.starting_psn = uint32_t(m[cm::req::kStartingPsn]);
+    // Seen from the passive side, as ib_cm reports them: the peer's initiator depth is the
+    // responder resources it asks of us, and the other way round.
+    rec.p.responder_resources = uint8_t(m[cm::req::kInitiatorDepth]);
+    rec.p.initiator_depth = uint8_t(m[cm::req::kResponderResources]);
+    rec.p.flow_control = uint8_t(m[cm::req::kEndToEndFlowControl]);
+    rec.p.retry_count = uint8_t(m[cm::req::kRetryCount]);
+    rec.p.rnr_retry_count = uint8_t(m[cm::req::kRnrRetryCount]);
+    rec.p.srq = uint8_t(m[cm::req::kSrq]);
+    rec.p.path_mtu = uint8_t(m[cm::req::kPathMtu]);
+    copy_private(rec.p, pd + cm::kIpHeaderBytes, kReqUserData);
+  }
+  conn_ids_[e.conn] = handle;
+  engine_->set_owner(e.conn, handle);
+  post(id.channel, rec);
+}
+
+void CmService::on_event(const cm::Event &e) {
+  auto it = ids_.find(uint32_t(e.owner));
+  if (it == ids_.end()) return;
+  Id &id = it->second;
+  if (e.type == cm::EventType::kReqReceived || e.type == cm::EventType::kSidrReqReceived)
+    return on_request(id, it->first, e);
+  ctl::CmEventRecord rec = record(0, it->first, id);
+  bool over = false;  // the connection is gone after this event
+  switch (e.type) {
+    case cm::EventType::kRepReceived: {
+      const cm::Mad &m = *e.mad;
+      rec.event = ctl::kCmConnectResponse;
+      rec.p.qp_num = uint32_t(m[cm::rep::kLocalQpn]);
+      rec.p.starting_psn = uint32_t(m[cm::rep::kStartingPsn]);
+      rec.p.responder_resources = uint8_t(m[cm::rep::kInitiatorDepth]);
+      rec.p.initiator_depth = uint8_t(m[cm::rep::kResponderResources]);
+      rec.p.flow_control = uint8_t(m[cm::rep::kEndToEndFlowControl]);
+      rec.p.rnr_retry_count = uint8_t(m[cm::rep::kRnrRetryCount]);
+      rec.p.srq = uint8_t(m[cm::rep::kSrq]);
+      copy_private(rec.p, m.at(cm::rep::kPrivateData), cm::rep::kPrivateData.len);
+      break;
+    }
+    case cm::EventType::kEstablished:
+      rec.event = ctl::kCmEstablished;
+      break;
+    case cm::EventType::kRejected:
+      rec.event = ctl::kCmRejected;
+      rec.status = e.reason;
+      copy_private(rec.p, e.mad->at(cm::rej::kPrivateData), cm::rej::kPrivateData.len);
+      over = true;
+      break;
+    case cm::EventType::kUnreachable:
+      rec.event = ctl::kCmUnreachable;
+      rec.status = -ETIMEDOUT;
+      over = true;
+      break;
+    case cm::EventType::kDisconnectRequest:
+      rec.event = ctl::kCmDisconnected;
+      break;
+    case cm::EventType::kDisconnected:
+      rec.event = ctl::kCmDisconnected;
+      rec.status = e.timed_out ? -ETIMEDOUT : 0;
+      break;
+    case cm::EventType::kTimewaitExit:
+      rec.event = ctl::kCmTimewaitExit;
+      over = true;
+      break;
+    case cm::EventType::kSidrRepReceived: {
+      const cm::Mad &m = *e.mad;
+      over = true;
+      if (e.reason != cm::kSidrValid) {
+        rec.event = ctl::kCmUnreachable;
+        rec.status = -ECONNRESET;
+        break;
+      }
+      rec.event = ctl::kCmEstablished;
+      rec.p.qp_num = uint32_t(m[cm::sidr_rep::kQpn]);
+      rec.p.qkey = uint32_t(m[cm::sidr_rep::kQkey]);
+      copy_private(rec.p, m.at(cm::sidr_rep::kPrivateData), cm::sidr_rep::kPrivateData.len);
+      break;
+    }
+    default:
+      return;
+  }
+  if (over) {
+    conn_ids_.erase(id.conn);
+    id.conn = 0;
+  }
+  post(id.channel, rec);
+}
+
+void CmService::run(uint64_t now) {
+  now_ = now;
+  if (!engine_) return;
+  gsi_.receive([&](const cm::Gid &from, const cm::Mad &m) {
+    if (trace_)
+      std::fprintf(stderr, "vrnicd cm: recv attr 0x%04x tid %llx\n", unsigned(m.attr()),
+                   (unsigned long long)m.tid());
+    engine_->receive(from, m, now);
+  });
+  engine_->tick(now);
+  for (auto &[h, ch] : channels_) flush(*ch);
+}
+
+int CmService::poll_timeout_ms(uint64_t now) const {
+  int ms = 100;
+  for (const auto &[h, ch] : channels_)
+    if (!ch->backlog.empty()) ms = 10;
+  const uint64_t next = engine_ ? engine_->next_deadline() : 0;
+  if (next) ms = std::min<int>(ms, next <= now ? 0 : int((next - now) / 1'000'000) + 1);
+  return ms;
+}
+
+}  // namespace vrnic

@@ -1,0 +1,99 @@
+// rdma_cm's side in vrnicd, for one device: the ids and event channels of librdmacm.so.1's
+// clients, the port numbers they bind (one space per port space, shared by every client of
+// the device), listeners, and the connection manager (cm_engine.h) on the device's QP1
+// (gsi_qp.h). It turns rdma_cm calls into CM messages and CM events into rdma_cm events,
+// written as ctl::CmEventRecord into the channel's pipe. A connection to a GID of this very
+// device goes through QP1 on the loop port: the same MADs as to a kernel peer.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "cm_engine.h"
+#include "dataplane/device.h"
+#include "gsi_qp.h"
+#include "session.h"
+#include "worker_group.h"
+
+namespace vrnic {
+
+class CmService {
+ public:
+  CmService(Device &dev, WorkerGroup &workers) : dev_(dev), gsi_(dev, workers) {}
+  absl::Status start();
+
+  // Command handlers: 0 or a positive errno (command_table.cpp).
+  int create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp);
+  int destroy_channel(Session &s, uint32_t handle);
+  int create_id(Session &s, const ctl::CmCreateIdReq &req, ctl::HandleResp &resp);
+  int destroy_id(Session &s, uint32_t handle);
+  int bind(Session &s, const ctl::CmBindReq &req, ctl::CmBindResp &resp);
+  int listen(Session &s, const ctl::CmListenReq &req);
+  int connect(Session &s, const ctl::CmConnectReq &req);
+  int accept(Session &s, const ctl::CmAcceptReq &req);
+  int reject(Session &s, const ctl::CmRejectReq &req);
+  int establish(Session &s, uint32_t handle);
+  int disconnect(Session &s, uint32_t handle);
+  int migrate(Session &s, const ctl::CmMigrateReq &req);
+
+  void stats(ctl::StatsResp &resp) const;
+  // A closing session: its connections abandoned (the peer told), ids and channels freed.
+  void release(Session &s);
+
+  // The control thread's loop: poll_fd() readable means MADs; run() takes them, runs the CM's
+  // timers and writes pending events; poll_timeout_ms() is how long the loop may sleep.
+  int poll_fd() const { return gsi_.poll_fd(); }
+  void run(uint64_t now);
+  int poll_timeout_ms(uint64_t now) const;
+
+ private:
+  struct Channel {
+    uint32_t session;
+    int fd;                                  // the pipe's write end (ours)
+    std::deque<ctl::CmEventRecord> backlog;  // written when the pipe has room
+    ~Channel();
+  };
+  struct Id {
+    uint32_t session;
+    uint32_t channel;
+    uint64_t cookie;
+    uint16_t port_space;
+    uint8_t qp_type;
+    ctl::CmAddress local{}, peer{};
+    bool bound = false;
+    bool listening = false;
+    uint32_t conn = 0;       // the engine's connection (or SIDR request), 0 for none
+    uint32_t listen_id = 0;  // an id made for a REQ: its listener
+  };
+
+  Id *owned(Session &s, uint32_t handle);
+  size_t ids_of(uint32_t session) const;
+  Id &new_id(uint32_t session, uint32_t *handle);
+  void post(uint32_t channel, const ctl::CmEventRecord &rec);
+  void flush(Channel &ch);
+  void on_event(const cm::Event &e);
+  void on_request(Id &listener, uint32_t listen_handle, const cm::Event &e);
+  ctl::CmEventRecord record(uint32_t event, uint32_t handle, const Id &id) const;
+  void unbind(Id &id);
+  void drop_id(uint32_t handle);
+  uint64_t now_ = 0;
+  bool trace_ = false;
+
+  Device &dev_;
+  GsiQp gsi_;
+  std::unique_ptr<cm::Engine> engine_;
+  std::map<uint32_t, std::unique_ptr<Channel>> channels_;
+  std::map<uint32_t, Id> ids_;
+  absl::flat_hash_map<uint32_t, uint32_t> conn_ids_;  // engine connection -> id
+  std::map<uint32_t, uint32_t> ports_;                // port space << 16 | port -> id
+  absl::flat_hash_map<uint32_t, size_t> ids_per_session_;
+  uint32_t next_handle_ = 1;
+  uint16_t next_port_ = 0;
+};
+
+}  // namespace vrnic

@@ -1,0 +1,867 @@
+// The rdma_cm API of the drop-in librdmacm.so.1: event channels, ids, address and route
+// resolution, connection set-up and teardown through vrnicd's connection manager, the QP's
+// transitions that rdma-core's library makes for its users, and the synchronous forms.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <set>
+
+#include "internal.h"
+
+namespace vrnic::rdmacm {
+namespace {
+
+std::mutex g_ids_mu;
+std::set<Id *> g_ids;
+
+Id *of(rdma_cm_id *id) {
+  return reinterpret_cast<Id *>(id);
+}
+Channel *of(rdma_event_channel *ch) {
+  return reinterpret_cast<Channel *>(ch);
+}
+
+int fail(int err) {
+  errno = err;
+  return -1;
+}
+
+Channel *new_channel() {
+  auto *c = new (std::nothrow) Channel;
+  if (!c) return nullptr;
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    delete c;
+    return nullptr;
+  }
+  c->ch.fd = fds[0];
+  c->write_fd = fds[1];
+  return c;
+}
+
+void free_channel(Channel *c) {
+  for (auto &[d, h] : c->handles) {
+    ctl::HandleReq req{h, 0};
+    d->call(ctl::Op::kCmDestroyChannel, &req, sizeof(req), nullptr, 0);
+  }
+  ::close(c->ch.fd);
+  // A thread blocked reading the channel stays blocked, as on the kernel's rdma_cm device
+  // (whose file outlives a close while a read holds it): our write end is kept open for it,
+  // since closing the last one would wake it with an end of file. (rping's CM thread is
+  // blocked so while the main thread tears down.)
+  if (c->readers.load() == 0) {
+    ::close(c->write_fd);
+    delete c;
+  }
+}
+
+bool is_ud(const Id *id) {
+  return id->id.qp_type == IBV_QPT_UD;
+}
+
+int modify(ibv_qp *qp, ibv_qp_attr &a, int mask) {
+  int err = ibv_modify_qp(qp, &a, mask);
+  return err ? err : 0;
+}
+
+// QP attributes for `state` from what the connection agreed (rdma_init_qp_attr).
+int qp_attr(Id *id, ibv_qp_attr *a, int *mask) {
+  Device *d = id->dev;
+  if (!d) return EINVAL;
+  const ibv_qp_state state = a->qp_state;
+  std::memset(a, 0, sizeof(*a));
+  a->qp_state = state;
+  switch (state) {
+    case IBV_QPS_INIT:
+      a->pkey_index = 0;
+      a->port_num = 1;
+      *mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+      if (is_ud(id)) {
+        a->qkey = RDMA_UDP_QKEY;
+        *mask |= IBV_QP_QKEY;
+      } else {
+        a->qp_access_flags =
+            IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+        *mask |= IBV_QP_ACCESS_FLAGS;
+      }
+      return 0;
+    case IBV_QPS_RTR:
+      *mask = IBV_QP_STATE;
+      if (is_ud(id)) return 0;
+      a->path_mtu = ibv_mtu(std::min<uint8_t>(
+          d->active_mtu, id->remote.path_mtu ? id->remote.path_mtu : d->active_mtu));
+      a->dest_qp_num = id->remote.qp_num;
+      a->rq_psn = id->psn;
+      a->max_dest_rd_atomic = std::max<uint8_t>(id->responder_resources, 1);
+      a->min_rnr_timer = 12;
+      a->ah_attr.is_global = 1;
+      a->ah_attr.port_num = 1;
+      a->ah_attr.grh.sgid_index = id->gid_index;
+      a->ah_attr.grh.hop_limit = 64;
+      a->ah_attr.grh.traffic_class = id->tos;
+      std::memcpy(a->ah_attr.grh.dgid.raw, id->id.route.addr.addr.ibaddr.dgid.raw, 16);
+      *mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+               IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+      return 0;
+    case IBV_QPS_RTS:
+      *mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+      a->sq_psn = is_ud(id) ? 0 : id->remote.starting_psn;
+      if (is_ud(id)) return 0;
+      a->timeout = id->ack_timeout;
+      a->retry_cnt = id->retry_count;
+      a->rnr_retry = id->rnr_retry;
+      a->max_rd_atomic = std::max<uint8_t>(id->initiator_depth, 1);
+      *mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+      return 0;
+    default:
+      return EINVAL;
+  }
+}
+
+int move_qp(Id *id, ibv_qp_state state) {
+  if (!id->id.qp) return 0;
+  ibv_qp_attr a{};
+  a.qp_state = state;
+  int mask = 0;
+  if (int err = qp_attr(id, &a, &mask)) return err;
+  return modify(id->id.qp, a, mask);
+}
+
+void fill_conn_param(Id *id, const rdma_conn_param *p, ctl::CmConnParams *out) {
+  *out = {};
+  Device *d = id->dev;
+  auto clamp = [&](uint8_t v) { return v == RDMA_MAX_RESP_RES ? d->max_rd_atomic : v; };
+  id->responder_resources = p ? clamp(p->responder_resources) : 0;
+  id->initiator_depth = p ? clamp(p->initiator_depth) : 0;
+  id->retry_count = p ? std::min<uint8_t>(p->retry_count, 7) : 7;
+  id->rnr_retry = p ? std::min<uint8_t>(p->rnr_retry_count, 7) : 7;
+  out->responder_resources = id->responder_resources;
+  out->initiator_depth = id->initiator_depth;
+  out->retry_count = id->retry_count;
+  out->rnr_retry_count = id->rnr_retry;
+  out->flow_control = p ? p->flow_control : 0;
+  out->srq = id->id.srq || (p && p->srq);
+  out->qp_num = id->id.qp ? id->id.qp->qp_num : (p ? p->qp_num : 0);
+  out->starting_psn = id->psn;
+  out->path_mtu = d->active_mtu;
+  if (p && p->private_data && p->private_data_len) {
+    out->private_data_len = p->private_data_len;
+    std::memcpy(out->private_data, p->private_data, p->private_data_len);
+  }
+}
+
+}  // namespace
+
+Id *by_handle(rdma_event_channel *channel, uint32_t handle) {
+  std::lock_guard lock(g_ids_mu);
+  for (Id *id : g_ids)
+    if (id->handle == handle && id->id.channel == channel) return id;
+  return nullptr;
+}
+
+Id *live_id(uint64_t cookie) {
+  std::lock_guard lock(g_ids_mu);
+  auto *id = reinterpret_cast<Id *>(cookie);
+  return g_ids.contains(id) ? id : nullptr;
+}
+
+uint32_t Channel::handle_on(Daemon *d) {
+  std::lock_guard lock(mu);
+  for (auto &[dd, h] : handles)
+    if (dd == d) return h;
+  ctl::CreateChannelReq req{};
+  ctl::HandleResp resp{};
+  if (int err =
+          d->call(ctl::Op::kCmCreateChannel, &req, sizeof(req), &resp, sizeof(resp), write_fd)) {
+    errno = err;
+    return 0;
+  }
+  handles.push_back({d, resp.handle});
+  return resp.handle;
+}
+
+int attach(Id *id, Device *dev, uint8_t gid_index) {
+  if (id->dev) return id->dev == dev ? 0 : EINVAL;
+  const uint32_t ch = of(id->id.channel)->handle_on(dev->daemon);
+  if (!ch) return errno ? errno : ENODEV;
+  ctl::CmCreateIdReq req{};
+  req.channel = ch;
+  req.port_space = uint16_t(id->id.ps);
+  req.qp_type = uint8_t(id->id.qp_type);
+  req.cookie = reinterpret_cast<uint64_t>(id);
+  ctl::HandleResp resp{};
+  if (int err = dev->daemon->call(ctl::Op::kCmCreateId, &req, sizeof(req), &resp, sizeof(resp)))
+    return err;
+  id->dev = dev;
+  id->handle = resp.handle;
+  id->gid_index = gid_index;
+  id->id.verbs = dev->verbs;
+  id->id.pd = dev->pd;
+  id->id.port_num = 1;
+  return 0;
+}
+
+void raise(Id *id, uint32_t event, int status) {
+  ctl::CmEventRecord rec{};
+  rec.event = event;
+  rec.status = status;
+  rec.id = id->handle;
+  rec.cookie = reinterpret_cast<uint64_t>(id);
+  // vrnicd holds the same pipe end and made it non-blocking (for itself: it must never wait
+  // for a client), which holds for our descriptor too: wait for room instead of losing it.
+  const int fd = of(id->id.channel)->write_fd;
+  while (::write(fd, &rec, sizeof(rec)) < 0) {
+    if (errno != EAGAIN && errno != EINTR) return;
+    pollfd p{fd, POLLOUT, 0};
+    ::poll(&p, 1, -1);
+  }
+}
+
+int complete(Id *id, std::initializer_list<uint32_t> want) {
+  if (!id->sync) return 0;
+  rdma_cm_event *e = nullptr;
+  if (rdma_get_cm_event(id->id.channel, &e) != 0) return errno;
+  int err = 0;
+  const bool wanted = std::find(want.begin(), want.end(), uint32_t(e->event)) != want.end();
+  if (!wanted || e->status) {
+    err = e->event == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED : e->status < 0 ? -e->status : EINVAL;
+  }
+  if (!err && e->event == RDMA_CM_EVENT_ESTABLISHED && is_ud(id)) {
+    id->id.event = e;  // the UD parameters (rdma_connect on a sync id: the caller reads them)
+    return 0;
+  }
+  rdma_ack_cm_event(e);
+  return err;
+}
+
+}  // namespace vrnic::rdmacm
+
+using namespace vrnic;
+using namespace vrnic::rdmacm;
+
+extern "C" {
+
+RDMACM_EXPORT rdma_event_channel *rdma_create_event_channel(void) {
+  Channel *c = new_channel();
+  if (!c) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return &c->ch;
+}
+
+RDMACM_EXPORT void rdma_destroy_event_channel(rdma_event_channel *channel) {
+  if (channel) free_channel(of(channel));
+}
+
+RDMACM_EXPORT int rdma_create_id(rdma_event_channel *channel, rdma_cm_id **out, void *context,
+                                 rdma_port_space ps) {
+  if (!out) return fail(EINVAL);
+  if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB && ps != RDMA_PS_IPOIB)
+    return fail(EPROTONOSUPPORT);
+  auto *id = new (std::nothrow) Id;
+  if (!id) return fail(ENOMEM);
+  id->sync = channel == nullptr;
+  if (id->sync) {
+    Channel *c = new_channel();
+    if (!c) {
+      delete id;
+      return fail(ENOMEM);
+    }
+    channel = &c->ch;
+  }
+  id->id.channel = channel;
+  id->id.context = context;
+  id->id.ps = ps;
+  id->id.qp_type = (ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB) ? IBV_QPT_UD : IBV_QPT_RC;
+  // Chosen now: rdma_init_qp_attr may be asked for RTR before the REQ or REP carries it.
+  id->psn = random_psn();
+  {
+    std::lock_guard lock(g_ids_mu);
+    g_ids.insert(id);
+  }
+  *out = &id->id;
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_destroy_id(rdma_cm_id *cmid) {
+  if (!cmid) return fail(EINVAL);
+  Id *id = of(cmid);
+  {
+    std::lock_guard lock(g_ids_mu);
+    g_ids.erase(id);
+  }
+  if (id->handle) {
+    ctl::HandleReq req{id->handle, 0};
+    id->dev->daemon->call(ctl::Op::kCmDestroyId, &req, sizeof(req), nullptr, 0);
+  }
+  if (id->id.event) rdma_ack_cm_event(id->id.event);
+  if (id->sync) free_channel(of(id->id.channel));
+  delete[] reinterpret_cast<uint8_t *>(id->id.route.path_rec);
+  delete id->ep_qp_attr;
+  delete id;
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id *cmid, sockaddr *addr) {
+  if (!cmid || !addr) return fail(EINVAL);
+  Id *id = of(cmid);
+  ctl::CmBindReq req{};
+  if (!to_cm_address(addr, &req.addr)) return fail(EAFNOSUPPORT);
+  static const uint8_t zero[16] = {};
+  const bool any = std::memcmp(req.addr.gid, zero, 16) == 0 ||
+                   (req.addr.gid[10] == 0xff && !req.addr.gid[12] && !req.addr.gid[13] &&
+                    !req.addr.gid[14] && !req.addr.gid[15]);
+  uint8_t index = 0;
+  Device *dev =
+      any ? (devices().empty() ? nullptr : devices()[0]) : device_of_gid(req.addr.gid, &index);
+  if (!dev) return fail(EADDRNOTAVAIL);
+  if (int err = attach(id, dev, index)) return fail(err);
+  req.id = id->handle;
+  ctl::CmBindResp resp{};
+  if (int err = dev->daemon->call(ctl::Op::kCmBind, &req, sizeof(req), &resp, sizeof(resp)))
+    return fail(err);
+  sockaddr_storage ss;
+  to_sockaddr(resp.addr, addr->sa_family, &ss);
+  std::memcpy(&cmid->route.addr.src_storage, &ss, sizeof(ss));
+  std::memcpy(cmid->route.addr.addr.ibaddr.sgid.raw, resp.addr.gid, 16);
+  cmid->route.addr.addr.ibaddr.pkey = htobe16(0xffff);
+  if (any) cmid->verbs = nullptr;  // a wildcard bind names no device (as the kernel's)
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id *cmid, sockaddr *src, sockaddr *dst,
+                                    int /*timeout_ms*/) {
+  if (!cmid || !dst) return fail(EINVAL);
+  Id *id = of(cmid);
+  ctl::CmAddress to{};
+  if (!to_cm_address(dst, &to)) return fail(EAFNOSUPPORT);
+  if (!id->handle || !cmid->verbs) {
+    // The source: the caller's, else the one the kernel's routing table picks for dst.
+    sockaddr_storage from{};
+    socklen_t len = sizeof(from);
+    if (src) {
+      std::memcpy(&from, src,
+                  src->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+    } else {
+      int s = ::socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      sockaddr_storage probe{};
+      std::memcpy(&probe, dst,
+                  dst->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+      reinterpret_cast<sockaddr_in *>(&probe)->sin_port = htons(9);
+      const bool ok =
+          s >= 0 &&
+          ::connect(s, reinterpret_cast<sockaddr *>(&probe),
+                    dst->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in)) == 0 &&
+          ::getsockname(s, reinterpret_cast<sockaddr *>(&from), &len) == 0;
+      if (s >= 0) ::close(s);
+      if (!ok) return fail(ENETUNREACH);
+      reinterpret_cast<sockaddr_in *>(&from)->sin_port = 0;
+    }
+    if (id->handle) {
+      // Bound to a wildcard: not yet supported with a device of its own.
+    } else if (rdma_bind_addr(cmid, reinterpret_cast<sockaddr *>(&from)) != 0) {
+      return -1;
+    }
+  }
+  std::memcpy(&cmid->route.addr.dst_storage, dst,
+              dst->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+  std::memcpy(cmid->route.addr.addr.ibaddr.dgid.raw, to.gid, 16);
+  raise(id, ctl::kCmAddrResolved, 0);
+  if (int err = complete(id, {ctl::kCmAddrResolved})) return fail(err);
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_resolve_route(rdma_cm_id *cmid, int /*timeout_ms*/) {
+  if (!cmid || !cmid->verbs) return fail(EINVAL);
+  Id *id = of(cmid);
+  if (!cmid->route.path_rec) {
+    auto *raw = new (std::nothrow) uint8_t[sizeof(ibv_sa_path_rec)]();
+    if (!raw) return fail(ENOMEM);
+    cmid->route.path_rec = reinterpret_cast<ibv_sa_path_rec *>(raw);
+  }
+  ibv_sa_path_rec &p = *cmid->route.path_rec;
+  std::memcpy(p.sgid.raw, cmid->route.addr.addr.ibaddr.sgid.raw, 16);
+  std::memcpy(p.dgid.raw, cmid->route.addr.addr.ibaddr.dgid.raw, 16);
+  p.pkey = htobe16(0xffff);
+  p.hop_limit = 64;
+  p.traffic_class = id->tos;
+  p.reversible = 1;
+  p.numb_path = 1;
+  p.mtu_selector = 2;  // exactly
+  p.mtu = id->dev->active_mtu;
+  p.rate_selector = 2;
+  p.rate = 3;  // 10 Gb/s, a software port's nominal rate
+  p.packet_life_time_selector = 2;
+  p.packet_life_time = 16;
+  cmid->route.num_paths = 1;
+  raise(id, ctl::kCmRouteResolved, 0);
+  if (int err = complete(id, {ctl::kCmRouteResolved})) return fail(err);
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_listen(rdma_cm_id *cmid, int backlog) {
+  if (!cmid) return fail(EINVAL);
+  Id *id = of(cmid);
+  if (!id->handle) {
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    if (rdma_bind_addr(cmid, reinterpret_cast<sockaddr *>(&any)) != 0) return -1;
+  }
+  ctl::CmListenReq req{id->handle, uint32_t(std::max(backlog, 0))};
+  if (int err = id->dev->daemon->call(ctl::Op::kCmListen, &req, sizeof(req), nullptr, 0))
+    return fail(err);
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_connect(rdma_cm_id *cmid, rdma_conn_param *param) {
+  if (!cmid) return fail(EINVAL);
+  Id *id = of(cmid);
+  if (!id->handle || !id->dev) return fail(EINVAL);
+  if (param && param->private_data_len > (is_ud(id) ? 180 : 56)) return fail(EINVAL);
+  ctl::CmConnectReq req{};
+  req.id = id->handle;
+  to_cm_address(&cmid->route.addr.dst_addr, &req.dst);
+  fill_conn_param(id, param, &req.p);
+  if (int err = id->dev->daemon->call(ctl::Op::kCmConnect, &req, sizeof(req), nullptr, 0))
+    return fail(err);
+  if (int err = complete(id, {ctl::kCmEstablished})) return fail(err);
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_accept(rdma_cm_id *cmid, rdma_conn_param *param) {
+  if (!cmid) return fail(EINVAL);
+  Id *id = of(cmid);
+  if (!id->handle) return fail(EINVAL);
+  if (param && param->private_data_len > (is_ud(id) ? 136 : 196)) return fail(EINVAL);
+  ctl::CmAcceptReq req{};
+  req.id = id->handle;
+  fill_conn_param(id, param, &req.p);
+  if (!param) {  // the defaults rdma-core takes: what the peer asked for, within our limits
+    id->responder_resources = std::min(id->remote.responder_resources, id->dev->max_rd_atomic);
+    id->initiator_depth = std::min(id->remote.initiator_depth, id->dev->max_rd_atomic);
+    req.p.responder_resources = id->responder_resources;
+    req.p.initiator_depth = id->initiator_depth;
+  }
+  if (is_ud(id)) {
+    req.p.qkey = RDMA_UDP_QKEY;
+  } else if (cmid->qp) {
+    if (int err = move_qp(id, IBV_QPS_RTR)) return fail(err);
+    if (int err = move_qp(id, IBV_QPS_RTS)) return fail(err);
+  }
+  if (int err = id->dev->daemon->call(ctl::Op::kCmAccept, &req, sizeof(req), nullptr, 0))
+    return fail(err);
+  if (!is_ud(id))
+    if (int err = complete(id, {ctl::kCmEstablished})) return fail(err);
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_reject(rdma_cm_id *cmid, const void *private_data, uint8_t len) {
+  if (!cmid || !of(cmid)->handle) return fail(EINVAL);
+  Id *id = of(cmid);
+  ctl::CmRejectReq req{};
+  req.id = id->handle;
+  req.private_data_len = len;
+  if (private_data && len) std::memcpy(req.private_data, private_data, len);
+  if (int err = id->dev->daemon->call(ctl::Op::kCmReject, &req, sizeof(req), nullptr, 0))
+    return fail(err);
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_establish(rdma_cm_id *cmid) {
+  if (!cmid || !of(cmid)->handle) return fail(EINVAL);
+  Id *id = of(cmid);
+  ctl::HandleReq req{id->handle, 0};
+  if (int err = id->dev->daemon->call(ctl::Op::kCmEstablish, &req, sizeof(req), nullptr, 0))
+    return fail(err);
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_notify(rdma_cm_id *cmid, ibv_event_type) {
+  return cmid ? 0 : fail(EINVAL);  // vrnicd sees the QP's first packet itself
+}
+
+RDMACM_EXPORT int rdma_disconnect(rdma_cm_id *cmid) {
+  if (!cmid || !of(cmid)->handle) return fail(EINVAL);
+  Id *id = of(cmid);
+  if (cmid->qp) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    ibv_modify_qp(cmid->qp, &a, IBV_QP_STATE);
+  }
+  ctl::HandleReq req{id->handle, 0};
+  if (int err = id->dev->daemon->call(ctl::Op::kCmDisconnect, &req, sizeof(req), nullptr, 0))
+    return fail(err);
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_init_qp_attr(rdma_cm_id *cmid, ibv_qp_attr *attr, int *mask) {
+  if (!cmid || !attr || !mask) return fail(EINVAL);
+  if (int err = qp_attr(of(cmid), attr, mask)) return fail(err);
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_create_qp_ex(rdma_cm_id *cmid, ibv_qp_init_attr_ex *attr) {
+  if (!cmid || !attr || !cmid->verbs) return fail(EINVAL);
+  Id *id = of(cmid);
+  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
+    attr->pd = cmid->pd;
+    attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
+  }
+  if (attr->pd->context != cmid->verbs) return fail(EINVAL);
+  // The CQs the caller did not give, each with a completion channel (rdma-core does so).
+  auto make_cq = [&](ibv_comp_channel **ch, ibv_cq **cq, uint32_t depth) -> bool {
+    *ch = ibv_create_comp_channel(cmid->verbs);
+    if (!*ch) return false;
+    *cq = ibv_create_cq(cmid->verbs, int(std::max<uint32_t>(depth, 1)), cmid, *ch, 0);
+    return *cq != nullptr;
+  };
+  if (!attr->send_cq && !make_cq(&cmid->send_cq_channel, &cmid->send_cq, attr->cap.max_send_wr))
+    return -1;
+  if (!attr->recv_cq && !make_cq(&cmid->recv_cq_channel, &cmid->recv_cq, attr->cap.max_recv_wr))
+    return -1;
+  if (!attr->send_cq) attr->send_cq = cmid->send_cq;
+  if (!attr->recv_cq) attr->recv_cq = cmid->recv_cq;
+  if (!attr->srq && cmid->srq) attr->srq = cmid->srq;
+  ibv_qp *qp = ibv_create_qp_ex(cmid->verbs, attr);
+  if (!qp) return -1;
+  cmid->qp = qp;
+  cmid->qp_type = attr->qp_type;
+  int err = move_qp(id, IBV_QPS_INIT);
+  if (!err && is_ud(id)) {
+    err = move_qp(id, IBV_QPS_RTR);
+    if (!err) err = move_qp(id, IBV_QPS_RTS);
+  }
+  if (err) {
+    ibv_destroy_qp(qp);
+    cmid->qp = nullptr;
+    return fail(err);
+  }
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_create_qp(rdma_cm_id *cmid, ibv_pd *pd, ibv_qp_init_attr *attr) {
+  if (!cmid || !attr) return fail(EINVAL);
+  ibv_qp_init_attr_ex ex{};
+  std::memcpy(&ex, attr, sizeof(*attr));
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd ? pd : cmid->pd;
+  if (rdma_create_qp_ex(cmid, &ex) != 0) return -1;
+  std::memcpy(attr, &ex, sizeof(*attr));
+  return 0;
+}
+
+RDMACM_EXPORT void rdma_destroy_qp(rdma_cm_id *cmid) {
+  if (!cmid || !cmid->qp) return;
+  ibv_destroy_qp(cmid->qp);
+  cmid->qp = nullptr;
+  for (auto [cq, ch] : {std::pair{&cmid->send_cq, &cmid->send_cq_channel},
+                        std::pair{&cmid->recv_cq, &cmid->recv_cq_channel}}) {
+    if (*cq) ibv_destroy_cq(*cq);
+    if (*ch) ibv_destroy_comp_channel(*ch);
+    *cq = nullptr;
+    *ch = nullptr;
+  }
+}
+
+RDMACM_EXPORT int rdma_migrate_id(rdma_cm_id *cmid, rdma_event_channel *channel) {
+  if (!cmid) return fail(EINVAL);
+  Id *id = of(cmid);
+  const bool sync = channel == nullptr;
+  Channel *fresh = sync ? new_channel() : nullptr;
+  if (sync && !fresh) return fail(ENOMEM);
+  rdma_event_channel *to = sync ? &fresh->ch : channel;
+  if (id->handle) {
+    const uint32_t h = of(to)->handle_on(id->dev->daemon);
+    ctl::CmMigrateReq req{id->handle, h, reinterpret_cast<uint64_t>(id)};
+    if (!h || id->dev->daemon->call(ctl::Op::kCmMigrate, &req, sizeof(req), nullptr, 0)) {
+      if (fresh) free_channel(fresh);
+      return fail(EINVAL);
+    }
+  }
+  if (id->sync) free_channel(of(cmid->channel));
+  cmid->channel = to;
+  id->sync = sync;
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_set_option(rdma_cm_id *cmid, int level, int optname, void *optval,
+                                  size_t optlen) {
+  if (!cmid || !optval) return fail(EINVAL);
+  Id *id = of(cmid);
+  if (level == RDMA_OPTION_ID) {
+    switch (optname) {
+      case RDMA_OPTION_ID_TOS:
+        if (optlen != sizeof(uint8_t)) return fail(EINVAL);
+        id->tos = *static_cast<uint8_t *>(optval);
+        return 0;
+      case RDMA_OPTION_ID_REUSEADDR:
+      case RDMA_OPTION_ID_AFONLY:
+        if (optlen != sizeof(int)) return fail(EINVAL);
+        return 0;
+      case RDMA_OPTION_ID_ACK_TIMEOUT:
+        if (optlen != sizeof(uint8_t)) return fail(EINVAL);
+        id->ack_timeout = std::min<uint8_t>(*static_cast<uint8_t *>(optval), 31);
+        id->ack_timeout_set = true;
+        return 0;
+    }
+  }
+  return fail(ENOSYS);  // as the kernel answers an option it does not have
+}
+
+RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel *channel, rdma_cm_event **out) {
+  if (!channel || !out) return fail(EINVAL);
+  for (;;) {
+    ctl::CmEventRecord rec;
+    Channel *c = of(channel);
+    c->readers++;
+    ssize_t n = ::read(channel->fd, &rec, sizeof(rec));
+    c->readers--;
+    if (n < 0) return -1;  // EAGAIN on a non-blocking channel
+    if (n != sizeof(rec)) return fail(EIO);
+    Id *id = live_id(rec.cookie);
+    // An id vrnicd made for a CONNECT_REQUEST has no cookie until the library names it.
+    if (!id && rec.cookie == 0) id = by_handle(channel, rec.id);
+    if (!id) continue;  // for an id destroyed meanwhile
+    auto *e = new (std::nothrow) Event{};
+    if (!e) return fail(ENOMEM);
+    e->rec = rec;
+    e->event.event = rdma_cm_event_type(rec.event);
+    e->event.status = rec.status;
+    e->event.id = &id->id;
+    std::memcpy(e->private_data, rec.p.private_data, sizeof(e->private_data));
+    const uint8_t pd_len = uint8_t(std::min<uint32_t>(rec.p.private_data_len, 255));
+    if (rec.event == ctl::kCmConnectRequest) {
+      // A new id for the request, on the listener's channel and device.
+      Id *listener = id;
+      rdma_cm_id *fresh = nullptr;
+      if (rdma_create_id(listener->sync ? nullptr : listener->id.channel, &fresh,
+                         listener->id.context, listener->id.ps) != 0) {
+        delete e;
+        return -1;
+      }
+      Id *nid = of(fresh);
+      if (listener->sync) {  // rdma_get_request migrates it to a channel of its own
+        free_channel(of(fresh->channel));
+        fresh->channel = listener->id.channel;
+        nid->sync = false;
+      }
+      nid->dev = listener->dev;
+      nid->handle = rec.id;
+      {
+        const uint32_t ch = of(fresh->channel)->handle_on(nid->dev->daemon);
+        ctl::CmMigrateReq name{rec.id, ch, reinterpret_cast<uint64_t>(nid)};
+        nid->dev->daemon->call(ctl::Op::kCmMigrate, &name, sizeof(name), nullptr, 0);
+      }
+      nid->gid_index = listener->gid_index;
+      fresh->verbs = listener->dev->verbs;
+      fresh->pd = listener->dev->pd;
+      fresh->port_num = 1;
+      fresh->qp_type = listener->id.qp_type;
+      nid->remote = rec.p;
+      sockaddr_storage ss;
+      to_sockaddr(rec.local, 0, &ss);
+      std::memcpy(&fresh->route.addr.src_storage, &ss, sizeof(ss));
+      to_sockaddr(rec.peer, 0, &ss);
+      std::memcpy(&fresh->route.addr.dst_storage, &ss, sizeof(ss));
+      std::memcpy(fresh->route.addr.addr.ibaddr.sgid.raw, rec.local.gid, 16);
+      std::memcpy(fresh->route.addr.addr.ibaddr.dgid.raw, rec.peer.gid, 16);
+      uint8_t index = 0;
+      if (device_of_gid(rec.local.gid, &index)) nid->gid_index = index;
+      e->event.id = fresh;
+      e->event.listen_id = &listener->id;
+    }
+    if (rec.event == ctl::kCmConnectResponse) {
+      id->remote = rec.p;
+      if (id->id.qp) {
+        // As rdma-core: the QP to RTR and RTS, the RTU, then ESTABLISHED for the application.
+        int err = move_qp(id, IBV_QPS_RTR);
+        if (!err) err = move_qp(id, IBV_QPS_RTS);
+        if (!err) err = rdma_establish(&id->id) ? errno : 0;
+        if (err) {
+          rdma_reject(&id->id, nullptr, 0);
+          e->event.event = RDMA_CM_EVENT_CONNECT_ERROR;
+          e->event.status = -err;
+        } else {
+          e->event.event = RDMA_CM_EVENT_ESTABLISHED;
+        }
+      }
+    }
+    if (is_ud(id) && (rec.event == ctl::kCmEstablished || rec.event == ctl::kCmConnectRequest)) {
+      rdma_ud_param &ud = e->event.param.ud;
+      ud.private_data = e->private_data;
+      ud.private_data_len = pd_len;
+      ud.qp_num = rec.p.qp_num;
+      ud.qkey = rec.p.qkey ? rec.p.qkey : RDMA_UDP_QKEY;
+      ud.ah_attr.is_global = 1;
+      ud.ah_attr.port_num = 1;
+      ud.ah_attr.grh.hop_limit = 64;
+      ud.ah_attr.grh.sgid_index = id->gid_index;
+      std::memcpy(ud.ah_attr.grh.dgid.raw, rec.peer.gid, 16);
+    } else {
+      rdma_conn_param &c = e->event.param.conn;
+      c.private_data = pd_len ? e->private_data : nullptr;
+      c.private_data_len = pd_len;
+      c.responder_resources = rec.p.responder_resources;
+      c.initiator_depth = rec.p.initiator_depth;
+      c.flow_control = rec.p.flow_control;
+      c.retry_count = rec.p.retry_count;
+      c.rnr_retry_count = rec.p.rnr_retry_count;
+      c.srq = rec.p.srq;
+      c.qp_num = rec.p.qp_num;
+    }
+    of(e->event.id)->unacked++;
+    *out = &e->event;
+    return 0;
+  }
+}
+
+RDMACM_EXPORT int rdma_ack_cm_event(rdma_cm_event *event) {
+  if (!event) return fail(EINVAL);
+  auto *e = reinterpret_cast<Event *>(event);
+  if (Id *id = live_id(reinterpret_cast<uint64_t>(event->id))) id->unacked--;
+  delete e;
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_get_request(rdma_cm_id *listen, rdma_cm_id **out) {
+  if (!listen || !out) return fail(EINVAL);
+  rdma_cm_event *e = nullptr;
+  for (;;) {
+    if (rdma_get_cm_event(listen->channel, &e) != 0) return -1;
+    if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST) break;
+    rdma_ack_cm_event(e);
+  }
+  rdma_cm_id *id = e->id;
+  // Its own channel from now on, so that its calls wait for its own events.
+  if (rdma_migrate_id(id, nullptr) != 0) {
+    rdma_ack_cm_event(e);
+    return -1;
+  }
+  if (Id *l = of(listen); l->ep_qp_attr) {
+    ibv_qp_init_attr attr = *l->ep_qp_attr;
+    if (rdma_create_qp(id, listen->pd, &attr) != 0) {
+      rdma_ack_cm_event(e);
+      return -1;
+    }
+  }
+  id->event = e;
+  *out = id;
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_create_ep(rdma_cm_id **out, rdma_addrinfo *res, ibv_pd *pd,
+                                 ibv_qp_init_attr *qp_init_attr) {
+  if (!out || !res) return fail(EINVAL);
+  rdma_cm_id *cmid = nullptr;
+  if (rdma_create_id(nullptr, &cmid, nullptr, rdma_port_space(res->ai_port_space)) != 0) return -1;
+  cmid->qp_type = ibv_qp_type(res->ai_qp_type);
+  int rc = 0;
+  if (res->ai_flags & RAI_PASSIVE) {
+    rc = rdma_bind_addr(cmid, res->ai_src_addr);
+    if (!rc && qp_init_attr) {
+      of(cmid)->ep_qp_attr = new ibv_qp_init_attr(*qp_init_attr);
+      of(cmid)->ep_qp_attr->qp_type = ibv_qp_type(res->ai_qp_type);
+    }
+  } else {
+    rc = rdma_resolve_addr(cmid, res->ai_src_addr, res->ai_dst_addr, 2000);
+    if (!rc) rc = rdma_resolve_route(cmid, 2000);
+    if (!rc && qp_init_attr) {
+      qp_init_attr->qp_type = ibv_qp_type(res->ai_qp_type);  // as rdma-core: the address's type
+      rc = rdma_create_qp(cmid, pd, qp_init_attr);
+    }
+  }
+  if (rc) {
+    int err = errno;
+    rdma_destroy_id(cmid);
+    return fail(err);
+  }
+  *out = cmid;
+  return 0;
+}
+
+RDMACM_EXPORT void rdma_destroy_ep(rdma_cm_id *cmid) {
+  if (!cmid) return;
+  rdma_destroy_qp(cmid);
+  if (cmid->srq) ibv_destroy_srq(cmid->srq);
+  rdma_destroy_id(cmid);
+}
+
+RDMACM_EXPORT int rdma_create_srq_ex(rdma_cm_id *cmid, ibv_srq_init_attr_ex *attr) {
+  if (!cmid || !attr || !cmid->verbs) return fail(EINVAL);
+  if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
+    attr->pd = cmid->pd;
+    attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+  }
+  ibv_srq *srq = ibv_create_srq_ex(cmid->verbs, attr);
+  if (!srq) return -1;
+  cmid->srq = srq;
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_create_srq(rdma_cm_id *cmid, ibv_pd *pd, ibv_srq_init_attr *attr) {
+  if (!cmid || !attr) return fail(EINVAL);
+  ibv_srq *srq = ibv_create_srq(pd ? pd : cmid->pd, attr);
+  if (!srq) return -1;
+  cmid->srq = srq;
+  return 0;
+}
+
+RDMACM_EXPORT void rdma_destroy_srq(rdma_cm_id *cmid) {
+  if (!cmid || !cmid->srq) return;
+  ibv_destroy_srq(cmid->srq);
+  cmid->srq = nullptr;
+}
+
+RDMACM_EXPORT __be16 rdma_get_src_port(rdma_cm_id *cmid) {
+  const sockaddr *sa = &cmid->route.addr.src_addr;
+  return sa->sa_family == AF_INET6 ? cmid->route.addr.src_sin6.sin6_port
+                                   : cmid->route.addr.src_sin.sin_port;
+}
+
+RDMACM_EXPORT __be16 rdma_get_dst_port(rdma_cm_id *cmid) {
+  const sockaddr *sa = &cmid->route.addr.dst_addr;
+  return sa->sa_family == AF_INET6 ? cmid->route.addr.dst_sin6.sin6_port
+                                   : cmid->route.addr.dst_sin.sin_port;
+}
+
+RDMACM_EXPORT const char *rdma_event_str(rdma_cm_event_type event) {
+  static const char *const kNames[] = {
+      "RDMA_CM_EVENT_ADDR_RESOLVED",   "RDMA_CM_EVENT_ADDR_ERROR",
+      "RDMA_CM_EVENT_ROUTE_RESOLVED",  "RDMA_CM_EVENT_ROUTE_ERROR",
+      "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
+      "RDMA_CM_EVENT_CONNECT_ERROR",   "RDMA_CM_EVENT_UNREACHABLE",
+      "RDMA_CM_EVENT_REJECTED",        "RDMA_CM_EVENT_ESTABLISHED",
+      "RDMA_CM_EVENT_DISCONNECTED",    "RDMA_CM_EVENT_DEVICE_REMOVAL",
+      "RDMA_CM_EVENT_MULTICAST_JOIN",  "RDMA_CM_EVENT_MULTICAST_ERROR",
+      "RDMA_CM_EVENT_ADDR_CHANGE",     "RDMA_CM_EVENT_TIMEWAIT_EXIT"};
+  return unsigned(event) < std::size(kNames) ? kNames[event] : "UNKNOWN EVENT";
+}
+
+// Multicast and ECE: not built (the issue allows EOPNOTSUPP).
+RDMACM_EXPORT int rdma_join_multicast(rdma_cm_id *, sockaddr *, void *) {
+  return fail(EOPNOTSUPP);
+}
+RDMACM_EXPORT int rdma_join_multicast_ex(rdma_cm_id *, rdma_cm_join_mc_attr_ex *, void *) {
+  return fail(EOPNOTSUPP);
+}
+RDMACM_EXPORT int rdma_leave_multicast(rdma_cm_id *, sockaddr *) {
+  return fail(EOPNOTSUPP);
+}
+RDMACM_EXPORT int rdma_set_local_ece(rdma_cm_id *, ibv_ece *) {
+  return fail(EOPNOTSUPP);
+}
+RDMACM_EXPORT int rdma_get_remote_ece(rdma_cm_id *, ibv_ece *) {
+  return fail(EOPNOTSUPP);
+}
+RDMACM_EXPORT int rdma_reject_ece(rdma_cm_id *, const void *, uint8_t) {
+  return fail(EOPNOTSUPP);
+}
+
+}  // extern "C"

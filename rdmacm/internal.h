@@ -1,0 +1,94 @@
+// The drop-in librdmacm.so.1's own state: the vrnicd connections (one per device socket, shared
+// by the process), the devices rdma_get_devices gives out (opened once, with one PD each),
+// event channels (a pipe vrnicd and the library both write CmEventRecords into) and ids.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "vrnic/ctl_protocol.h"
+
+#define RDMACM_EXPORT __attribute__((visibility("default")))
+
+namespace vrnic::rdmacm {
+
+// One vrnicd device's control socket, for its CM commands.
+struct Daemon {
+  std::string socket;
+  int sock = -1;
+  std::mutex mu;
+  // 0 or a positive errno (the reply's status, or the socket's).
+  int call(ctl::Op op, const void *req, size_t len, void *resp, size_t resp_len, int pass_fd = -1);
+};
+
+struct Device {
+  ibv_context *verbs = nullptr;
+  ibv_pd *pd = nullptr;  // shared by every id on the device
+  Daemon *daemon = nullptr;
+  uint8_t active_mtu = IBV_MTU_1024;
+  uint8_t max_rd_atomic = 16;
+};
+
+// The devices, opened on first use; nullptr-terminated list for rdma_get_devices.
+std::vector<Device *> &devices();
+// The device whose GID table holds gid (index in *gid_index), or nullptr.
+Device *device_of_gid(const uint8_t gid[16], uint8_t *gid_index);
+
+struct Channel {
+  rdma_event_channel ch{};      // first: the application's pointer is ours
+  int write_fd = -1;            // our own end, for the events the library raises itself
+  std::atomic<int> readers{0};  // threads inside rdma_get_cm_event on it
+  std::mutex mu;
+  std::vector<std::pair<Daemon *, uint32_t>> handles;  // vrnicd's handle, per daemon
+  // vrnicd's handle for this channel (made there on first use); 0 and errno on failure.
+  uint32_t handle_on(Daemon *d);
+};
+
+struct Id {
+  rdma_cm_id id{};    // first
+  bool sync = false;  // made without a channel: calls wait for their own events
+  Device *dev = nullptr;
+  uint32_t handle = 0;  // vrnicd's, once the id is on a device
+  uint8_t gid_index = 0;
+  uint8_t tos = 0;
+  uint8_t ack_timeout = 14;  // the QP's local ACK timeout (RDMA_OPTION_ID_ACK_TIMEOUT)
+  bool ack_timeout_set = false;
+  uint32_t psn = 0;            // the PSN our QP receives from (sent in the REQ or REP)
+  ctl::CmConnParams remote{};  // the peer's, from CONNECT_REQUEST or CONNECT_RESPONSE
+  uint8_t responder_resources = 0, initiator_depth = 0, retry_count = 7, rnr_retry = 7;
+  ibv_qp_init_attr *ep_qp_attr = nullptr;  // rdma_create_ep on a listener: for get_request
+  int unacked = 0;                         // events reported and not yet acked
+  std::mutex mu;
+};
+
+struct Event {
+  rdma_cm_event event;  // first
+  ctl::CmEventRecord rec;
+  uint8_t private_data[256];
+};
+
+// Creates vrnicd's side of an id on `dev` (bind or resolve_addr); 0 or errno.
+int attach(Id *id, Device *dev, uint8_t gid_index);
+// Writes an event the library raises itself (address and route resolution) to the id's channel.
+void raise(Id *id, uint32_t event, int status);
+// Waits for a sync id's next event of one of `want` (ucma_complete); 0 or errno.
+int complete(Id *id, std::initializer_list<uint32_t> want);
+// The id behind a cookie, if it is still alive; the id with vrnicd's handle on a channel.
+Id *live_id(uint64_t cookie);
+Id *by_handle(rdma_event_channel *channel, uint32_t handle);
+
+inline uint32_t random_psn() {
+  return ::arc4random() & 0xffffff;
+}
+
+// sockaddr <-> GID-shaped address.
+bool to_cm_address(const sockaddr *sa, ctl::CmAddress *out);
+void to_sockaddr(const ctl::CmAddress &a, int family, sockaddr_storage *out);
+
+}  // namespace vrnic::rdmacm
