@@ -4,9 +4,11 @@
 # vrnicd's connection manager and QP1 on the loop port, the same CM MADs a kernel peer gets;
 # the data is checked by the programs themselves (rping -V). Failure paths: no listener
 # (REJECTED reason 8, ECONNREFUSED on a sync id), a client killed while connected.
-# shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
+# shellcheck source=tests/lib.sh disable=SC2317,SC2119 # checks are called through check()
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 vrnic_script_init rdmacm
+# shellcheck source=tests/lib_hosts.sh
+source "$VRNIC_ROOT/tests/lib_hosts.sh"
 
 RDMACM_DIR=$VRNIC_BUILD_DIR/rdmacm
 SYSTEM_RDMACM=/usr/lib/x86_64-linux-gnu/librdmacm.so.1
@@ -40,21 +42,24 @@ cm_pair() {
   while [[ $1 != -- ]]; do srv+=("$1"); shift; done
   shift
   cli=("$@")
-  ensure_vrnicd || return 1
+  [[ -n ${CM_SERVER_SOCK:-} ]] || ensure_vrnicd || return 1
+  local ssock=${CM_SERVER_SOCK:-$VRNIC_SOCKET} csock=${CM_CLIENT_SOCK:-$VRNIC_SOCKET}
   tmo=$(vrnic_timeout 60)
   CM_SERVER_LOG=$VRNIC_TMP/$tag.server.log
   CM_CLIENT_LOG=$VRNIC_TMP/$tag.client.log
   echo "+ ${srv[*]} &   # server"
-  "${CM_RUN[@]}" timeout -k 5 "$tmo" "${srv[@]}" >"$CM_SERVER_LOG" 2>&1 </dev/null &
+  VRNIC_SOCKET=$ssock "${CM_RUN[@]}" timeout -k 5 "$tmo" "${srv[@]}" >"$CM_SERVER_LOG" 2>&1 \
+    </dev/null &
   pid=$!
   _vrnic_track "$pid"
-  if ! wait_for 15 "the server's listener in vrnicd" stat_is cm_listeners 1; then
+  if ! wait_for 15 "the server's listener in vrnicd" stat_is cm_listeners 1 "$ssock"; then
     vrnic_tail "$CM_SERVER_LOG"
     kill "$pid" 2>/dev/null
     return 1
   fi
   echo "+ ${cli[*]}   # client"
-  vrnic_fg "${CM_RUN[@]}" timeout -k 5 "$tmo" "${cli[@]}" >"$CM_CLIENT_LOG" 2>&1 </dev/null
+  VRNIC_SOCKET=$csock vrnic_fg "${CM_RUN[@]}" timeout -k 5 "$tmo" "${cli[@]}" \
+    >"$CM_CLIENT_LOG" 2>&1 </dev/null
   local crc=$?
   if [[ ${CM_KEEP_SERVER:-0} == 1 ]]; then
     kill -TERM "$pid" 2>/dev/null  # it serves for ever (cmtime)
@@ -70,15 +75,16 @@ cm_pair() {
     echo "--- server:"; vrnic_tail "$CM_SERVER_LOG" 8
     echo "--- client:"; vrnic_tail "$CM_CLIENT_LOG" 8
   fi
-  vrnicd_check_alive || rc=1
+  [[ -n ${CM_SERVER_SOCK:-} ]] || vrnicd_check_alive || rc=1
   return "$rc"
 }
 
 rping_pair() {  # ARGS for both sides (after -a/-p)
   local port
   port=$(next_port)
+  # shellcheck disable=SC2086 # RPING_CLIENT_ARGS: words
   cm_pair "rping-$port" rping -s -a 127.0.0.1 -p "$port" "$@" -- \
-    rping -c -a 127.0.0.1 -p "$port" "$@" || return 1
+    rping -c ${RPING_CLIENT_ARGS:-} -a 127.0.0.1 -p "$port" "$@" || return 1
   # -V: each side checks every ping's data and fails on a mismatch.
   if grep -qi 'data mismatch\|error' "$CM_CLIENT_LOG" "$CM_SERVER_LOG"; then
     grep -i 'mismatch\|error' "$CM_CLIENT_LOG" "$CM_SERVER_LOG" | head -5
@@ -93,20 +99,50 @@ status_zero_both() {  # ucmatose and udaddy end with "return status 0" on each s
   done
 }
 
+# CM_CLIENT_BIND: the client's own address (another vrnicd's), for runs across two.
 ucmatose_pair() {
-  cm_pair "ucmatose-$1" ucmatose -b 127.0.0.1 "${@:2}" -- ucmatose -s 127.0.0.1 "${@:2}" &&
-    status_zero_both
+  # shellcheck disable=SC2086
+  cm_pair "ucmatose-$1" ucmatose -b 127.0.0.1 "${@:2}" -- \
+    ucmatose ${CM_CLIENT_BIND:+-b $CM_CLIENT_BIND} -s 127.0.0.1 "${@:2}" && status_zero_both
 }
 
 udaddy_pair() {
-  cm_pair udaddy udaddy -b 127.0.0.1 -- udaddy -s 127.0.0.1 && status_zero_both
+  # shellcheck disable=SC2086
+  cm_pair udaddy udaddy -b 127.0.0.1 -- udaddy ${CM_CLIENT_BIND:+-b $CM_CLIENT_BIND} -s 127.0.0.1 &&
+    status_zero_both
+}
+
+# perftest's -R: its connections through rdma_cm (keys exchanged on the QP itself).
+perftest_rdmacm() {
+  local prog=$1
+  shift
+  cm_pair "$prog-R" "$prog" -R -d vrnic0 -F "$@" -- "$prog" -R -d vrnic0 -F "$@" 127.0.0.1 ||
+    return 1
+  CLIENT_LOG=$CM_CLIENT_LOG perftest_result_ok
+}
+
+# Two vrnicd on the udp port, 127.0.0.1 (the servers) and 127.0.0.2 (the clients).
+two_hosts() {
+  local port
+  port=$(free_udp_port) || return 1
+  host_vrnicd cm1 - --udp 127.0.0.1 --udp-port "$port" &&
+    host_vrnicd cm2 - --udp 127.0.0.2 --udp-port "$port"
+}
+across() {
+  with_hosts two_hosts cm1 cm2 -- across_run "$@"
+}
+across_run() {
+  # Seen by the functions it runs (bash's dynamic scope).
+  local CM_SERVER_SOCK=${SOCK[cm1]} CM_CLIENT_SOCK=${SOCK[cm2]} CM_CLIENT_BIND=127.0.0.2
+  local RPING_CLIENT_ARGS="-I 127.0.0.2"
+  "$@"
 }
 
 sync_pair() {  # rdma_server/rdma_client and the x variants: "end 0" on both sides
-  local srv=$1 cli=$2
+  local server=$1 client=$2
   shift 2
-  cm_pair "$srv" "$srv" "$@" -- "$cli" -s 127.0.0.1 "$@" || return 1
-  grep -q "$srv: end 0" "$CM_SERVER_LOG" && grep -q "$cli: end 0" "$CM_CLIENT_LOG"
+  cm_pair "$server" "$server" "$@" -- "$client" -s 127.0.0.1 "$@" || return 1
+  grep -q "$server: end 0" "$CM_SERVER_LOG" && grep -q "$client: end 0" "$CM_CLIENT_LOG"
 }
 
 cmtime_1000() {
@@ -179,7 +215,18 @@ check "rdma_server / rdma_client (synchronous ids, rdma_create_ep)" sync_pair rd
 check "rdma_xserver / rdma_xclient -c r" sync_pair rdma_xserver rdma_xclient -c r
 check "cmtime -c 1000" cmtime_1000
 check "no listener: REJECTED reason 8; ECONNREFUSED on a sync id" no_listener
+for t in "ib_write_bw -n 1000" "ib_read_bw -n 1000" "ib_send_bw -n 1000" "ib_send_bw -c UD -n 1000" \
+  "ib_write_lat -n 1000"; do
+  read -ra cmd <<<"$t"
+  check "perftest -R: $t" perftest_rdmacm "${cmd[@]}"
+done
+check "across two vrnicd (udp, 127.0.0.1 / 127.0.0.2): rping -C 1000 -S 64 -V" \
+  across rping_pair -C 1000 -S 64 -V
+check "across two vrnicd: rping -C 100 -S 65535 -V" across rping_pair -C 100 -S 65535 -V
+check "across two vrnicd: ucmatose -c 10" across ucmatose_pair x10 -c 10
+check "across two vrnicd: udaddy" across udaddy_pair
 check "a client killed while connected: the server is told (DISCONNECTED), nothing left" dead_client
 [[ -n $VRNICD_PID ]] && check "vrnicd: no objects left (CM ids and connections too), exits 0 on SIGTERM" vrnicd_idle_and_stop
+check "the two udp vrnicd: no objects left, exit 0" stop_hosts
 
 vrnic_script_finish
