@@ -10,10 +10,10 @@ vrnic_script_init rdmacm
 # shellcheck source=tests/lib_hosts.sh
 source "$VRNIC_ROOT/tests/lib_hosts.sh"
 
-RDMACM_DIR=$VRNIC_BUILD_DIR/rdmacm
+RDMACM_DIR=$VRNIC_PROVIDER_DIR
 SYSTEM_RDMACM=/usr/lib/x86_64-linux-gnu/librdmacm.so.1
 # vrnic's librdmacm.so.1 and libibverbs.so.1, never the system's; every symbol bound at load.
-CM_RUN=(env "LD_LIBRARY_PATH=$VRNIC_PROVIDER_DIR:$RDMACM_DIR" LD_BIND_NOW=1)
+CM_RUN=(env "LD_LIBRARY_PATH=$VRNIC_PROVIDER_DIR" LD_BIND_NOW=1)
 
 abi() {
   bash "$VRNIC_ROOT/tests/abi_check.sh" "$RDMACM_DIR/librdmacm.so.1" "$SYSTEM_RDMACM"
