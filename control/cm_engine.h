@@ -95,6 +95,9 @@ class Engine {
     uint64_t duplicates = 0;
   };
 
+  // More connections than this (a flood of REQs) are refused with REJ "no resources".
+  static constexpr size_t kMaxConnections = 1u << 16;
+
   Engine(uint64_t ca_guid, Hooks hooks, Timing timing = {}, uint32_t seed = 1);
 
   // Passive side: REQs and SIDR_REQs for service_id go to `owner`. EADDRINUSE if taken.
