@@ -26,6 +26,8 @@ class CmService {
  public:
   CmService(Device &dev, WorkerGroup &workers) : dev_(dev), gsi_(dev, workers) {}
   absl::Status start();
+  // Before the workers stop: QP1 off the device.
+  void stop() { gsi_.stop(); }
 
   // Command handlers: 0 or a positive errno (command_table.cpp).
   int create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp);

@@ -105,14 +105,18 @@ absl::Status GsiQp::start() {
   return absl::OkStatus();
 }
 
+void GsiQp::stop() {
+  if (!qp_) return;
+  workers_.execute_all([&] {
+    dev_.gsi = nullptr;
+    dev_.gsi_mr = nullptr;
+    qp_release(workers_[0], *qp_);
+  });
+  qp_ = nullptr;
+}
+
 GsiQp::~GsiQp() {
-  if (qp_) {
-    workers_.execute_all([&] {
-      dev_.gsi = nullptr;
-      dev_.gsi_mr = nullptr;
-      qp_release(workers_[0], *qp_);
-    });
-  }
+  stop();
   for (int fd : pipe_)
     if (fd >= 0) ::close(fd);
 }

@@ -25,6 +25,8 @@ class GsiQp {
 
   // Creates QP1 in RTS on worker 0 with every receive buffer posted.
   absl::Status start();
+  // Takes it off the device (the workers must still run); also done by the destructor.
+  void stop();
   // Readable when MADs have arrived (then call receive()).
   int poll_fd() const { return pipe_[0]; }
   // A MAD to the peer's QP1 (waits for a send slot while the worker sends the ones before).

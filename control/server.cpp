@@ -65,6 +65,7 @@ Server::Server(ServerConfig cfg)
 
 Server::~Server() {
   while (!sessions_.empty()) close_session(sessions_.begin()->first);
+  cm_.stop();  // QP1 leaves the device while the workers still run
   workers_.stop();
   if (listen_fd_ >= 0) ::close(listen_fd_);
   if (bound_) ::unlink(path_.c_str());  // never another vrnicd's socket

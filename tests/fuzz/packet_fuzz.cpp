@@ -23,6 +23,7 @@
 //   * every opcode of the opcode table and the 256 byte values, with random headers;
 //   * the daemon's own packets reflected back at our QPs; packets for QPNs that cannot
 //     exist; pure random bytes; oversized datagrams (beyond the daemon's 4352-byte buffer);
+//   * CM MADs to QP1 (kMad: build_mad), valid and broken, for vrnicd's connection manager;
 //   * 8% of all this from 127.0.0.4, a stranger: RC and UC QPs must ignore it;
 // then mutations: bit flips, random bytes, truncation, extension, opcode/PSN/QPN/P_Key/pad/
 // TVer/flag changes, RETH va/rkey/length, AtomicETH, AETH syndrome and MSN, DETH, IETH.
@@ -698,10 +699,11 @@ enum Kind : uint8_t {
   kVictim,       // well formed, at a valid-traffic QPN: wrong ICRC always
   kNoSuchQp,     // QPNs that cannot exist: correct ICRC
   kRandomBytes,  // noise
+  kMad,          // a CM MAD (or something like one) to QP1: the connection manager's input
   kKinds,
 };
-const char *const kKindNames[kKinds] = {"message", "response",   "any_opcode",  "reflect",
-                                        "victim",  "no_such_qp", "random_bytes"};
+const char *const kKindNames[kKinds] = {"message", "response",     "any_opcode", "reflect",
+                                        "victim",  "no_such_qp",   "random_bytes", "mad"};
 
 const uint32_t kInteresting32[] = {
     0,    1,    2,    3,    4,    7,          8,          255,        256,        1023,
@@ -831,6 +833,11 @@ class Generator {
         mutate_it = false;
         break;
       }
+      case kMad:
+        out.len = build_mad(out.buf);
+        mutate_it = rng_.pct(15);
+        want_valid = rng_.pct(90);
+        break;
       case kKinds:
         break;
     }
@@ -887,6 +894,7 @@ class Generator {
   uint64_t stats_daemon_packets = 0, stats_daemon_requests = 0, stats_daemon_acks = 0,
            stats_daemon_naks = 0, stats_daemon_rnr_naks = 0, stats_daemon_other = 0;
   uint64_t stats_retargeted = 0, stats_spoiled = 0, stats_truncated_valid = 0;
+  uint32_t last_comm_id_ = 0;
 
  private:
   Kind choose_kind() {
@@ -897,6 +905,7 @@ class Generator {
     if (r < 70) return kReflect;
     if (r < 82) return kVictim;
     if (r < 88) return kNoSuchQp;
+    if (r < 94) return kMad;
     return kRandomBytes;
   }
 
@@ -1176,6 +1185,49 @@ class Generator {
     fill_noise(b + hdr, payload);
     std::memset(b + hdr + payload, 0, pad);
     return hdr + payload + pad;
+  }
+
+  // A UD SEND to QP1 carrying a CM MAD: mostly a valid header (base 1, class 0x07 version 2,
+  // SEND) with an attribute of ch. 12 (REQ ... SIDR_REP, LAP/APR) or any, and data that is
+  // random or a plausible message -- a REQ for a random service ID, or a reply naming a random
+  // or recently used communication ID; the Q_Key mostly QP1's; sometimes not 256 bytes. The
+  // daemon's CM must answer what deserves an answer (a REJ for a REQ nobody listens to) and
+  // count and drop the rest.
+  size_t build_mad(uint8_t *b) {
+    Template t;
+    t.opcode = make_opcode(kUd, kSendOnly);
+    t.qpn = 1;
+    t.psn = rng_.u32() & kPsnMask;
+    t.f.qkey = rng_.pct(90) ? 0x80010000u : rng_.u32();
+    t.f.src_qp = rng_.pct(90) ? 1 : rng_.u32() & kQpnMask;
+    t.payload_len = rng_.pct(92) ? 256 : rng_.below(600);
+    size_t len = build(t, b);
+    if (t.payload_len < 24) return len;
+    uint8_t *mad = b + opcode_info(t.opcode).header_bytes;
+    if (rng_.pct(85)) {
+      mad[0] = 1;
+      mad[1] = 0x07;
+      mad[2] = rng_.pct(95) ? 2 : uint8_t(rng_.below(4));
+      mad[3] = rng_.pct(95) ? 0x03 : uint8_t(rng_.u32());
+      std::memset(mad + 4, 0, 4);
+      const uint16_t attr = rng_.pct(90) ? uint16_t(0x10 + rng_.below(11)) : uint16_t(rng_.u32());
+      store_be16(mad + 16, attr);
+      if (t.payload_len >= 256 && rng_.pct(50)) {
+        uint8_t *data = mad + 24;
+        // Communication IDs seen or guessed; a REQ's transport RC or UC, a valid IP header.
+        store_be32(data + 0, rng_.pct(50) ? last_comm_id_ : rng_.u32());
+        store_be32(data + 4, rng_.pct(50) ? last_comm_id_ + 1 : rng_.u32());
+        if (attr == 0x10) {
+          store_be32(data + 8, 0);
+          store_be32(data + 12, 0x01060000u | rng_.below(65536));  // TCP port space
+          data[43] = uint8_t(rng_.below(2) << 1);
+          data[140] = 0;
+          data[141] = 0x40;
+        }
+        last_comm_id_ = rng_.u32();
+      }
+    }
+    return len;
   }
 
   // Field-aware and blind mutations, 1 to 8 of them.

@@ -15,7 +15,9 @@
 #   ctl fuzzer    build/tests/fuzz/ctl_fuzz at A's socket meanwhile: random and mutated
 #                 messages with descriptors of every kind (see its header); every message
 #                 answered or the connection closed within 1 s, no fd left behind
-#   afterwards    vrnicd's counters (every receive path taken), a datagram longer than
+#   afterwards    vrnicd's counters (every receive path taken, MADs to QP1 included: some
+#                 taken by the connection manager, some dropped, none leaving a connection
+#                 behind), a datagram longer than
 #                 vrnicd's receive buffer (must count as malformed), clean SIGTERM exits and
 #                 no sanitizer report in either log
 #
@@ -217,8 +219,19 @@ counters() {
   fi
   ((mal > 0 && icrc > 0 && fuzz_rx > 0 && drop > 0)) ||
     { echo "FAIL: some path (malformed, ICRC error, transport, drop) saw no packet"; rc=1; }
+  # The MADs to QP1: the connection manager took some and refused (counted, dropped) others.
+  local mads mad_drops
+  mads=$(vrnic_stat cm_mads_received "$A_SOCK")
+  mad_drops=$(vrnic_stat cm_mads_dropped "$A_SOCK")
+  echo "vrnicd A's connection manager: $mads MADs received, $mad_drops dropped," \
+    "$(vrnic_stat cm_mads_sent "$A_SOCK") sent (REJs to REQs nobody listens to)"
+  ((mads > 0 && mad_drops > 0)) ||
+    { echo "FAIL: no MAD reached vrnicd's connection manager, or none was dropped"; rc=1; }
+  (($(vrnic_stat cm_connections "$A_SOCK") == 0)) ||
+    { echo "FAIL: the MADs left CM connections behind"; rc=1; }
   CHECK_NOTE="$mal malformed, $icrc bad ICRC, ~$fuzz_rx to the transport ($drop dropped there),"
   CHECK_NOTE+=" $((sent + btx - counted)) lost in the kernel"
+  CHECK_NOTE+="; $mads MADs to QP1, $mad_drops dropped by the CM"
   return "$rc"
 }
 
