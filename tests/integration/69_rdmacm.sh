@@ -122,11 +122,11 @@ perftest_rdmacm() {
 }
 
 # Two vrnicd on the udp port, 127.0.0.1 (the servers) and 127.0.0.2 (the clients).
+CM_UDP_PORT=
 two_hosts() {
-  local port
-  port=$(free_udp_port) || return 1
-  host_vrnicd cm1 - --udp 127.0.0.1 --udp-port "$port" &&
-    host_vrnicd cm2 - --udp 127.0.0.2 --udp-port "$port"
+  CM_UDP_PORT=$(free_udp_port) || return 1
+  host_vrnicd cm1 - --udp 127.0.0.1 --udp-port "$CM_UDP_PORT" &&
+    host_vrnicd cm2 - --udp 127.0.0.2 --udp-port "$CM_UDP_PORT"
 }
 across() {
   with_hosts two_hosts cm1 cm2 -- across_run "$@"
@@ -203,6 +203,29 @@ dead_client() {
   wait_objects_zero 10
 }
 
+# On the wire: tshark decodes every MAD to QP1 as InfiniBand CM, none malformed, no expert
+# error (a capture on lo while ucmatose connects across the two vrnicd).
+cm_on_the_wire() {
+  local pcap=$VRNIC_TMP/cm.pcap tpid n_qp1 n_cm bad
+  command -v tshark >/dev/null || { echo "tshark missing (package tshark)"; return 1; }
+  tshark -i lo -f "udp port $CM_UDP_PORT" -w "$pcap" >"$VRNIC_TMP/tshark.log" 2>&1 &
+  tpid=$!
+  _vrnic_track "$tpid"
+  wait_for 10 "tshark to capture" grep -q "Capturing on" "$VRNIC_TMP/tshark.log" || return 1
+  ucmatose_pair wire -c 2 -C 10 || { kill "$tpid"; return 1; }
+  wait_for 5 "the last MADs" counter_settled cm_mads_received "${SOCK[cm1]}"
+  kill -INT "$tpid"
+  vrnic_wait_exit "$tpid" 10
+  local dec=(tshark -r "$pcap" -d "udp.port==$CM_UDP_PORT,infiniband")
+  n_qp1=$("${dec[@]}" -Y 'infiniband.bth.destqp == 1' 2>/dev/null | wc -l)
+  n_cm=$("${dec[@]}" -Y 'infiniband.bth.destqp == 1' 2>/dev/null | grep -c ' CM: ')
+  bad=$("${dec[@]}" -Y '_ws.malformed || _ws.expert.severity >= 0x00600000' 2>/dev/null | wc -l)
+  "${dec[@]}" -Y 'infiniband.bth.destqp == 1' 2>/dev/null | sed 's/^/    /' | head -12
+  echo "$n_qp1 packets to QP1, $n_cm decoded as CM, $bad malformed or with an expert warning"
+  CHECK_NOTE="$n_cm CM MADs decoded"
+  ((n_qp1 > 0 && n_cm == n_qp1 && bad == 0))
+}
+
 check "librdmacm.so.1: exactly the symbols and versions of rdma-core 44's" abi
 check "rdmacm-utils load vrnic's librdmacm.so.1 and libibverbs.so.1 (BIND_NOW)" loads_ours
 check "rping -C 1000 -S 64 -V: one vrnicd" rping_pair -C 1000 -S 64 -V
@@ -225,6 +248,7 @@ check "across two vrnicd (udp, 127.0.0.1 / 127.0.0.2): rping -C 1000 -S 64 -V" \
 check "across two vrnicd: rping -C 100 -S 65535 -V" across rping_pair -C 100 -S 65535 -V
 check "across two vrnicd: ucmatose -c 10" across ucmatose_pair x10 -c 10
 check "across two vrnicd: udaddy" across udaddy_pair
+check "on the wire: tshark decodes every CM MAD, none malformed" across cm_on_the_wire
 check "a client killed while connected: the server is told (DISCONNECTED), nothing left" dead_client
 [[ -n $VRNICD_PID ]] && check "vrnicd: no objects left (CM ids and connections too), exits 0 on SIGTERM" vrnicd_idle_and_stop
 check "the two udp vrnicd: no objects left, exit 0" stop_hosts
