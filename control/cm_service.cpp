@@ -503,6 +503,7 @@ void CmService::run(uint64_t now) {
     engine_->receive(from, m, now);
   });
   engine_->tick(now);
+  gsi_.flush();
   for (auto &[h, ch] : channels_) flush(*ch);
 }
 

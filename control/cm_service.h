@@ -51,6 +51,8 @@ class CmService {
   // timers and writes pending events; poll_timeout_ms() is how long the loop may sleep.
   int poll_fd() const { return gsi_.poll_fd(); }
   void run(uint64_t now);
+  // The MADs the commands just handled made go out (once per turn of the loop).
+  void flush() { gsi_.flush(); }
   int poll_timeout_ms(uint64_t now) const;
 
  private:

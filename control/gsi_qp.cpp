@@ -145,9 +145,9 @@ bool GsiQp::send(const cm::Gid &to, const cm::Mad &mad) {
   if (!qp_) return false;
   reap_sends();
   QueuePair &qp = *qp_;
-  Worker &w0 = workers_[0];
   while (send_head_ - qp.shared->sq.consumer.load(std::memory_order_acquire) >= kSendSlots) {
-    w0.execute([&] { w0.schedule(qp); });  // returns once the worker has run, sending some
+    unsent_ = true;
+    flush();  // returns once the worker has run, sending some
     if (qp.state() != IBV_QPS_RTS) return false;
   }
   shm::SendWqe &w = qp.sq[send_head_ & qp.sq_mask];
@@ -164,8 +164,15 @@ bool GsiQp::send(const cm::Gid &to, const cm::Mad &mad) {
   std::memcpy(w.inline_data, mad.bytes.data(), cm::kMadBytes);
   send_head_++;
   qp.shared->sq.producer.store(send_head_, std::memory_order_release);
-  w0.execute([&] { w0.schedule(qp); });
+  unsent_ = true;
   return true;
+}
+
+void GsiQp::flush() {
+  if (!unsent_ || !qp_) return;
+  unsent_ = false;
+  Worker &w0 = workers_[0];
+  w0.execute([&] { w0.schedule(*qp_); });
 }
 
 void GsiQp::receive(const std::function<void(const cm::Gid &, const cm::Mad &)> &fn) {

@@ -29,8 +29,11 @@ class GsiQp {
   void stop();
   // Readable when MADs have arrived (then call receive()).
   int poll_fd() const { return pipe_[0]; }
-  // A MAD to the peer's QP1 (waits for a send slot while the worker sends the ones before).
+  // A MAD to the peer's QP1, posted; it goes out at the next flush() (or when the ring is
+  // full: then the worker is asked to send what is there, and the post waits for a slot).
   bool send(const cm::Gid &to, const cm::Mad &mad);
+  // Has the worker send what was posted: one hand-over per batch of MADs, not per MAD.
+  void flush();
   // Every MAD received since the last call, with the GID it came from; buffers re-posted.
   void receive(const std::function<void(const cm::Gid &from, const cm::Mad &mad)> &fn);
   uint64_t dropped() const { return dropped_; }  // too short or too long to be a MAD
@@ -56,6 +59,7 @@ class GsiQp {
   uint32_t recv_posted_ = 0;
   uint32_t recv_polled_ = 0;
   uint32_t send_cq_polled_ = 0;
+  bool unsent_ = false;  // posted since the last flush()
   int pipe_[2] = {-1, -1};
   uint64_t dropped_ = 0;
 };

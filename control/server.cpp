@@ -218,6 +218,7 @@ void Server::serve(const std::atomic<bool> &stop) {
       if (it == sessions_.end()) continue;
       if (!handle(*it->second)) close_session(ids[i]);
     }
+    cm_.flush();
   }
 }
 
