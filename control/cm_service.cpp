@@ -71,6 +71,24 @@ bool is_ud(uint16_t port_space, uint8_t qp_type) {
   return port_space == kPsUdp || port_space == kPsIpoib || qp_type == IBV_QPT_UD;
 }
 
+// The CM's timers: Linux's unless the environment says otherwise (README, "rdma_cm"):
+// VRNIC_CM_RESPONSE_TIMEOUT (4.096 us << value, 8..31, default 20) and VRNIC_CM_RETRIES
+// (0..15, default 15). A REQ is sent again after 2 packet lifetimes (268 ms each) plus the
+// response timeout: 4.6 s by default, UNREACHABLE after 16 tries (74 s).
+cm::Timing timing() {
+  cm::Timing t;
+  auto env = [](const char *name, long lo, long hi, uint8_t *out) {
+    const char *v = std::getenv(name);
+    if (!v || !*v) return;
+    char *end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    if (*end == 0 && n >= lo && n <= hi) *out = uint8_t(n);
+  };
+  env("VRNIC_CM_RESPONSE_TIMEOUT", 8, 31, &t.cm_response_timeout);
+  env("VRNIC_CM_RETRIES", 0, 15, &t.max_cm_retries);
+  return t;
+}
+
 }  // namespace
 
 CmService::Channel::~Channel() {
@@ -93,7 +111,7 @@ absl::Status CmService::start() {
                                            int(e.type), e.conn, (unsigned long long)e.owner);
                             on_event(e);
                           }};
-  engine_ = std::make_unique<cm::Engine>(dev_.info.node_guid, std::move(hooks), cm::Timing{},
+  engine_ = std::make_unique<cm::Engine>(dev_.info.node_guid, std::move(hooks), timing(),
                                          ::arc4random());
   next_port_ = uint16_t(kEphemeralFirst + ::arc4random_uniform(kEphemeralLast - kEphemeralFirst));
   return absl::OkStatus();

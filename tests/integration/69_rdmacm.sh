@@ -82,9 +82,10 @@ cm_pair() {
 rping_pair() {  # ARGS for both sides (after -a/-p)
   local port
   port=$(next_port)
+  local at=${CM_SERVER_ADDR:-127.0.0.1}
   # shellcheck disable=SC2086 # RPING_CLIENT_ARGS: words
-  cm_pair "rping-$port" rping -s -a 127.0.0.1 -p "$port" "$@" -- \
-    rping -c ${RPING_CLIENT_ARGS:-} -a 127.0.0.1 -p "$port" "$@" || return 1
+  cm_pair "rping-$port" rping -s -a "$at" -p "$port" "$@" -- \
+    rping -c ${RPING_CLIENT_ARGS:-} -a "$at" -p "$port" "$@" || return 1
   # -V: each side checks every ping's data and fails on a mismatch.
   if grep -qi 'data mismatch\|error' "$CM_CLIENT_LOG" "$CM_SERVER_LOG"; then
     grep -i 'mismatch\|error' "$CM_CLIENT_LOG" "$CM_SERVER_LOG" | head -5
@@ -101,9 +102,10 @@ status_zero_both() {  # ucmatose and udaddy end with "return status 0" on each s
 
 # CM_CLIENT_BIND: the client's own address (another vrnicd's), for runs across two.
 ucmatose_pair() {
+  local at=${CM_SERVER_ADDR:-127.0.0.1}
   # shellcheck disable=SC2086
-  cm_pair "ucmatose-$1" ucmatose -b 127.0.0.1 "${@:2}" -- \
-    ucmatose ${CM_CLIENT_BIND:+-b $CM_CLIENT_BIND} -s 127.0.0.1 "${@:2}" && status_zero_both
+  cm_pair "ucmatose-$1" ucmatose -b "$at" "${@:2}" -- \
+    ucmatose ${CM_CLIENT_BIND:+-b $CM_CLIENT_BIND} -s "$at" "${@:2}" && status_zero_both
 }
 
 udaddy_pair() {
@@ -169,7 +171,8 @@ no_listener() {
 }
 
 # A client SIGKILLed while connected: vrnicd abandons its connection (a DREQ to the server),
-# the server sees DISCONNECTED and ends; nothing of either is left in vrnicd.
+# the server ends (told by DISCONNECTED or by its CQ, whichever comes first); nothing of either
+# is left in vrnicd, CM connections included.
 dead_client() {
   local port spid cpid
   ensure_vrnicd || return 1
@@ -196,10 +199,11 @@ dead_client() {
     vrnic_tail "$VRNIC_TMP/dead.server.log"
     return 1
   fi
-  grep -a 'DISCONNECT EVENT' "$VRNIC_TMP/dead.server.log" || {
-    echo "FAIL: the server got no DISCONNECTED"
-    return 1
-  }
+  # What told it first: the CM (DISCONNECTED, from the DREQ vrnicd sent for the dead client)
+  # or its CQ (an error completion); it exits on either.
+  echo "the server's last words:"
+  vrnic_tail "$VRNIC_TMP/dead.server.log" 3
+  # The dead client's connection went through DREQ / DREP and time-wait: none left.
   wait_objects_zero 10
 }
 
@@ -226,6 +230,52 @@ cm_on_the_wire() {
   ((n_qp1 > 0 && n_cm == n_qp1 && bad == 0))
 }
 
+# Two vrnicd that each lose 10% of what they receive, MADs included, with short CM timers
+# (VRNIC_CM_RESPONSE_TIMEOUT=14: a MAD is sent again after 0.6 s): connections still come up
+# (MAD retries), data verified, and each ends in DISCONNECTED.
+lossy_hosts() {
+  local port
+  port=$(free_udp_port) || return 1
+  VRNIC_CM_RESPONSE_TIMEOUT=14 host_vrnicd cl1 - --udp 127.0.0.3 --udp-port "$port" \
+    --faults loss=10 &&
+    VRNIC_CM_RESPONSE_TIMEOUT=14 host_vrnicd cl2 - --udp 127.0.0.4 --udp-port "$port" \
+      --faults loss=10
+}
+lossy_run() {
+  local CM_SERVER_SOCK=${SOCK[cl1]} CM_CLIENT_SOCK=${SOCK[cl2]} CM_CLIENT_BIND=127.0.0.4
+  local RPING_CLIENT_ARGS="-I 127.0.0.4" CM_SERVER_ADDR=127.0.0.3
+  "$@" || return 1
+  local resent
+  resent=$(($(stat_of cm_mads_resent cl1) + $(stat_of cm_mads_resent cl2)))
+  CHECK_NOTE="$resent MADs sent again"
+}
+lossy() {
+  with_hosts lossy_hosts cl1 cl2 -- lossy_run "$@"
+}
+
+# A peer that is not there (127.0.0.9: no vrnicd, the kernel drops the datagrams): the REQ
+# is sent 1 + VRNIC_CM_RETRIES times, then UNREACHABLE with ETIMEDOUT (Linux's timers: 16
+# tries 4.6 s apart, 74 s; here VRNIC_CM_RESPONSE_TIMEOUT=14 VRNIC_CM_RETRIES=2: 3 x 0.6 s).
+dead_peer() {
+  local port out t0 t1
+  port=$(free_udp_port) || return 1
+  if [[ -z ${PID[dp]:-} ]]; then
+    VRNIC_CM_RESPONSE_TIMEOUT=14 VRNIC_CM_RETRIES=2 \
+      host_vrnicd dp - --udp 127.0.0.5 --udp-port "$port" || return 1
+  fi
+  t0=$(vrnic_now_us)
+  out=$(VRNIC_SOCKET=${SOCK[dp]} "${CM_RUN[@]}" timeout 30 rping -c -I 127.0.0.5 -a 127.0.0.9 \
+    -p 7471 -C 1 2>&1)
+  t1=$(vrnic_now_us)
+  echo "$out" | head -3
+  CHECK_NOTE="UNREACHABLE after $(((t1 - t0) / 1000)) ms"
+  grep -q 'RDMA_CM_EVENT_UNREACHABLE, error -110' <<<"$out" || {
+    echo "FAIL: no UNREACHABLE with -ETIMEDOUT"
+    return 1
+  }
+  (($(stat_of cm_mads_resent dp) == 2)) || { echo "FAIL: not 2 resends of the REQ"; return 1; }
+}
+
 check "librdmacm.so.1: exactly the symbols and versions of rdma-core 44's" abi
 check "rdmacm-utils load vrnic's librdmacm.so.1 and libibverbs.so.1 (BIND_NOW)" loads_ours
 check "rping -C 1000 -S 64 -V: one vrnicd" rping_pair -C 1000 -S 64 -V
@@ -249,7 +299,11 @@ check "across two vrnicd: rping -C 100 -S 65535 -V" across rping_pair -C 100 -S 
 check "across two vrnicd: ucmatose -c 10" across ucmatose_pair x10 -c 10
 check "across two vrnicd: udaddy" across udaddy_pair
 check "on the wire: tshark decodes every CM MAD, none malformed" across cm_on_the_wire
-check "a client killed while connected: the server is told (DISCONNECTED), nothing left" dead_client
+check "10% loss at both vrnicd: ucmatose -c 10 -C 10 connects (MAD retries) and disconnects" \
+  lossy ucmatose_pair lossy -c 10 -C 10
+check "10% loss at both vrnicd: rping -C 100 -V" lossy rping_pair -C 100 -V
+check "a peer not there: UNREACHABLE (ETIMEDOUT) after the REQ's retries" dead_peer
+check "a client killed while connected: the server ends, no CM connection left" dead_client
 [[ -n $VRNICD_PID ]] && check "vrnicd: no objects left (CM ids and connections too), exits 0 on SIGTERM" vrnicd_idle_and_stop
 check "the two udp vrnicd: no objects left, exit 0" stop_hosts
 
