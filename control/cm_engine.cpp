@@ -29,6 +29,16 @@ uint32_t Engine::new_id() {
   return next_id_;
 }
 
+Engine::Conn *Engine::in_state(uint32_t conn, State want) {
+  auto it = conns_.find(conn);
+  return it != conns_.end() && it->second.state == want ? &it->second : nullptr;
+}
+
+absl::Status Engine::fits(const std::vector<uint8_t> &private_data, Bytes room) {
+  if (private_data.size() > room.len) return errno_status(EINVAL, "private data too long");
+  return absl::OkStatus();
+}
+
 Engine::Conn &Engine::add(State state, uint64_t owner, bool active, const Gid &peer) {
   const uint32_t id = new_id();
   Conn &c = conns_[id];
@@ -95,8 +105,7 @@ void Engine::stop_listening(uint64_t service_id) {
 
 absl::StatusOr<uint32_t> Engine::connect(uint64_t owner, const Gid &peer, const ConnectParams &p,
                                          uint64_t now) {
-  if (p.private_data.size() > req::kPrivateData.len)
-    return errno_status(EINVAL, "private data too long");
+  if (absl::Status st = fits(p.private_data, req::kPrivateData); !st.ok()) return st;
   if (conns_.size() >= kMaxConnections) return errno_status(ENOMEM, "too many connections");
   Conn &c = add(State::kReqSent, owner, true, peer);
   const uint32_t id = c.local_id;
@@ -136,10 +145,9 @@ absl::StatusOr<uint32_t> Engine::connect(uint64_t owner, const Gid &peer, const 
 }
 
 absl::Status Engine::establish(uint32_t conn, uint64_t) {
-  auto it = conns_.find(conn);
-  if (it == conns_.end() || it->second.state != State::kRepReceived)
-    return errno_status(EINVAL, "no REP to answer");
-  Conn &c = it->second;
+  Conn *found = in_state(conn, State::kRepReceived);
+  if (!found) return errno_status(EINVAL, "no REP to answer");
+  Conn &c = *found;
   Mad m;
   m.init(Attr::kRtu, c.last_sent.tid());
   m.put(rtu::kLocalCommId, c.local_id);
@@ -151,12 +159,10 @@ absl::Status Engine::establish(uint32_t conn, uint64_t) {
 }
 
 absl::Status Engine::accept(uint32_t conn, const AcceptParams &p, uint64_t now) {
-  auto it = conns_.find(conn);
-  if (it == conns_.end() || it->second.state != State::kReqReceived)
-    return errno_status(EINVAL, "no REQ to accept");
-  if (p.private_data.size() > rep::kPrivateData.len)
-    return errno_status(EINVAL, "private data too long");
-  Conn &c = it->second;
+  Conn *found = in_state(conn, State::kReqReceived);
+  if (!found) return errno_status(EINVAL, "no REQ to accept");
+  if (absl::Status st = fits(p.private_data, rep::kPrivateData); !st.ok()) return st;
+  Conn &c = *found;
   Mad m;
   m.init(Attr::kRep, c.tid);
   m.put(rep::kLocalCommId, c.local_id);
@@ -182,12 +188,10 @@ absl::Status Engine::accept(uint32_t conn, const AcceptParams &p, uint64_t now) 
 
 absl::Status Engine::reject(uint32_t conn, uint16_t reason,
                             const std::vector<uint8_t> &private_data, uint64_t) {
-  auto it = conns_.find(conn);
-  if (it == conns_.end() || it->second.state != State::kReqReceived)
-    return errno_status(EINVAL, "no REQ to reject");
-  if (private_data.size() > rej::kPrivateData.len)
-    return errno_status(EINVAL, "private data too long");
-  Conn &c = it->second;
+  Conn *found = in_state(conn, State::kReqReceived);
+  if (!found) return errno_status(EINVAL, "no REQ to reject");
+  if (absl::Status st = fits(private_data, rej::kPrivateData); !st.ok()) return st;
+  Conn &c = *found;
   Mad m;
   m.init(Attr::kRej, c.tid);
   m.put(rej::kLocalCommId, c.local_id);
@@ -268,8 +272,7 @@ void Engine::abandon(uint32_t conn, uint64_t now) {
 absl::StatusOr<uint32_t> Engine::sidr_request(uint64_t owner, const Gid &peer, uint64_t service_id,
                                               const std::vector<uint8_t> &private_data,
                                               uint64_t now) {
-  if (private_data.size() > sidr_req::kPrivateData.len)
-    return errno_status(EINVAL, "private data too long");
+  if (absl::Status st = fits(private_data, sidr_req::kPrivateData); !st.ok()) return st;
   if (conns_.size() >= kMaxConnections) return errno_status(ENOMEM, "too many requests");
   Conn &c = add(State::kSidrReqSent, owner, true, peer);
   const uint32_t id = c.local_id;
@@ -287,12 +290,10 @@ absl::StatusOr<uint32_t> Engine::sidr_request(uint64_t owner, const Gid &peer, u
 
 absl::Status Engine::sidr_reply(uint32_t request, uint8_t status, uint32_t qpn, uint32_t qkey,
                                 const std::vector<uint8_t> &private_data) {
-  auto it = conns_.find(request);
-  if (it == conns_.end() || it->second.state != State::kSidrReqReceived)
-    return errno_status(EINVAL, "no SIDR_REQ to answer");
-  if (private_data.size() > sidr_rep::kPrivateData.len)
-    return errno_status(EINVAL, "private data too long");
-  Conn &c = it->second;
+  Conn *found = in_state(request, State::kSidrReqReceived);
+  if (!found) return errno_status(EINVAL, "no SIDR_REQ to answer");
+  if (absl::Status st = fits(private_data, sidr_rep::kPrivateData); !st.ok()) return st;
+  Conn &c = *found;
   Mad m;
   m.init(Attr::kSidrRep, c.tid);
   m.put(sidr_rep::kRequestId, c.remote_id);

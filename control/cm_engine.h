@@ -175,6 +175,10 @@ class Engine {
 
   uint32_t new_id();
   Conn &add(State state, uint64_t owner, bool active, const Gid &peer);
+  // The connection if it is in state `want` (what a call on it requires), else nullptr.
+  Conn *in_state(uint32_t conn, State want);
+  // EINVAL when private data does not fit the message's room for it.
+  static absl::Status fits(const std::vector<uint8_t> &private_data, Bytes room);
   void send(Conn &c, const Mad &mad);
   void arm(Conn &c, uint64_t now, uint64_t wait_ns, uint8_t retries);
   // Events of connections whose owner is gone (abandon) are not told.
