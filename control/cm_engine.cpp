@@ -39,6 +39,14 @@ absl::Status Engine::fits(const std::vector<uint8_t> &private_data, Bytes room) 
   return absl::OkStatus();
 }
 
+absl::StatusOr<Engine::Conn *> Engine::ready(uint32_t conn, State want, const char *missing,
+                                             const std::vector<uint8_t> &private_data, Bytes room) {
+  Conn *c = in_state(conn, want);
+  if (!c) return errno_status(EINVAL, missing);
+  if (absl::Status st = fits(private_data, room); !st.ok()) return st;
+  return c;
+}
+
 Engine::Conn &Engine::add(State state, uint64_t owner, bool active, const Gid &peer) {
   const uint32_t id = new_id();
   Conn &c = conns_[id];
@@ -159,10 +167,10 @@ absl::Status Engine::establish(uint32_t conn, uint64_t) {
 }
 
 absl::Status Engine::accept(uint32_t conn, const AcceptParams &p, uint64_t now) {
-  Conn *found = in_state(conn, State::kReqReceived);
-  if (!found) return errno_status(EINVAL, "no REQ to accept");
-  if (absl::Status st = fits(p.private_data, rep::kPrivateData); !st.ok()) return st;
-  Conn &c = *found;
+  absl::StatusOr<Conn *> found =
+      ready(conn, State::kReqReceived, "no REQ to accept", p.private_data, rep::kPrivateData);
+  if (!found.ok()) return found.status();
+  Conn &c = **found;
   Mad m;
   m.init(Attr::kRep, c.tid);
   m.put(rep::kLocalCommId, c.local_id);
@@ -188,10 +196,10 @@ absl::Status Engine::accept(uint32_t conn, const AcceptParams &p, uint64_t now) 
 
 absl::Status Engine::reject(uint32_t conn, uint16_t reason,
                             const std::vector<uint8_t> &private_data, uint64_t) {
-  Conn *found = in_state(conn, State::kReqReceived);
-  if (!found) return errno_status(EINVAL, "no REQ to reject");
-  if (absl::Status st = fits(private_data, rej::kPrivateData); !st.ok()) return st;
-  Conn &c = *found;
+  absl::StatusOr<Conn *> found =
+      ready(conn, State::kReqReceived, "no REQ to reject", private_data, rej::kPrivateData);
+  if (!found.ok()) return found.status();
+  Conn &c = **found;
   Mad m;
   m.init(Attr::kRej, c.tid);
   m.put(rej::kLocalCommId, c.local_id);
@@ -290,10 +298,10 @@ absl::StatusOr<uint32_t> Engine::sidr_request(uint64_t owner, const Gid &peer, u
 
 absl::Status Engine::sidr_reply(uint32_t request, uint8_t status, uint32_t qpn, uint32_t qkey,
                                 const std::vector<uint8_t> &private_data) {
-  Conn *found = in_state(request, State::kSidrReqReceived);
-  if (!found) return errno_status(EINVAL, "no SIDR_REQ to answer");
-  if (absl::Status st = fits(private_data, sidr_rep::kPrivateData); !st.ok()) return st;
-  Conn &c = *found;
+  absl::StatusOr<Conn *> found = ready(request, State::kSidrReqReceived, "no SIDR_REQ to answer",
+                                       private_data, sidr_rep::kPrivateData);
+  if (!found.ok()) return found.status();
+  Conn &c = **found;
   Mad m;
   m.init(Attr::kSidrRep, c.tid);
   m.put(sidr_rep::kRequestId, c.remote_id);

@@ -179,6 +179,9 @@ class Engine {
   Conn *in_state(uint32_t conn, State want);
   // EINVAL when private data does not fit the message's room for it.
   static absl::Status fits(const std::vector<uint8_t> &private_data, Bytes room);
+  // Both: what an owner's call answering a message checks first (EINVAL, saying `missing`).
+  absl::StatusOr<Conn *> ready(uint32_t conn, State want, const char *missing,
+                               const std::vector<uint8_t> &private_data, Bytes room);
   void send(Conn &c, const Mad &mad);
   void arm(Conn &c, uint64_t now, uint64_t wait_ns, uint8_t retries);
   // Events of connections whose owner is gone (abandon) are not told.

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -147,6 +148,20 @@ void owners_connect(Wire &w) {
   };
 }
 
+// B listens, and the owners connect (owners_connect).
+void listen_and_connect(Wire &w) {
+  REQUIRE(w.b.listen(kService, kOwnerB).ok());
+  owners_connect(w);
+}
+
+// The wire loses the first MAD named `what` ("B>A REP"), once.
+void lose_first(Wire &w, const std::string &what) {
+  auto dropped = std::make_shared<bool>(false);
+  w.drop = [what, dropped](const std::string &m) {
+    return m == what && !std::exchange(*dropped, true);
+  };
+}
+
 uint64_t req_wait(const Timing &t) {
   return 2 * Timing::ns(t.packet_life_time) + Timing::ns(t.cm_response_timeout);
 }
@@ -155,8 +170,7 @@ uint64_t req_wait(const Timing &t) {
 
 TEST_CASE("CM: REQ, REP, RTU set up a connection; the fields go across", "[cm]") {
   Wire w;
-  REQUIRE(w.b.listen(kService, kOwnerB).ok());
-  owners_connect(w);
+  listen_and_connect(w);
   auto id = w.a.connect(kOwnerA, kGidB, connect_params(), 0);
   REQUIRE(id.ok());
   w.run();
@@ -216,10 +230,8 @@ TEST_CASE("CM: no listener -> REJ reason 8; the consumer's reject -> REJ 28 with
 
 TEST_CASE("CM: a lost REQ is sent again after the response timeout", "[cm]") {
   Wire w;
-  REQUIRE(w.b.listen(kService, kOwnerB).ok());
-  owners_connect(w);
-  bool dropped = false;
-  w.drop = [&](const std::string &m) { return m == "A>B REQ" && !std::exchange(dropped, true); };
+  listen_and_connect(w);
+  lose_first(w, "A>B REQ");
   REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
   w.run();
   CHECK(w.log == std::vector<std::string>{"A>B REQ (dropped)", "A>B REQ", "B>A REP", "A>B RTU"});
@@ -269,10 +281,8 @@ TEST_CASE("CM: a slow owner's peer is asked to wait (MRA), once", "[cm]") {
 TEST_CASE("CM: a lost REP or RTU: the passive side resends its REP", "[cm]") {
   SECTION("REP lost") {
     Wire w;
-    REQUIRE(w.b.listen(kService, kOwnerB).ok());
-    owners_connect(w);
-    bool dropped = false;
-    w.drop = [&](const std::string &m) { return m == "B>A REP" && !std::exchange(dropped, true); };
+    listen_and_connect(w);
+    lose_first(w, "B>A REP");
     REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
     w.run();
     // Both timers run out together: the REQ's repeat is not answered (the REP's timer is).
@@ -282,10 +292,8 @@ TEST_CASE("CM: a lost REP or RTU: the passive side resends its REP", "[cm]") {
   }
   SECTION("RTU lost: the established side answers the repeated REP with its RTU") {
     Wire w;
-    REQUIRE(w.b.listen(kService, kOwnerB).ok());
-    owners_connect(w);
-    bool dropped = false;
-    w.drop = [&](const std::string &m) { return m == "A>B RTU" && !std::exchange(dropped, true); };
+    listen_and_connect(w);
+    lose_first(w, "A>B RTU");
     REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
     w.run();
     CHECK(w.log == std::vector<std::string>{"A>B REQ", "B>A REP", "A>B RTU (dropped)", "B>A REP",
@@ -297,8 +305,7 @@ TEST_CASE("CM: a lost REP or RTU: the passive side resends its REP", "[cm]") {
 
 TEST_CASE("CM: DREQ, DREP, then time-wait on both sides", "[cm]") {
   Wire w;
-  REQUIRE(w.b.listen(kService, kOwnerB).ok());
-  owners_connect(w);
+  listen_and_connect(w);
   auto id = w.a.connect(kOwnerA, kGidB, connect_params(), 0);
   REQUIRE(id.ok());
   w.run();
@@ -324,8 +331,7 @@ TEST_CASE("CM: DREQ, DREP, then time-wait on both sides", "[cm]") {
 
 TEST_CASE("CM: a DREQ that never arrives still ends in DISCONNECTED", "[cm]") {
   Wire w;
-  REQUIRE(w.b.listen(kService, kOwnerB).ok());
-  owners_connect(w);
+  listen_and_connect(w);
   auto id = w.a.connect(kOwnerA, kGidB, connect_params(), 0);
   REQUIRE(id.ok());
   w.run();
@@ -342,8 +348,7 @@ TEST_CASE("CM: a DREQ that never arrives still ends in DISCONNECTED", "[cm]") {
 
 TEST_CASE("CM: a second REQ from a connected QP is a stale connection", "[cm]") {
   Wire w;
-  REQUIRE(w.b.listen(kService, kOwnerB).ok());
-  owners_connect(w);
+  listen_and_connect(w);
   REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
   w.run();
   w.on_event = nullptr;
@@ -409,8 +414,7 @@ TEST_CASE("CM: malformed and unsolicited MADs are counted and dropped", "[cm]") 
 
 TEST_CASE("CM: an owner that goes away leaves nothing behind", "[cm]") {
   Wire w;
-  REQUIRE(w.b.listen(kService, kOwnerB).ok());
-  owners_connect(w);
+  listen_and_connect(w);
   auto id = w.a.connect(kOwnerA, kGidB, connect_params(), 0);
   REQUIRE(id.ok());
   w.run();
