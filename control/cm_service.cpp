@@ -29,20 +29,10 @@ constexpr uint32_t kRdmaUdpQkey = 0x01234567;  // RDMA_UDP_QKEY
 constexpr size_t kMaxIdsPerSession = 65536;
 constexpr size_t kMaxChannelsPerSession = 4096;
 
-bool is_ipv4_mapped(const uint8_t gid[16]) {
-  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  return std::memcmp(gid, prefix, 12) == 0;
-}
-bool is_any(const uint8_t gid[16]) {
-  static const uint8_t zero[16] = {};
-  return std::memcmp(gid, zero, 16) == 0 ||
-         (is_ipv4_mapped(gid) && !gid[12] && !gid[13] && !gid[14] && !gid[15]);
-}
-
 // The header carries IPv4 addresses in the last 4 of 16 bytes, the rest zero (not ::ffff).
 void to_header_address(const uint8_t gid[16], uint8_t out[16]) {
   std::memset(out, 0, 16);
-  if (is_ipv4_mapped(gid)) {
+  if (ctl::cm_ipv4_mapped(gid)) {
     std::memcpy(out + 12, gid + 12, 4);
   } else {
     std::memcpy(out, gid, 16);
@@ -52,7 +42,7 @@ void to_header_address(const uint8_t gid[16], uint8_t out[16]) {
 std::vector<uint8_t> with_ip_header(const ctl::CmAddress &src, const ctl::CmAddress &dst,
                                     const ctl::CmConnParams &p, size_t room) {
   cm::IpServiceHeader h{};
-  h.ip_version = is_ipv4_mapped(src.gid) ? 4 : 6;
+  h.ip_version = ctl::cm_ipv4_mapped(src.gid) ? 4 : 6;
   h.src_port = src.port;
   to_header_address(src.gid, h.src);
   to_header_address(dst.gid, h.dst);
@@ -111,8 +101,8 @@ absl::Status CmService::start() {
                                            int(e.type), e.conn, (unsigned long long)e.owner);
                             on_event(e);
                           }};
-  engine_ = std::make_unique<cm::Engine>(dev_.info.node_guid, std::move(hooks), timing(),
-                                         ::arc4random());
+  engine_ =
+      std::make_unique<cm::Engine>(dev_.info.node_guid, std::move(hooks), timing(), ::arc4random());
   next_port_ = uint16_t(kEphemeralFirst + ::arc4random_uniform(kEphemeralLast - kEphemeralFirst));
   return absl::OkStatus();
 }
@@ -207,7 +197,7 @@ int CmService::destroy_id(Session &s, uint32_t handle) {
 int CmService::bind(Session &s, const ctl::CmBindReq &req, ctl::CmBindResp &resp) {
   Id *id = owned(s, req.id);
   if (!id || id->bound) return EINVAL;
-  if (!is_any(req.addr.gid)) {
+  if (!ctl::cm_wildcard(req.addr.gid)) {
     bool ours = false;
     for (const ctl::GidEntry &g : dev_.info.gids)
       ours |= g.type != ctl::kGidEmpty && std::memcmp(g.gid, req.addr.gid, 16) == 0;
@@ -249,7 +239,7 @@ int CmService::listen(Session &s, const ctl::CmListenReq &req) {
 int CmService::connect(Session &s, const ctl::CmConnectReq &req) {
   Id *id = owned(s, req.id);
   if (!id || !id->bound || id->listening || id->conn) return EINVAL;
-  if (is_any(id->local.gid)) return EINVAL;  // resolve_addr picks the source first
+  if (ctl::cm_wildcard(id->local.gid)) return EINVAL;  // resolve_addr picks the source first
   id->peer = req.dst;
   cm::Gid peer;
   std::copy(std::begin(req.dst.gid), std::end(req.dst.gid), peer.begin());

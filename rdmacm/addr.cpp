@@ -159,65 +159,84 @@ RDMACM_EXPORT void rdma_free_devices(ibv_context **list) {
   std::free(list);  // the devices stay open, as rdma-core keeps them
 }
 
-RDMACM_EXPORT int rdma_getaddrinfo(const char *node, const char *service,
-                                   const rdma_addrinfo *hints, rdma_addrinfo **res) {
-  if (!res || (!node && !service)) {
-    errno = EINVAL;
-    return -1;
-  }
+namespace {
+
+bool copy_address(sockaddr **dst, socklen_t *dst_len, const sockaddr *src, socklen_t len) {
+  *dst = static_cast<sockaddr *>(std::malloc(len));
+  if (!*dst) return false;
+  std::memcpy(*dst, src, len);
+  *dst_len = len;
+  return true;
+}
+
+// The first of getaddrinfo's answers, as rdma-core's librdmacm makes it: the QP type from the
+// socket type and the port space from the protocol unless the hints name them; the address
+// is the source when passive, else the destination.
+int resolve_name(const char *node, const char *service, const rdma_addrinfo &hints,
+                 rdma_addrinfo *r) {
   addrinfo h{};
-  h.ai_socktype = SOCK_STREAM;
-  if (hints) {
-    h.ai_family = hints->ai_family == AF_IB ? AF_UNSPEC : hints->ai_family;
-    if (hints->ai_flags & RAI_PASSIVE) h.ai_flags |= AI_PASSIVE;
-    if (hints->ai_flags & RAI_NUMERICHOST) h.ai_flags |= AI_NUMERICHOST;
-  }
+  if (hints.ai_flags & RAI_PASSIVE) h.ai_flags |= AI_PASSIVE;
+  if (hints.ai_flags & RAI_NUMERICHOST) h.ai_flags |= AI_NUMERICHOST;
+  if (hints.ai_family != AF_IB) h.ai_family = hints.ai_family;
+  h.ai_socktype = hints.ai_qp_type == IBV_QPT_UD ? SOCK_DGRAM : hints.ai_qp_type ? SOCK_STREAM : 0;
+  if (hints.ai_port_space == RDMA_PS_TCP) h.ai_protocol = IPPROTO_TCP;
+  if (hints.ai_port_space == RDMA_PS_UDP || hints.ai_port_space == RDMA_PS_IPOIB)
+    h.ai_protocol = IPPROTO_UDP;
+  if (hints.ai_port_space == RDMA_PS_IB)
+    h.ai_protocol = h.ai_socktype == SOCK_DGRAM ? IPPROTO_UDP : h.ai_socktype ? IPPROTO_TCP : 0;
   addrinfo *found = nullptr;
-  if (int rc = getaddrinfo(node, service, &h, &found); rc != 0) {
-    errno = rc == EAI_SYSTEM ? errno : ENOENT;
-    return rc;
-  }
-  rdma_addrinfo *first = nullptr, **link = &first;
-  for (addrinfo *ai = found; ai; ai = ai->ai_next) {
-    if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
-    auto *r = static_cast<rdma_addrinfo *>(std::calloc(1, sizeof(rdma_addrinfo)));
-    auto *addr = static_cast<sockaddr *>(std::calloc(1, ai->ai_addrlen));
-    if (!r || !addr) {
-      std::free(r);
-      std::free(addr);
-      break;
-    }
-    std::memcpy(addr, ai->ai_addr, ai->ai_addrlen);
-    r->ai_flags = hints ? hints->ai_flags : 0;
-    r->ai_family = ai->ai_family;
-    r->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type : IBV_QPT_RC;
-    r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
-    if (r->ai_flags & RAI_PASSIVE) {
-      r->ai_src_addr = addr;
-      r->ai_src_len = ai->ai_addrlen;
-    } else {
-      r->ai_dst_addr = addr;
-      r->ai_dst_len = ai->ai_addrlen;
-      if (hints && hints->ai_src_addr) {
-        r->ai_src_addr = static_cast<sockaddr *>(std::calloc(1, hints->ai_src_len));
-        if (r->ai_src_addr) {
-          std::memcpy(r->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
-          r->ai_src_len = hints->ai_src_len;
-        }
-      }
-    }
-    if (ai->ai_canonname)
-      ((r->ai_flags & RAI_PASSIVE) ? r->ai_src_canonname : r->ai_dst_canonname) =
-          strdup(ai->ai_canonname);
-    *link = r;
-    link = &r->ai_next;
+  if (int rc = getaddrinfo(node, service, &h, &found); rc != 0) return rc;
+  const addrinfo *ai = found;
+  r->ai_qp_type = hints.ai_qp_type                ? hints.ai_qp_type
+                  : ai->ai_socktype == SOCK_DGRAM ? IBV_QPT_UD
+                                                  : IBV_QPT_RC;
+  r->ai_port_space = hints.ai_port_space              ? hints.ai_port_space
+                     : ai->ai_protocol == IPPROTO_UDP ? RDMA_PS_UDP
+                                                      : RDMA_PS_TCP;
+  r->ai_family = ai->ai_family;
+  bool ok;
+  if (ai->ai_flags & AI_PASSIVE) {
+    r->ai_flags = RAI_PASSIVE;
+    if (ai->ai_canonname) r->ai_src_canonname = strdup(ai->ai_canonname);
+    ok = copy_address(&r->ai_src_addr, &r->ai_src_len, ai->ai_addr, ai->ai_addrlen);
+  } else {
+    if (ai->ai_canonname) r->ai_dst_canonname = strdup(ai->ai_canonname);
+    ok = copy_address(&r->ai_dst_addr, &r->ai_dst_len, ai->ai_addr, ai->ai_addrlen);
   }
   freeaddrinfo(found);
-  if (!first) {
-    errno = ENOENT;
-    return EAI_NONAME;
+  return ok ? 0 : EAI_MEMORY;
+}
+
+}  // namespace
+
+// As rdma-core's: with neither node nor service the answer is the hints' own; a failure is
+// -1 with errno the getaddrinfo code (EAI_*), which is what callers of rdma-core's read.
+RDMACM_EXPORT int rdma_getaddrinfo(const char *node, const char *service,
+                                   const rdma_addrinfo *hints, rdma_addrinfo **res) {
+  if (!res || (!node && !service && !hints)) return fail(EINVAL);
+  static const rdma_addrinfo kNoHints{};
+  const rdma_addrinfo &h = hints ? *hints : kNoHints;
+  auto *r = static_cast<rdma_addrinfo *>(std::calloc(1, sizeof(rdma_addrinfo)));
+  if (!r) return fail(ENOMEM);
+  int rc = 0;
+  if (node || service) {
+    rc = resolve_name(node, service, h, r);
+  } else {
+    r->ai_flags = h.ai_flags;
+    r->ai_family = h.ai_family;
+    r->ai_qp_type = h.ai_qp_type;
+    r->ai_port_space = h.ai_port_space;
+    if (h.ai_dst_len && !copy_address(&r->ai_dst_addr, &r->ai_dst_len, h.ai_dst_addr, h.ai_dst_len))
+      rc = ENOMEM;
   }
-  *res = first;
+  if (!rc && !r->ai_src_len && h.ai_src_len &&
+      !copy_address(&r->ai_src_addr, &r->ai_src_len, h.ai_src_addr, h.ai_src_len))
+    rc = ENOMEM;
+  if (rc) {
+    rdma_freeaddrinfo(r);
+    return fail(rc);
+  }
+  *res = r;
   return 0;
 }
 

@@ -27,11 +27,6 @@ Channel *of(rdma_event_channel *ch) {
   return reinterpret_cast<Channel *>(ch);
 }
 
-int fail(int err) {
-  errno = err;
-  return -1;
-}
-
 Channel *new_channel() {
   auto *c = new (std::nothrow) Channel;
   if (!c) return nullptr;
@@ -314,13 +309,16 @@ RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id *cmid, sockaddr *addr) {
   Id *id = of(cmid);
   ctl::CmBindReq req{};
   if (!to_cm_address(addr, &req.addr)) return fail(EAFNOSUPPORT);
-  static const uint8_t zero[16] = {};
-  const bool any = std::memcmp(req.addr.gid, zero, 16) == 0 ||
-                   (req.addr.gid[10] == 0xff && !req.addr.gid[12] && !req.addr.gid[13] &&
-                    !req.addr.gid[14] && !req.addr.gid[15]);
   uint8_t index = 0;
-  Device *dev =
-      any ? (devices().empty() ? nullptr : devices()[0]) : device_of_gid(req.addr.gid, &index);
+  bool any = ctl::cm_wildcard(req.addr.gid);
+  Device *dev = any ? nullptr : device_of_gid(req.addr.gid, &index);
+  if (!dev && ctl::cm_loopback(req.addr.gid)) {
+    // The kernel's CM takes a loopback address no device has for the wildcard (cma_any_addr):
+    // bound to no device, listening on all. libfabric's verbs provider binds "localhost" so.
+    any = true;
+    std::memset(req.addr.gid, 0, sizeof(req.addr.gid));
+  }
+  if (any) dev = devices().empty() ? nullptr : devices()[0];
   if (!dev) return fail(EADDRNOTAVAIL);
   if (int err = attach(id, dev, index)) return fail(err);
   req.id = id->handle;
@@ -329,6 +327,11 @@ RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id *cmid, sockaddr *addr) {
     return fail(err);
   sockaddr_storage ss;
   to_sockaddr(resp.addr, addr->sa_family, &ss);
+  if (any) {  // the address stays the caller's (0.0.0.0, 127.0.0.1), with the port given
+    std::memcpy(&ss, addr,
+                addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+    reinterpret_cast<sockaddr_in *>(&ss)->sin_port = htons(resp.addr.port);
+  }
   std::memcpy(&cmid->route.addr.src_storage, &ss, sizeof(ss));
   std::memcpy(cmid->route.addr.addr.ibaddr.sgid.raw, resp.addr.gid, 16);
   cmid->route.addr.addr.ibaddr.pkey = htobe16(0xffff);

@@ -7,6 +7,7 @@
 #include <rdma/rdma_cma.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -82,6 +83,12 @@ int complete(Id *id, std::initializer_list<uint32_t> want);
 // The id behind a cookie, if it is still alive; the id with vrnicd's handle on a channel.
 Id *live_id(uint64_t cookie);
 Id *by_handle(rdma_event_channel *channel, uint32_t handle);
+
+// librdmacm's failure: -1 and errno.
+inline int fail(int err) {
+  errno = err;
+  return -1;
+}
 
 inline uint32_t random_psn() {
   return ::arc4random() & 0xffffff;

@@ -3,7 +3,6 @@
 # perf/bench_dpdk.sh. Source it after tests/lib.sh (and vrnic_tmp_init).
 #
 #   need_dpdk                     root and the dpdk module, or a message saying which is missing
-#   veth_pair NS1 NS2 V1 V2       two namespaces joined by a veth pair (removed at cleanup)
 # and, from tests/lib_hosts.sh (sourced here), named vrnicd and verbs programs between them.
 
 DPDK_MODULE=$VRNIC_BUILD_DIR/dataplane/dpdk/vrnic_port_dpdk.so
@@ -20,15 +19,5 @@ need_dpdk() {
     echo "the dpdk module is not built ($DPDK_MODULE): is libdpdk-dev installed?"
     return 1
   }
-}
-
-# veth_pair NS1 NS2 VETH1 VETH2: two namespaces joined by a veth pair, both ends up, no
-# addresses (the dpdk ports own them); removed at cleanup.
-veth_pair() {
-  vrnic_on_cleanup "ip netns del $1 2>/dev/null; ip netns del $2 2>/dev/null"
-  echo "+ ip netns add $1; ip netns add $2; veth $3 <-> $4"
-  ip netns add "$1" && ip netns add "$2" &&
-    ip link add "$3" netns "$1" type veth peer name "$4" netns "$2" &&
-    ip -n "$1" link set "$3" up && ip -n "$2" link set "$4" up
 }
 

@@ -4,6 +4,8 @@
 # tests/lib.sh (and vrnic_tmp_init). SOCK[name], PID[name] and LOG[name] hold each daemon's
 # socket, pid and log.
 #
+#   veth_pair NS1 NS2 V1 V2 [A1 A2]   two namespaces joined by a veth pair, with addresses
+#                                     A1 and A2 (CIDR) if given; removed at cleanup
 #   host_vrnicd NAME NETNS ARGS       a vrnicd in NETNS ("-": here) with ARGS
 #   host_device NAME HOST INDEX       device vrnicINDEX of daemon HOST, as a host of its own
 #   with_hosts SETUP NAME... -- CMD   CMD, once SETUP has started the daemons NAME...
@@ -20,6 +22,20 @@
 HOSTS_DIR=$VRNIC_TMP/hosts
 mkdir -p "$HOSTS_DIR"
 declare -gA SOCK PID LOG DEVNAME HOST_OF
+
+# veth_pair NS1 NS2 VETH1 VETH2 [ADDR1 ADDR2]: two namespaces joined by a veth pair, both ends
+# (and lo) up; without addresses for the dpdk ports, which own them; removed at cleanup.
+veth_pair() {
+  vrnic_on_cleanup "ip netns del $1 2>/dev/null; ip netns del $2 2>/dev/null"
+  echo "+ ip netns add $1; ip netns add $2; veth $3 <-> $4${5:+, $5 <-> $6}"
+  ip netns add "$1" && ip netns add "$2" &&
+    ip link add "$3" netns "$1" type veth peer name "$4" netns "$2" || return 1
+  if [[ -n ${5:-} ]]; then
+    ip -n "$1" addr add "$5" dev "$3" && ip -n "$2" addr add "$6" dev "$4" || return 1
+  fi
+  ip -n "$1" link set lo up && ip -n "$2" link set lo up &&
+    ip -n "$1" link set "$3" up && ip -n "$2" link set "$4" up
+}
 
 # host_vrnicd NAME NETNS ARGS...: a vrnicd (in NETNS, or here for "-"), tracked by NAME.
 # Inside a namespace bpffs is mounted first (ip netns exec gives a private mount namespace;

@@ -429,6 +429,23 @@ struct CmAddress {
   uint16_t port;
   uint16_t reserved[3];
 };
+// What an address is, as the kernel's CM tells them apart (cma_zero_addr, cma_loopback_addr).
+inline bool cm_ipv4_mapped(const uint8_t gid[16]) {
+  for (int i = 0; i < 10; i++)
+    if (gid[i]) return false;
+  return gid[10] == 0xff && gid[11] == 0xff;
+}
+inline bool cm_wildcard(const uint8_t gid[16]) {  // :: or 0.0.0.0
+  uint8_t any = 0;
+  for (int i = cm_ipv4_mapped(gid) ? 12 : 0; i < 16; i++) any |= gid[i];
+  return any == 0;
+}
+inline bool cm_loopback(const uint8_t gid[16]) {  // ::1 or 127.0.0.0/8
+  if (cm_ipv4_mapped(gid)) return gid[12] == 127;
+  for (int i = 0; i < 15; i++)
+    if (gid[i]) return false;
+  return gid[15] == 1;
+}
 // enum rdma_cm_event_type, as <rdma/rdma_cma.h> numbers it (checked there by the library).
 enum CmEvent : uint32_t {
   kCmAddrResolved = 0,

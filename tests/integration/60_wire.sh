@@ -143,14 +143,7 @@ netns_hosts() {
     echo "network namespaces need root"
     return 1
   fi
-  vrnic_on_cleanup "ip netns del $NS_A 2>/dev/null; ip netns del $NS_B 2>/dev/null"
-  echo "+ ip netns add $NS_A; ip netns add $NS_B; veth vra$$ <-> vrb$$, 10.199.0.1/24 <-> .2"
-  ip netns add "$NS_A" && ip netns add "$NS_B" &&
-    ip link add "vra$$" netns "$NS_A" type veth peer name "vrb$$" netns "$NS_B" &&
-    ip -n "$NS_A" addr add 10.199.0.1/24 dev "vra$$" &&
-    ip -n "$NS_B" addr add 10.199.0.2/24 dev "vrb$$" &&
-    ip -n "$NS_A" link set "vra$$" up && ip -n "$NS_B" link set "vrb$$" up &&
-    ip -n "$NS_A" link set lo up && ip -n "$NS_B" link set lo up || return 1
+  veth_pair "$NS_A" "$NS_B" "vra$$" "vrb$$" 10.199.0.1/24 10.199.0.2/24 || return 1
   local dir=$VRNIC_TMP/netns
   mkdir -p "$dir"
   NS_SOCK_A=$dir/a.sock

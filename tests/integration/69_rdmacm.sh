@@ -47,18 +47,25 @@ cm_pair() {
   tmo=$(vrnic_timeout 60)
   CM_SERVER_LOG=$VRNIC_TMP/$tag.server.log
   CM_CLIENT_LOG=$VRNIC_TMP/$tag.client.log
-  echo "+ ${srv[*]} &   # server"
-  VRNIC_SOCKET=$ssock "${CM_RUN[@]}" timeout -k 5 "$tmo" "${srv[@]}" >"$CM_SERVER_LOG" 2>&1 \
-    </dev/null &
+  # CM_SERVER_NS / CM_CLIENT_NS: the network namespace each runs in, if any.
+  local sns=() cns=()
+  [[ -n ${CM_SERVER_NS:-} ]] && sns=(ip netns exec "$CM_SERVER_NS")
+  [[ -n ${CM_CLIENT_NS:-} ]] && cns=(ip netns exec "$CM_CLIENT_NS")
+  echo "+ ${sns[*]} ${srv[*]} &   # server"
+  VRNIC_SOCKET=$ssock "${CM_RUN[@]}" "${sns[@]}" timeout -k 5 "$tmo" "${srv[@]}" \
+    >"$CM_SERVER_LOG" 2>&1 </dev/null &
   pid=$!
   _vrnic_track "$pid"
-  if ! wait_for 15 "the server's listener in vrnicd" stat_is cm_listeners 1 "$ssock"; then
+  # CM_SERVER_READY: how to tell the server is ready, if not by its listener in vrnicd.
+  local ready=(stat_is cm_listeners 1 "$ssock")
+  [[ -n ${CM_SERVER_READY:-} ]] && read -ra ready <<<"$CM_SERVER_READY"
+  if ! wait_for 15 "the server ready (${ready[*]})" "${ready[@]}"; then
     vrnic_tail "$CM_SERVER_LOG"
     kill "$pid" 2>/dev/null
     return 1
   fi
-  echo "+ ${cli[*]}   # client"
-  VRNIC_SOCKET=$csock vrnic_fg "${CM_RUN[@]}" timeout -k 5 "$tmo" "${cli[@]}" \
+  echo "+ ${cns[*]} ${cli[*]}   # client"
+  VRNIC_SOCKET=$csock vrnic_fg "${CM_RUN[@]}" "${cns[@]}" timeout -k 5 "$tmo" "${cli[@]}" \
     >"$CM_CLIENT_LOG" 2>&1 </dev/null
   local crc=$?
   if [[ ${CM_KEEP_SERVER:-0} == 1 ]]; then
@@ -110,7 +117,9 @@ ucmatose_pair() {
 
 udaddy_pair() {
   # shellcheck disable=SC2086
-  cm_pair udaddy udaddy -b 127.0.0.1 -- udaddy ${CM_CLIENT_BIND:+-b $CM_CLIENT_BIND} -s 127.0.0.1 &&
+  local at=${CM_SERVER_ADDR:-127.0.0.1}
+  # shellcheck disable=SC2086
+  cm_pair udaddy udaddy -b "$at" -- udaddy ${CM_CLIENT_BIND:+-b $CM_CLIENT_BIND} -s "$at" &&
     status_zero_both
 }
 
@@ -143,7 +152,7 @@ across_run() {
 sync_pair() {  # rdma_server/rdma_client and the x variants: "end 0" on both sides
   local server=$1 client=$2
   shift 2
-  cm_pair "$server" "$server" "$@" -- "$client" -s 127.0.0.1 "$@" || return 1
+  cm_pair "$server" "$server" "$@" -- "$client" -s "${CM_SERVER_ADDR:-127.0.0.1}" "$@" || return 1
   grep -q "$server: end 0" "$CM_SERVER_LOG" && grep -q "$client: end 0" "$CM_CLIENT_LOG"
 }
 
@@ -153,6 +162,75 @@ cmtime_1000() {
   grep -E '^(connect|disconnect) ' "$CM_CLIENT_LOG"
   CHECK_NOTE=$(awk '$1 == "connect" { print "connect " $3 " ms total" }' "$CM_CLIENT_LOG")
   grep -q '^destroy ' "$CM_CLIENT_LOG"
+}
+
+# Two namespaces joined by a veth pair, a vrnicd with a udp port at each end: the programs as on
+# two hosts that see only their own interface, no loopback address in play. libfabric's verbs
+# provider needs this: it offers only devices with an address on an interface other than lo.
+NS_A=vrnic-cma-$$ NS_B=vrnic-cmb-$$ NS_ADDR_A=10.200.0.1 NS_ADDR_B=10.200.0.2
+ns_hosts() {
+  ((EUID == 0)) || { echo "network namespaces need root"; return 1; }
+  veth_pair "$NS_A" "$NS_B" "vca$$" "vcb$$" "$NS_ADDR_A/24" "$NS_ADDR_B/24" &&
+    host_vrnicd na "$NS_A" --udp "$NS_ADDR_A" && host_vrnicd nb "$NS_B" --udp "$NS_ADDR_B"
+}
+ns_run() {
+  local CM_SERVER_SOCK=${SOCK[na]} CM_CLIENT_SOCK=${SOCK[nb]} CM_SERVER_NS=$NS_A
+  local CM_CLIENT_NS=$NS_B CM_SERVER_ADDR=$NS_ADDR_A CM_CLIENT_BIND=$NS_ADDR_B
+  local RPING_CLIENT_ARGS="-I $NS_ADDR_B"
+  "$@"
+}
+in_namespaces() {
+  with_hosts ns_hosts na nb -- ns_run "$@"
+}
+
+# A TCP server listening on PORT in namespace NS.
+tcp_listening() {
+  [[ -n $(ip netns exec "$1" ss -Hltn "sport = :$2") ]]
+}
+
+# fi_pingpong ARGS (libfabric's verbs provider, its connections through rdma_cm): the server
+# listens on rdma_cm only once the client reached it on its TCP control port. Both exit 0;
+# with -c each checks every byte it received.
+fi_pair() {
+  local port
+  port=$(next_port)
+  CM_SERVER_READY="tcp_listening $CM_SERVER_NS $port" cm_pair "fi-$port" \
+    fi_pingpong -B "$port" "$@" -- fi_pingpong -P "$port" "$@" "$CM_SERVER_ADDR" || return 1
+  grep -E '^(bytes|[0-9]+[km]?) ' "$CM_CLIENT_LOG" | sed 's/^/    /'
+  CHECK_NOTE=$(awk '$1 == "64" { print "64 B: " $7 " us per transfer" }' "$CM_CLIENT_LOG")
+  grep -q '^1m ' "$CM_CLIENT_LOG" || { echo "FAIL: no 1 MiB round"; return 1; }
+}
+
+# Open MPI over libfabric (verbs;ofi_rxm, connections through rdma_cm): build/tests/mpi_check,
+# 2 ranks on the first namespace's vrnicd. Debian's Open MPI 4.1 builds its openib BTL
+# without the rdmacm CPC (only udcm, which does not run on RoCE), so the MTL for OFI is the
+# way its MPI reaches rdma_cm. osc pt2pt: one-sided over the same MTL.
+MPI_CHECK=$VRNIC_BUILD_DIR/tests/mpi_check
+mpi_over_ofi() {
+  local out=$VRNIC_TMP/mpi-ofi.log rc passed mads bytes
+  [[ -x $MPI_CHECK ]] || { echo "$MPI_CHECK not built (libopenmpi-dev)"; return 1; }
+  mads=$(stat_of cm_mads_received na)
+  bytes=$(stat_of bytes_sent na)
+  local cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 --mca pml cm
+    --mca mtl ofi --mca mtl_ofi_provider_include "verbs;ofi_rxm" --mca btl self --mca osc pt2pt
+    -x LD_LIBRARY_PATH -x VRNIC_SOCKET -x LD_BIND_NOW "$MPI_CHECK")
+  echo "+ ip netns exec $NS_A ${cmd[*]}"
+  VRNIC_SOCKET=${SOCK[na]} vrnic_fg "${CM_RUN[@]}" ip netns exec "$NS_A" \
+    timeout -k 5 "$(vrnic_timeout 120)" "${cmd[@]}" >"$out" 2>&1 </dev/null
+  rc=$?
+  grep 'mpi_check:' "$out" | sed 's/^/    /'
+  passed=$(grep -c 'checks passed' "$out")
+  mads=$(($(stat_of cm_mads_received na) - mads))
+  bytes=$(($(stat_of bytes_sent na) - bytes))
+  echo "    vrnicd: $mads CM MADs received, $bytes bytes sent"
+  if ((rc != 0 || passed != 2)); then
+    echo "FAIL: mpirun $(_vrnic_status_word "$rc"), $passed of 2 ranks passed"
+    vrnic_tail "$out" 30
+    return 1
+  fi
+  # The connections went through vrnicd's CM, the data through its transport (16 MiB and more).
+  ((mads > 0 && bytes >= 16 << 20)) || { echo "FAIL: not through vrnic's rdma_cm?"; return 1; }
+  CHECK_NOTE="2 ranks, $mads CM MADs"
 }
 
 # No listener on the port: REJECTED with reason 8 (rping prints the event and its status), and
@@ -302,9 +380,20 @@ check "on the wire: tshark decodes every CM MAD, none malformed" across cm_on_th
 check "10% loss at both vrnicd: ucmatose -c 10 -C 10 connects (MAD retries) and disconnects" \
   lossy ucmatose_pair lossy -c 10 -C 10
 check "10% loss at both vrnicd: rping -C 100 -V" lossy rping_pair -C 100 -V
+check "two namespaces (veth): rping -C 1000 -S 64 -V" in_namespaces rping_pair -C 1000 -S 64 -V
+check "two namespaces: rping -C 100 -S 65535 -V" in_namespaces rping_pair -C 100 -S 65535 -V
+check "two namespaces: ucmatose -c 10" in_namespaces ucmatose_pair ns10 -c 10
+check "two namespaces: udaddy" in_namespaces udaddy_pair
+check "two namespaces: rdma_server / rdma_client" in_namespaces sync_pair rdma_server rdma_client
+check "two namespaces: libfabric fi_pingpong -p verbs -e msg -c (64 B to 1 MiB)" \
+  in_namespaces fi_pair -p verbs -e msg -I 100 -c
+check "two namespaces: libfabric fi_pingpong -p 'verbs;ofi_rxm' -e rdm -c" \
+  in_namespaces fi_pair -p "verbs;ofi_rxm" -e rdm -I 100 -c
+check "Open MPI over libfabric verbs;ofi_rxm (rdma_cm): mpi_check, 2 ranks" \
+  in_namespaces mpi_over_ofi
 check "a peer not there: UNREACHABLE (ETIMEDOUT) after the REQ's retries" dead_peer
 check "a client killed while connected: the server ends, no CM connection left" dead_client
 [[ -n $VRNICD_PID ]] && check "vrnicd: no objects left (CM ids and connections too), exits 0 on SIGTERM" vrnicd_idle_and_stop
-check "the two udp vrnicd: no objects left, exit 0" stop_hosts
+check "the other vrnicd (udp, namespaces): no objects left, exit 0" stop_hosts
 
 vrnic_script_finish
