@@ -73,7 +73,9 @@ void usage(FILE *out) {
       "                   an IPv6 or loopback peer leave as one UDP GSO send)\n"
       "  --faults SPEC    inject faults on the wire port's receive path, e.g.\n"
       "                   loss=1,dup=1,reorder=5,corrupt=1,delay_us=100,seed=7 (percent);\n"
-      "                   hold_op=N holds every frame of BTH opcode N behind the next one\n");
+      "                   hold_op=N holds every frame of BTH opcode N behind the next one;\n"
+      "                   drop_mad=A drops the first copy of each CM MAD of attribute A\n"
+      "                   (21: DREQ), which the sender's CM timer sends again\n");
 }
 
 bool parse_number(const char *text, unsigned long lo, unsigned long hi, unsigned long *out) {

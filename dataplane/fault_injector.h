@@ -4,6 +4,8 @@
 // frame must be caught by the ICRC like a real one.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -21,13 +23,18 @@ struct FaultConfig {
   // Every frame with this BTH opcode is held back behind the next frame, as reorder does at
   // random: a chosen packet overtaken on the way, for tests of what recovers from that.
   int16_t hold_opcode = -1;  // -1: none
+  // CM MADs (to QP1) of this attribute ID lose the first copy of each transaction: the
+  // sender's CM timer sends it again and that copy passes (a lost DREQ, say, for tests of
+  // the CM's retries).
+  int32_t drop_mad_attr = -1;  // -1: none
   uint64_t seed = 1;
 
   bool any() const {
-    return loss || duplicate || reorder || corrupt || delay_us || hold_opcode >= 0;
+    return loss || duplicate || reorder || corrupt || delay_us || hold_opcode >= 0 ||
+           drop_mad_attr >= 0;
   }
-  // "loss=1,dup=0.5,reorder=5,corrupt=1,delay_us=100,hold_op=16,seed=7" (rates in percent;
-  // hold_op a BTH opcode, 0-255).
+  // "loss=1,dup=0.5,reorder=5,corrupt=1,delay_us=100,hold_op=16,drop_mad=21,seed=7" (rates in
+  // percent; hold_op a BTH opcode, 0-255; drop_mad a CM attribute ID, 21 = 0x15 the DREQ).
   static absl::StatusOr<FaultConfig> parse(const std::string &text);
   std::string to_string() const;
 };
@@ -48,6 +55,8 @@ class FaultInjector {
   const FaultCounters &counters() const { return counters_; }
 
   bool drop() { return roll(cfg_.loss, counters_.dropped); }
+  // Whether this packet (from its BTH on) is the first copy of a MAD drop_mad names.
+  bool drop_mad(const uint8_t *pkt, uint32_t len);
   bool duplicate() { return roll(cfg_.duplicate, counters_.duplicated); }
   // Whether to hold this frame back behind the next one: its opcode is the one held, or the
   // dice say so (counted as reordered either way).
@@ -71,6 +80,9 @@ class FaultInjector {
   }
   FaultConfig cfg_;
   FaultCounters counters_;
+  // The transactions drop_mad has dropped a copy of, the last few.
+  std::array<uint64_t, 16> mad_tids_{};
+  size_t mad_tids_seen_ = 0;
   std::mt19937_64 rng_;
   std::uniform_real_distribution<double> uniform_{0.0, 1.0};
 };

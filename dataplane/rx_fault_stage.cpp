@@ -43,7 +43,7 @@ void RxFaultStage::deliver_or_delay(RxFrame frame) {
 
 void RxFaultStage::push(RxFrame frame) {
   FaultInjector &f = *faults_;
-  if (f.drop()) {
+  if (f.drop_mad(frame.data, frame.len) || f.drop()) {
     pool_.free(frame.pkt);
     return;
   }

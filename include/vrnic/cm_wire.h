@@ -19,6 +19,8 @@ inline constexpr uint32_t kGsiQkey = 0x80010000;  // QP1's Q_Key (IB_QP1_QKEY)
 inline constexpr size_t kMadBytes = 256;
 inline constexpr size_t kMadHeaderBytes = 24;
 inline constexpr size_t kMadDataBytes = kMadBytes - kMadHeaderBytes;  // 232
+inline constexpr size_t kMadTidOffset = 8;    // in the header: the transaction ID (8 bytes)
+inline constexpr size_t kMadAttrOffset = 16;  // ... the attribute ID (2 bytes)
 
 inline constexpr uint8_t kBaseVersion = 1;
 inline constexpr uint8_t kMgmtClassCm = 0x07;
@@ -225,8 +227,8 @@ struct Mad {
   uint8_t class_version() const { return bytes[2]; }
   uint8_t method() const { return bytes[3]; }
   uint16_t status() const { return uint16_t(bytes[4] << 8 | bytes[5]); }
-  uint64_t tid() const { return load(8, 8); }
-  Attr attr() const { return Attr(load(16, 2)); }
+  uint64_t tid() const { return load(kMadTidOffset, 8); }
+  Attr attr() const { return Attr(load(kMadAttrOffset, 2)); }
   uint32_t attr_mod() const { return uint32_t(load(20, 4)); }
 
   // A CM SEND of `attr` with transaction ID `tid`; the data zeroed.
@@ -236,8 +238,8 @@ struct Mad {
     bytes[1] = kMgmtClassCm;
     bytes[2] = kClassVersion;
     bytes[3] = kMethodSend;
-    store(8, 8, tid);
-    store(16, 2, uint16_t(attr));
+    store(kMadTidOffset, 8, tid);
+    store(kMadAttrOffset, 2, uint16_t(attr));
   }
   uint64_t operator[](Field f) const { return get(data(), f); }
   void put(Field f, uint64_t v) { set(data(), f, v); }

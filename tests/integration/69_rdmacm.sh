@@ -331,6 +331,35 @@ lossy() {
   with_hosts lossy_hosts cl1 cl2 -- lossy_run "$@"
 }
 
+# Each DREQ's first copy lost (--faults drop_mad=21 at both vrnicd; short CM timers, so a DREQ
+# is sent again after 0.6 s): the connections still end in DISCONNECTED on both sides and the
+# programs exit 0; the losses and resends show in the counters.
+lost_dreq_hosts() {
+  local port
+  port=$(free_udp_port) || return 1
+  VRNIC_CM_RESPONSE_TIMEOUT=14 host_vrnicd dq1 - --udp 127.0.0.6 --udp-port "$port" \
+    --faults drop_mad=21 &&
+    VRNIC_CM_RESPONSE_TIMEOUT=14 host_vrnicd dq2 - --udp 127.0.0.7 --udp-port "$port" \
+      --faults drop_mad=21
+}
+lost_dreq_run() {
+  local CM_SERVER_SOCK=${SOCK[dq1]} CM_CLIENT_SOCK=${SOCK[dq2]} CM_CLIENT_BIND=127.0.0.7
+  local RPING_CLIENT_ARGS="-I 127.0.0.7" CM_SERVER_ADDR=127.0.0.6 dropped resent
+  sum() { echo $(($(stat_of "$1" dq1) + $(stat_of "$1" dq2))); }
+  dropped=$((-$(sum faults_dropped)))
+  resent=$((-$(sum cm_mads_resent)))
+  "$@" || return 1
+  wait_for 5 "the last MADs" counter_settled cm_mads_received "${SOCK[dq1]}"
+  dropped=$((dropped + $(sum faults_dropped)))
+  resent=$((resent + $(sum cm_mads_resent)))
+  echo "    $dropped DREQs lost, $resent MADs sent again"
+  CHECK_NOTE="$dropped DREQs lost"
+  ((dropped > 0 && resent >= dropped)) || { echo "FAIL: no DREQ lost and sent again"; return 1; }
+}
+lost_dreq() {
+  with_hosts lost_dreq_hosts dq1 dq2 -- lost_dreq_run "$@"
+}
+
 # A peer that is not there (127.0.0.9: no vrnicd, the kernel drops the datagrams): the REQ
 # is sent 1 + VRNIC_CM_RETRIES times, then UNREACHABLE with ETIMEDOUT (Linux's timers: 16
 # tries 4.6 s apart, 74 s; here VRNIC_CM_RESPONSE_TIMEOUT=14 VRNIC_CM_RETRIES=2: 3 x 0.6 s).
@@ -391,6 +420,10 @@ check "two namespaces: libfabric fi_pingpong -p 'verbs;ofi_rxm' -e rdm -c" \
   in_namespaces fi_pair -p "verbs;ofi_rxm" -e rdm -I 100 -c
 check "Open MPI over libfabric verbs;ofi_rxm (rdma_cm): mpi_check, 2 ranks" \
   in_namespaces mpi_over_ofi
+check "each DREQ's first copy lost: rping -C 10 -V still ends in DISCONNECTED on both sides" \
+  lost_dreq rping_pair -C 10 -V
+check "each DREQ's first copy lost: ucmatose -c 4 -C 4 disconnects every connection" \
+  lost_dreq ucmatose_pair dreq -c 4 -C 4
 check "a peer not there: UNREACHABLE (ETIMEDOUT) after the REQ's retries" dead_peer
 check "a client killed while connected: the server ends, no CM connection left" dead_client
 [[ -n $VRNICD_PID ]] && check "vrnicd: no objects left (CM ids and connections too), exits 0 on SIGTERM" vrnicd_idle_and_stop

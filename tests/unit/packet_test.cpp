@@ -10,6 +10,8 @@
 #include "dataplane/packet.h"
 #include "dataplane/sge_io.h"
 #include "dataplane/rx_fault_stage.h"
+#include "vrnic/cm_wire.h"
+#include "vrnic/wire.h"
 
 using vrnic::Packet;
 using vrnic::PacketPool;
@@ -178,6 +180,55 @@ TEST_CASE("RxFaultStage: hold_op holds back every frame of that opcode, only tho
   CHECK(faults("hold_op=0").hold_opcode == 0);
   CHECK(faults("loss=1").hold_opcode == -1);
   for (const char *bad : {"hold_op=256", "hold_op=1.5", "hold_op=-1", "hold_op=x"}) {
+    INFO(bad);
+    CHECK_FALSE(vrnic::FaultConfig::parse(bad).ok());
+  }
+  CHECK(pool.available() == 64);
+}
+
+// A UD SEND_ONLY to `qpn` carrying a CM MAD of `attr` and transaction `tid`; its first byte
+// (the BTH opcode, 0x64) is what Sink records, so the MAD's tid's low byte is put in its PSN.
+void push_mad(PacketPool &pool, RxFaultStage &stage, uint32_t qpn, vrnic::cm::Attr attr,
+              uint64_t tid) {
+  Packet *p = pool.alloc();
+  REQUIRE(p != nullptr);
+  auto *bth = reinterpret_cast<vrnic::wire::Bth *>(p->bounce);
+  bth->set(0x64, false, 0, 0xffff, qpn, false, uint32_t(tid));
+  auto *deth = reinterpret_cast<vrnic::wire::Deth *>(p->bounce + vrnic::wire::Bth::kSize);
+  deth->set(vrnic::cm::kGsiQkey, 1);
+  vrnic::cm::Mad mad;
+  mad.init(attr, tid);
+  std::memcpy(p->bounce + vrnic::wire::Bth::kSize + vrnic::wire::Deth::kSize, mad.bytes.data(),
+              mad.bytes.size());
+  stage.push({p, p->bounce, uint32_t(20 + mad.bytes.size())});
+}
+
+TEST_CASE("RxFaultStage: drop_mad drops each transaction's first copy of that MAD, only it",
+          "[faults]") {
+  using vrnic::cm::Attr;
+  PacketPool pool(64);
+  std::vector<uint32_t> psns;
+  struct PsnSink {
+    std::vector<uint32_t> *psns;
+    PacketPool *pool;
+    static void deliver(void *self, RxFrame f) {
+      auto *s = static_cast<PsnSink *>(self);
+      s->psns->push_back(reinterpret_cast<const vrnic::wire::Bth *>(f.data)->psn());
+      s->pool->free(f.pkt);
+    }
+  } sink{&psns, &pool};
+  RxFaultStage stage(pool, &PsnSink::deliver, &sink);
+  stage.configure(faults("drop_mad=21"));
+  push_mad(pool, stage, 1, Attr::kDreq, 7);   // dropped
+  push_mad(pool, stage, 1, Attr::kDreq, 7);   // sent again: passes
+  push_mad(pool, stage, 1, Attr::kDrep, 8);   // another attribute: passes
+  push_mad(pool, stage, 9, Attr::kDreq, 9);   // not to QP1: passes
+  push_mad(pool, stage, 1, Attr::kDreq, 10);  // a new transaction: dropped
+  push_mad(pool, stage, 1, Attr::kDreq, 7);   // the first one's third copy: passes
+  CHECK(psns == std::vector<uint32_t>{7, 8, 9, 7});
+  CHECK(stage.counters()->dropped == 2);
+  CHECK(faults("drop_mad=21").to_string().find("drop_mad=21") != std::string::npos);
+  for (const char *bad : {"drop_mad=65536", "drop_mad=1.5", "drop_mad=x"}) {
     INFO(bad);
     CHECK_FALSE(vrnic::FaultConfig::parse(bad).ok());
   }
