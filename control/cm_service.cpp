@@ -480,9 +480,9 @@ void CmService::on_event(const cm::Event &e) {
     case cm::EventType::kSidrRepReceived: {
       const cm::Mad &m = *e.mad;
       over = true;
-      if (e.reason != cm::kSidrValid) {
+      if (e.reason != cm::kSidrValid) {  // the status as it came, positive (as Linux's CM)
         rec.event = ctl::kCmUnreachable;
-        rec.status = -ECONNRESET;
+        rec.status = int32_t(e.reason);
         break;
       }
       rec.event = ctl::kCmEstablished;

@@ -525,7 +525,7 @@ struct CmMigrateReq {
 // pipe: one record per event, read whole by rdma_get_cm_event.
 struct CmEventRecord {
   uint32_t event;  // CmEvent
-  int32_t status;  // 0, a REJ reason (kCmRejected) or a negative errno
+  int32_t status;  // 0, a REJ reason (kCmRejected), a SIDR_REP status or a negative errno
   uint32_t id;     // the id it is for (kCmConnectRequest: the new one)
   uint32_t listen_id;
   uint64_t cookie;  // the library's rdma_cm_id of `id` (kCmConnectRequest: the listener's)

@@ -4,10 +4,15 @@
 # run's temp folder (issue 18). tests/tools/pyverbs_suite.py runs it as run_tests.py does and
 # passes only with 0 failures, 0 errors, at least 86 tests passed (what the kernel's
 # Soft-RoCE passes of the same suite) and no skip but those of capabilities vrnic does not
-# report. Twice: on a loop-port vrnicd, and on one with a udp port on 127.0.0.1.
-# shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
+# report. Twice: on a loop-port vrnicd, and on one with a udp port on 127.0.0.1. Then its
+# rdma_cm tests (test_rdmacm.py, issue 20), which need the device's network interface: in a
+# network namespace of the test's own, vrnicd with a udp port on a veth there, and
+# tests/tools/with_ib_netdev.sh showing that veth as vrnic0's in sysfs.
+# shellcheck source=tests/lib.sh disable=SC2317,SC2119 # checks are called through check()
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 vrnic_script_init pyverbs
+# shellcheck source=tests/lib_hosts.sh
+source "$VRNIC_ROOT/tests/lib_hosts.sh"
 
 SUITE_SRC=/usr/share/doc/rdma-core/tests
 SUITE=$VRNIC_TMP/pyverbs-tests
@@ -21,12 +26,17 @@ unpack() {
   echo "$(find "$SUITE" -name 'test_*.py' | wc -l) test modules in $SUITE"
 }
 
-# suite NAME: the whole suite on $VRNIC_SOCKET's vrnic0; the summary lines in the check log.
+# suite NAME [ARGS]: the whole suite on $VRNIC_SOCKET's vrnic0 (or what ARGS of
+# pyverbs_suite.py choose, through the command prefix SUITE_IN if set); the summary lines in
+# the check log.
 suite() {
-  local out=$VRNIC_TMP/pyverbs.$1.log rc
-  echo "+ run_tests.py --dev vrnic0 (through tests/tools/pyverbs_suite.py, --min-pass $MIN_PASS)"
-  vrnic_fg "${VRUN[@]}" timeout -k 5 "$(vrnic_timeout 240)" /usr/bin/python3 \
-    "$VRNIC_ROOT/tests/tools/pyverbs_suite.py" "$SUITE" --dev vrnic0 --min-pass "$MIN_PASS" \
+  local out=$VRNIC_TMP/pyverbs.$1.log rc args=("${@:2}")
+  ((${#args[@]})) || args=(--min-pass "$MIN_PASS")
+  local in=()
+  [[ -n ${SUITE_IN:-} ]] && read -ra in <<<"$SUITE_IN"
+  echo "+ ${in[*]} run_tests.py --dev vrnic0 (through tests/tools/pyverbs_suite.py, ${args[*]})"
+  vrnic_fg "${VRUN[@]}" "${in[@]}" timeout -k 5 "$(vrnic_timeout 240)" /usr/bin/python3 \
+    "$VRNIC_ROOT/tests/tools/pyverbs_suite.py" "$SUITE" --dev vrnic0 "${args[@]}" \
     >"$out" 2>&1 </dev/null
   rc=$?
   # What did not pass, then the verdict and the skips by reason.
@@ -54,11 +64,30 @@ udp_port() {
   suite udp
 }
 
+# test_rdmacm.py: 7 tests (connections sync and async, rejected, UD, read, write, an external
+# QP) run, the 3 multicast ones skip (no multicast).
+RDMACM_NS=vrnic-py-$$
+rdmacm_tests() {
+  ((EUID == 0)) || { echo "needs root (network and mount namespaces)"; return 1; }
+  vrnic_on_cleanup "ip netns del $RDMACM_NS 2>/dev/null"
+  ip netns add "$RDMACM_NS" && ip -n "$RDMACM_NS" link set lo up &&
+    ip -n "$RDMACM_NS" link add vpy0 type veth peer name vpy1 &&
+    ip -n "$RDMACM_NS" addr add 10.201.0.1/24 dev vpy0 &&
+    ip -n "$RDMACM_NS" link set vpy0 up && ip -n "$RDMACM_NS" link set vpy1 up || return 1
+  host_vrnicd py "$RDMACM_NS" --udp 10.201.0.1 || return 1
+  VRNIC_SOCKET=${SOCK[py]} SUITE_IN="ip netns exec $RDMACM_NS \
+    $VRNIC_ROOT/tests/tools/with_ib_netdev.sh vrnic0 vpy0" suite rdmacm --only test_rdmacm \
+    --min-pass 7
+}
+
 if check "unpack rdma-core's pyverbs suite" unpack; then
   check "rdma-core pyverbs suite on vrnic0 (loop port): 0 failed, 0 errors, >= $MIN_PASS passed" \
     loop_port
   check "vrnicd: no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
   check "rdma-core pyverbs suite on vrnic0 (udp port, 127.0.0.1)" udp_port
   check "vrnicd (udp port): no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
+  check "rdma-core test_rdmacm.py on vrnic0 (a veth in a namespace): 0 failed, >= 7 passed" \
+    rdmacm_tests
+  check "vrnicd (namespace): no objects left, exit 0" stop_hosts
 fi
 vrnic_script_finish

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tests/rxe/build_image.sh CACHE: builds the rxe group's VM image into CACHE, from Debian
 # bookworm's own packages: the distribution kernel (rdma_rxe is one of its modules), rdma-core
-# 44, perftest and ibverbs-utils, as a user of the kernel's Soft-RoCE has them. No systemd: the
-# kernel starts /sbin/vrnic-rxe-init, which hands over to the script the test puts on the
-# VM's control share (tests/rxe/guest_init.sh), so that changing the guest needs no rebuild.
+# 44, perftest, ibverbs-utils and rdmacm-utils, as a user of the kernel's Soft-RoCE has them.
+# No systemd: the kernel starts /sbin/vrnic-rxe-init, which hands over to the script the test
+# puts on the VM's control share (tests/rxe/guest_init.sh), so that changing the guest needs
+# no rebuild.
 #
 # The packages come through the host's own apt sources (the files under /etc/apt), so no
 # mirror is named here; the image keeps no apt sources (the VM has no network to use them).
@@ -21,7 +22,7 @@ done
 ((${#sources[@]})) || { echo "build_image: no bookworm apt sources under /etc/apt" >&2; exit 1; }
 
 packages=(linux-image-amd64 initramfs-tools kmod udev iproute2 procps
-  rdma-core ibverbs-utils ibverbs-providers libibverbs1 perftest)
+  rdma-core ibverbs-utils ibverbs-providers libibverbs1 perftest rdmacm-utils)
 root=$cache/root.tmp
 rm -rf "$root" "$cache/stamp"
 mkdir -p "$cache"
@@ -56,7 +57,7 @@ cp "$root/boot/initrd.img-$kernel" "$cache/initrd.img"
   echo "kernel $kernel"
   # shellcheck disable=SC2016 # dpkg-query's format, not the shell's
   chroot "$root" dpkg-query -W -f='${Package} ${Version}\n' linux-image-amd64 rdma-core \
-    ibverbs-providers perftest ibverbs-utils
+    ibverbs-providers perftest ibverbs-utils rdmacm-utils
 } >"$cache/versions.txt"
 mb=$(($(du -sm "$root" | cut -f1) * 13 / 10 + 256))
 mkfs.ext4 -q -F -L rxevm -d "$root" "$cache/rootfs.img" "${mb}M"

@@ -26,7 +26,7 @@ mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
 hostname rxevm
-for m in virtio_net rdma_rxe ib_uverbs; do modprobe -q $m || say "modprobe $m failed"; done
+for m in virtio_net rdma_rxe ib_uverbs rdma_ucm; do modprobe -q $m || say "modprobe $m failed"; done
 ip link set lo up
 for _ in $(seq 100); do [[ -e /sys/class/net/eth0 ]] && break; sleep 0.1; done
 ip addr add "$VM_IP4/24" dev eth0
