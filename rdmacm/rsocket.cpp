@@ -1,103 +1,751 @@
-// rsockets for the drop-in librdmacm.so.1: not built yet (issue 20, part 5). Every r* call
-// fails with ENOSYS, honestly, except rpoll and rselect: rdma-core's examples (rping, ucmatose,
-// udaddy, cmtime) poll ordinary descriptors through them, so they are poll() and select().
+// rsockets for the drop-in librdmacm.so.1: stream sockets (SOCK_STREAM over IPv4 and IPv6) on
+// an RC QP each, set up through this library's own rdma_cm calls, so that rstream and the
+// system's librspreload.so run on vrnic. Both ends are vrnic's: the protocol is this file's,
+// not rdma-core's (which a kernel peer's rsockets would speak; mixing them is not supported).
+//
+// The stream: each side posts kSlots receive buffers of kSlotBytes; a write is cut into SENDs
+// of at most kSlotBytes, copied into registered send buffers; a receive buffer goes back on
+// the queue once the application has read all of it. A receiver that does not read answers
+// RNR NAKs, which the sender's QP retries for ever (rnr_retry 7): that is the flow control.
+// An end of stream (rshutdown SHUT_WR, rclose) is a zero-length SEND with immediate data 1.
+//
+// The descriptor an rsocket gets is its event channel's fd: a real one, so that its number is
+// no other descriptor's; rpoll waits on it and on the CQ's completion channel. Not built:
+// SOCK_DGRAM rsockets (EOPNOTSUPP) and riomap/riowrite (ENOSYS).
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <rdma/rsocket.h>
 #include <sys/select.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdarg>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <vector>
 
 #include "internal.h"
 
 namespace {
 
-int not_built() {
-  errno = ENOSYS;
-  return -1;
+constexpr int kSlots = 16;
+constexpr uint32_t kSlotBytes = 64 * 1024;
+constexpr uint32_t kFin = 1;  // the immediate data of an end of stream
+constexpr uint64_t kFinWrId = ~0ull;
+
+enum class State { kIdle, kListening, kConnecting, kConnected, kFailed };
+
+// One rsocket.
+struct Rs {
+  rdma_event_channel *channel = nullptr;
+  rdma_cm_id *id = nullptr;
+  State state = State::kIdle;
+  bool nonblocking = false;
+  int error = 0;           // a failed connection's errno (SO_ERROR), kept for the stream too
+  bool peer_done = false;  // the peer's end of stream (or its disconnect) came
+  bool shut_wr = false;
+  ibv_comp_channel *cc = nullptr;
+  ibv_cq *cq = nullptr;
+  ibv_mr *mr = nullptr;
+  uint8_t *buf = nullptr;  // kSlots receive slots, then kSlots send slots
+  struct Received {
+    int slot;
+    uint32_t offset, len;
+  };
+  std::deque<Received> received;     // in order, the data not read yet
+  std::vector<int> free_send;        // send slots not in flight
+  std::deque<rdma_cm_id *> requests;  // a listener's connections not accepted yet
+  int sndbuf = kSlots * int(kSlotBytes), rcvbuf = kSlots * int(kSlotBytes);
+
+  uint8_t *recv_slot(int i) { return buf + size_t(i) * kSlotBytes; }
+  uint8_t *send_slot(int i) { return buf + size_t(kSlots + i) * kSlotBytes; }
+  int fd() const { return channel->fd; }
+};
+
+std::mutex g_mu;
+std::map<int, Rs *> g_sockets;
+
+Rs *find(int fd) {
+  std::lock_guard lock(g_mu);
+  auto it = g_sockets.find(fd);
+  return it == g_sockets.end() ? nullptr : it->second;
+}
+
+using vrnic::rdmacm::fail;
+
+bool post_recv(Rs *rs, int slot) {
+  ibv_sge sge{reinterpret_cast<uintptr_t>(rs->recv_slot(slot)), kSlotBytes, rs->mr->lkey};
+  ibv_recv_wr wr{}, *bad = nullptr;
+  wr.wr_id = uint64_t(slot);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  return ibv_post_recv(rs->id->qp, &wr, &bad) == 0;
+}
+
+// The QP, CQ and buffers of a connection, its receives posted before the REP or RTU can let
+// the peer's first SEND come. 0 or an errno.
+int make_queues(Rs *rs) {
+  ibv_context *verbs = rs->id->verbs;
+  rs->cc = ibv_create_comp_channel(verbs);
+  if (!rs->cc) return errno;
+  fcntl(rs->cc->fd, F_SETFL, fcntl(rs->cc->fd, F_GETFL) | O_NONBLOCK);
+  rs->cq = ibv_create_cq(verbs, 4 * kSlots, nullptr, rs->cc, 0);
+  if (!rs->cq) return errno;
+  ibv_qp_init_attr attr{};
+  attr.send_cq = attr.recv_cq = rs->cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = kSlots + 1;  // and the end of stream
+  attr.cap.max_recv_wr = kSlots;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  if (rdma_create_qp(rs->id, nullptr, &attr) != 0) return errno;
+  const size_t bytes = size_t(2 * kSlots) * kSlotBytes;
+  rs->buf = static_cast<uint8_t *>(std::aligned_alloc(4096, bytes));
+  if (!rs->buf) return ENOMEM;
+  rs->mr = ibv_reg_mr(rs->id->qp->pd, rs->buf, bytes, IBV_ACCESS_LOCAL_WRITE);
+  if (!rs->mr) return errno;
+  for (int i = 0; i < kSlots; i++) {
+    if (!post_recv(rs, i)) return EIO;
+    rs->free_send.push_back(i);
+  }
+  return 0;
+}
+
+rdma_conn_param conn_param() {
+  rdma_conn_param p{};
+  p.retry_count = 7;
+  p.rnr_retry_count = 7;  // for ever: a receiver that does not read holds the sender back
+  return p;
+}
+
+Rs *new_socket() {
+  auto *rs = new Rs;
+  rs->channel = rdma_create_event_channel();
+  if (!rs->channel || rdma_create_id(rs->channel, &rs->id, rs, RDMA_PS_TCP) != 0) {
+    int err = errno;
+    if (rs->channel) rdma_destroy_event_channel(rs->channel);
+    delete rs;
+    errno = err;
+    return nullptr;
+  }
+  fcntl(rs->fd(), F_SETFL, fcntl(rs->fd(), F_GETFL) | O_NONBLOCK);
+  std::lock_guard lock(g_mu);
+  g_sockets[rs->fd()] = rs;
+  return rs;
+}
+
+void free_socket(Rs *rs) {
+  {
+    std::lock_guard lock(g_mu);
+    g_sockets.erase(rs->fd());
+  }
+  for (rdma_cm_id *req : rs->requests) rdma_reject(req, nullptr, 0), rdma_destroy_id(req);
+  if (rs->id && rs->id->qp) rdma_destroy_qp(rs->id);
+  if (rs->mr) ibv_dereg_mr(rs->mr);
+  std::free(rs->buf);
+  if (rs->cq) ibv_destroy_cq(rs->cq);
+  if (rs->cc) ibv_destroy_comp_channel(rs->cc);
+  if (rs->id) rdma_destroy_id(rs->id);
+  if (rs->channel) rdma_destroy_event_channel(rs->channel);
+  delete rs;
+}
+
+int errno_of_event(const rdma_cm_event *e) {
+  switch (e->event) {
+    case RDMA_CM_EVENT_REJECTED:
+      return ECONNREFUSED;
+    case RDMA_CM_EVENT_UNREACHABLE:
+    case RDMA_CM_EVENT_ADDR_ERROR:
+    case RDMA_CM_EVENT_ROUTE_ERROR:
+      return e->status == -ETIMEDOUT ? ETIMEDOUT : EHOSTUNREACH;
+    default:
+      return ECONNRESET;
+  }
+}
+
+// The connect's next step after each event, until ESTABLISHED or a failure.
+void connect_step(Rs *rs, const rdma_cm_event *e) {
+  int err = 0;
+  switch (e->event) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+      if (rdma_resolve_route(rs->id, 2000) != 0) err = errno;
+      break;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+      err = make_queues(rs);
+      rdma_conn_param p = conn_param();
+      if (!err && rdma_connect(rs->id, &p) != 0) err = errno;
+      break;
+    }
+    case RDMA_CM_EVENT_ESTABLISHED:
+      rs->state = State::kConnected;
+      break;
+    default:
+      err = errno_of_event(e);
+  }
+  if (err) {
+    rs->error = err;
+    rs->state = State::kFailed;
+  }
+}
+
+// Everything the CM and the CQ have for this socket, without waiting.
+void progress(Rs *rs) {
+  rdma_cm_event *e;
+  while (rdma_get_cm_event(rs->channel, &e) == 0) {
+    if (rs->state == State::kListening && e->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+      rs->requests.push_back(e->id);
+    } else if (rs->state == State::kConnecting) {
+      connect_step(rs, e);
+    } else if (e->event == RDMA_CM_EVENT_DISCONNECTED ||
+               e->event == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+      rs->peer_done = true;
+    }
+    rdma_ack_cm_event(e);
+  }
+  if (!rs->cq) return;
+  ibv_wc wc[16];
+  int n;
+  while ((n = ibv_poll_cq(rs->cq, 16, wc)) > 0) {
+    for (int i = 0; i < n; i++) {
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        if (wc[i].status != IBV_WC_WR_FLUSH_ERR && !rs->error) rs->error = ECONNRESET;
+        rs->peer_done = true;
+      } else if (wc[i].opcode == IBV_WC_RECV) {
+        if ((wc[i].wc_flags & IBV_WC_WITH_IMM) && ntohl(wc[i].imm_data) == kFin) {
+          rs->peer_done = true;
+          post_recv(rs, int(wc[i].wr_id));
+        } else {
+          rs->received.push_back({int(wc[i].wr_id), 0, wc[i].byte_len});
+        }
+      } else if (wc[i].wr_id != kFinWrId) {
+        rs->free_send.push_back(int(wc[i].wr_id));
+      }
+    }
+  }
+}
+
+short readiness(Rs *rs, short want) {
+  progress(rs);
+  short r = 0;
+  switch (rs->state) {
+    case State::kListening:
+      if (!rs->requests.empty()) r |= POLLIN;
+      break;
+    case State::kConnecting:
+      break;
+    case State::kFailed:
+      r |= POLLOUT | POLLERR | POLLHUP;
+      break;
+    case State::kConnected:
+      // As TCP's: the peer's end of stream is readable (POLLRDHUP); POLLHUP only once both
+      // directions are done, or the connection was lost.
+      if (!rs->received.empty() || rs->peer_done) r |= POLLIN;
+      if (rs->peer_done) r |= POLLRDHUP;
+      if (!rs->free_send.empty() || rs->peer_done) r |= POLLOUT;
+      if ((rs->peer_done && rs->shut_wr) || rs->error) r |= POLLHUP;
+      if (rs->error) r |= POLLERR;
+      break;
+    case State::kIdle:
+      r |= POLLOUT | POLLHUP;  // as a TCP socket never connected
+      break;
+  }
+  return short(r & (want | POLLERR | POLLHUP));
+}
+
+// Waits on the socket's event channel and completion channel (ms < 0: for ever).
+void wait_on(Rs *rs, int ms) {
+  pollfd p[2] = {{rs->fd(), POLLIN, 0}, {rs->cc ? rs->cc->fd : -1, POLLIN, 0}};
+  if (rs->cq) ibv_req_notify_cq(rs->cq, 0);
+  if (readiness(rs, POLLIN | POLLOUT) == 0 || rs->state == State::kConnecting) poll(p, 2, ms);
+  if (rs->cc && (p[1].revents & POLLIN)) {
+    ibv_cq *cq;
+    void *ctx;
+    if (ibv_get_cq_event(rs->cc, &cq, &ctx) == 0) ibv_ack_cq_events(cq, 1);
+  }
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Waits until `ready` holds (0), or says EAGAIN at once when non-blocking, or ETIMEDOUT after
+// `ms` (< 0: no limit).
+template <typename Ready>
+int block_until(Rs *rs, bool nonblocking, Ready ready, int ms = -1) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    progress(rs);
+    if (ready()) return 0;
+    if (nonblocking) return EAGAIN;
+    if (ms >= 0 && Clock::now() >= deadline) return ETIMEDOUT;
+    wait_on(rs, 100);
+  }
+}
+
+int send_chunk(Rs *rs, const uint8_t *data, uint32_t len) {
+  const int slot = rs->free_send.back();
+  rs->free_send.pop_back();
+  std::memcpy(rs->send_slot(slot), data, len);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(rs->send_slot(slot)), len, rs->mr->lkey};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.wr_id = uint64_t(slot);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  return ibv_post_send(rs->id->qp, &wr, &bad);
+}
+
+void send_fin(Rs *rs) {
+  if (rs->shut_wr || rs->state != State::kConnected || rs->peer_done) return;
+  rs->shut_wr = true;
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.wr_id = kFinWrId;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = htonl(kFin);
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_post_send(rs->id->qp, &wr, &bad);
+}
+
+ssize_t stream_write(Rs *rs, const iovec *iov, int iovcnt, int flags) {
+  if (rs->state != State::kConnected) return fail(rs->state == State::kFailed ? rs->error : ENOTCONN);
+  if (rs->shut_wr) return fail(EPIPE);
+  const bool nb = rs->nonblocking || (flags & MSG_DONTWAIT);
+  size_t sent = 0;
+  for (int i = 0; i < iovcnt; i++) {
+    const auto *p = static_cast<const uint8_t *>(iov[i].iov_base);
+    size_t left = iov[i].iov_len;
+    while (left) {
+      int err = block_until(rs, nb, [&] { return !rs->free_send.empty() || rs->peer_done; });
+      if (rs->peer_done) return sent ? ssize_t(sent) : fail(rs->error ? rs->error : EPIPE);
+      if (err) return sent ? ssize_t(sent) : fail(err);
+      const uint32_t n = uint32_t(std::min<size_t>(left, kSlotBytes));
+      if (send_chunk(rs, p, n) != 0) return sent ? ssize_t(sent) : fail(EIO);
+      p += n;
+      left -= n;
+      sent += n;
+    }
+  }
+  return ssize_t(sent);
+}
+
+ssize_t stream_read(Rs *rs, const iovec *iov, int iovcnt, int flags) {
+  if (rs->state != State::kConnected) return fail(rs->state == State::kFailed ? rs->error : ENOTCONN);
+  size_t want = 0;
+  for (int i = 0; i < iovcnt; i++) want += iov[i].iov_len;
+  if (!want) return 0;
+  const bool nb = rs->nonblocking || (flags & MSG_DONTWAIT);
+  const bool all = flags & MSG_WAITALL;
+  size_t got = 0;
+  int vi = 0;
+  size_t voff = 0;
+  while (got < want) {
+    // Once some data is in, a read returns it rather than wait (unless MSG_WAITALL).
+    int err = block_until(rs, nb || (got && !all),
+                          [&] { return !rs->received.empty() || rs->peer_done; });
+    if (rs->received.empty()) {
+      if (got) return ssize_t(got);
+      if (rs->peer_done) return rs->error && rs->error != EPIPE ? fail(rs->error) : 0;
+      return fail(err);
+    }
+    Rs::Received &r = rs->received.front();
+    while (r.len && got < want) {
+      const size_t n = std::min<size_t>(r.len, iov[vi].iov_len - voff);
+      std::memcpy(static_cast<uint8_t *>(iov[vi].iov_base) + voff,
+                  rs->recv_slot(r.slot) + r.offset, n);
+      r.offset += uint32_t(n);
+      r.len -= uint32_t(n);
+      got += n;
+      voff += n;
+      if (voff == iov[vi].iov_len) vi++, voff = 0;
+    }
+    if (!r.len && !(flags & MSG_PEEK)) {
+      post_recv(rs, r.slot);
+      rs->received.pop_front();
+    }
+    if (flags & MSG_PEEK) break;  // (what was copied stays counted as unread)
+  }
+  return ssize_t(got);
+}
+
+sockaddr *local_of(Rs *rs) {
+  return rdma_get_local_addr(rs->id);
+}
+
+socklen_t length_of(const sockaddr *sa) {
+  return sa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+int copy_address(const sockaddr *from, sockaddr *to, socklen_t *len) {
+  if (!to || !len) return fail(EFAULT);
+  const socklen_t n = length_of(from);
+  std::memcpy(to, from, std::min(*len, n));
+  *len = n;
+  return 0;
 }
 
 }  // namespace
 
 extern "C" {
 
-RDMACM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout) {
-  return poll(fds, nfds, timeout);
-}
-RDMACM_EXPORT int rselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
-                          struct timeval *timeout) {
-  return select(nfds, readfds, writefds, exceptfds, timeout);
+RDMACM_EXPORT int rsocket(int domain, int type, int protocol) {
+  if (domain != AF_INET && domain != AF_INET6) return fail(EAFNOSUPPORT);
+  if ((type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) != SOCK_STREAM) return fail(EOPNOTSUPP);
+  if (protocol != 0 && protocol != IPPROTO_TCP) return fail(EPROTONOSUPPORT);
+  Rs *rs = new_socket();
+  if (!rs) return -1;
+  rs->nonblocking = type & SOCK_NONBLOCK;
+  return rs->fd();
 }
 
-RDMACM_EXPORT int rsocket(int, int, int) {
-  return not_built();
+RDMACM_EXPORT int rbind(int socket, const struct sockaddr *addr, socklen_t) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  return rdma_bind_addr(rs->id, const_cast<sockaddr *>(addr));
 }
-RDMACM_EXPORT int rbind(int, const struct sockaddr *, socklen_t) {
-  return not_built();
+
+RDMACM_EXPORT int rlisten(int socket, int backlog) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  if (rdma_listen(rs->id, backlog) != 0) return -1;
+  rs->state = State::kListening;
+  return 0;
 }
-RDMACM_EXPORT int rlisten(int, int) {
-  return not_built();
+
+RDMACM_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen) {
+  Rs *ls = find(socket);
+  if (!ls) return fail(ENOTSOCK);
+  if (ls->state != State::kListening) return fail(EINVAL);
+  if (int err = block_until(ls, ls->nonblocking, [&] { return !ls->requests.empty(); }))
+    return fail(err);
+  rdma_cm_id *req = ls->requests.front();
+  ls->requests.pop_front();
+  auto *rs = new Rs;
+  rs->channel = rdma_create_event_channel();
+  if (!rs->channel || rdma_migrate_id(req, rs->channel) != 0) {
+    const int err = errno;
+    rdma_reject(req, nullptr, 0);
+    rdma_destroy_id(req);
+    if (rs->channel) rdma_destroy_event_channel(rs->channel);
+    delete rs;
+    return fail(err);
+  }
+  rs->id = req;
+  req->context = rs;
+  fcntl(rs->fd(), F_SETFL, fcntl(rs->fd(), F_GETFL) | O_NONBLOCK);
+  {
+    std::lock_guard lock(g_mu);
+    g_sockets[rs->fd()] = rs;
+  }
+  int err = make_queues(rs);
+  rdma_conn_param p = conn_param();
+  if (!err && rdma_accept(req, &p) != 0) err = errno;
+  if (!err) {
+    rs->state = State::kConnecting;
+    // The accept completes at the RTU, at most a CM response timeout away.
+    block_until(rs, false, [&] { return rs->state != State::kConnecting; });
+    if (rs->state != State::kConnected) err = rs->error ? rs->error : ECONNABORTED;
+  }
+  if (err) {
+    free_socket(rs);
+    return fail(err);
+  }
+  if (addr) copy_address(rdma_get_peer_addr(rs->id), addr, addrlen);
+  return rs->fd();
 }
-RDMACM_EXPORT int raccept(int, struct sockaddr *, socklen_t *) {
-  return not_built();
+
+RDMACM_EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  if (rs->state == State::kConnected) return fail(EISCONN);
+  if (rs->state == State::kConnecting) return fail(EALREADY);
+  if (rs->state != State::kIdle) return fail(EINVAL);
+  rs->state = State::kConnecting;
+  if (rdma_resolve_addr(rs->id, nullptr, const_cast<sockaddr *>(addr), 2000) != 0) {
+    rs->state = State::kFailed;
+    return fail(rs->error = errno);
+  }
+  if (rs->nonblocking) {
+    progress(rs);
+    if (rs->state == State::kConnected) return 0;
+    if (rs->state == State::kFailed) return fail(rs->error);
+    return fail(EINPROGRESS);
+  }
+  block_until(rs, false, [&] { return rs->state != State::kConnecting; });
+  return rs->state == State::kConnected ? 0 : fail(rs->error);
 }
-RDMACM_EXPORT int rconnect(int, const struct sockaddr *, socklen_t) {
-  return not_built();
+
+RDMACM_EXPORT int rshutdown(int socket, int how) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  if (rs->state != State::kConnected) return fail(ENOTCONN);
+  if (how == SHUT_WR || how == SHUT_RDWR) send_fin(rs);
+  return 0;
 }
-RDMACM_EXPORT int rshutdown(int, int) {
-  return not_built();
+
+RDMACM_EXPORT int rclose(int socket) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(EBADF);
+  if (rs->state == State::kConnected) {
+    send_fin(rs);
+    // What was written goes out before the connection does: its sends complete first.
+    // (for 2 s at most: a peer that reads nothing would hold them for ever)
+    block_until(
+        rs, false, [&] { return rs->free_send.size() == kSlots || rs->peer_done; }, 2000);
+    rdma_disconnect(rs->id);
+  }
+  free_socket(rs);
+  return 0;
 }
-RDMACM_EXPORT int rclose(int) {
-  return not_built();
+
+RDMACM_EXPORT ssize_t rrecv(int socket, void *buf, size_t len, int flags) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  iovec v{buf, len};
+  return stream_read(rs, &v, 1, flags);
 }
-RDMACM_EXPORT ssize_t rrecv(int, void *, size_t, int) {
-  return not_built();
+RDMACM_EXPORT ssize_t rrecvfrom(int socket, void *buf, size_t len, int flags,
+                                struct sockaddr *, socklen_t *) {
+  return rrecv(socket, buf, len, flags);
 }
-RDMACM_EXPORT ssize_t rrecvfrom(int, void *, size_t, int, struct sockaddr *, socklen_t *) {
-  return not_built();
+RDMACM_EXPORT ssize_t rrecvmsg(int socket, struct msghdr *msg, int flags) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  if (!msg) return fail(EFAULT);
+  msg->msg_controllen = 0;
+  msg->msg_flags = 0;
+  return stream_read(rs, msg->msg_iov, int(msg->msg_iovlen), flags);
 }
-RDMACM_EXPORT ssize_t rrecvmsg(int, struct msghdr *, int) {
-  return not_built();
+RDMACM_EXPORT ssize_t rread(int socket, void *buf, size_t count) {
+  return rrecv(socket, buf, count, 0);
 }
-RDMACM_EXPORT ssize_t rsend(int, const void *, size_t, int) {
-  return not_built();
+RDMACM_EXPORT ssize_t rreadv(int socket, const struct iovec *iov, int iovcnt) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  return stream_read(rs, iov, iovcnt, 0);
 }
-RDMACM_EXPORT ssize_t rsendto(int, const void *, size_t, int, const struct sockaddr *, socklen_t) {
-  return not_built();
+
+RDMACM_EXPORT ssize_t rsend(int socket, const void *buf, size_t len, int flags) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  iovec v{const_cast<void *>(buf), len};
+  return stream_write(rs, &v, 1, flags);
 }
-RDMACM_EXPORT ssize_t rsendmsg(int, const struct msghdr *, int) {
-  return not_built();
+RDMACM_EXPORT ssize_t rsendto(int socket, const void *buf, size_t len, int flags,
+                              const struct sockaddr *, socklen_t) {
+  return rsend(socket, buf, len, flags);
 }
-RDMACM_EXPORT ssize_t rread(int, void *, size_t) {
-  return not_built();
+RDMACM_EXPORT ssize_t rsendmsg(int socket, const struct msghdr *msg, int flags) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  if (!msg) return fail(EFAULT);
+  return stream_write(rs, msg->msg_iov, int(msg->msg_iovlen), flags);
 }
-RDMACM_EXPORT ssize_t rreadv(int, const struct iovec *, int) {
-  return not_built();
+RDMACM_EXPORT ssize_t rwrite(int socket, const void *buf, size_t count) {
+  return rsend(socket, buf, count, 0);
 }
-RDMACM_EXPORT ssize_t rwrite(int, const void *, size_t) {
-  return not_built();
+RDMACM_EXPORT ssize_t rwritev(int socket, const struct iovec *iov, int iovcnt) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  return stream_write(rs, iov, iovcnt, 0);
 }
-RDMACM_EXPORT ssize_t rwritev(int, const struct iovec *, int) {
-  return not_built();
+
+// Ordinary descriptors as poll() has them, rsockets by their state; waits on all at once (an
+// rsocket through its event channel and its CQ's completion channel).
+RDMACM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout) {
+  std::vector<Rs *> socks(nfds);
+  bool any = false;
+  for (nfds_t i = 0; i < nfds; i++) any |= (socks[i] = find(fds[i].fd)) != nullptr;
+  if (!any) return poll(fds, nfds, timeout);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout, 0));
+  std::vector<pollfd> wait;
+  for (;;) {
+    wait.clear();
+    for (nfds_t i = 0; i < nfds; i++) {
+      if (Rs *rs = socks[i]) {
+        if (rs->cq) ibv_req_notify_cq(rs->cq, 0);  // armed before the look: nothing is missed
+        wait.push_back({rs->fd(), POLLIN, 0});
+        if (rs->cc) wait.push_back({rs->cc->fd, POLLIN, 0});
+      } else {
+        wait.push_back({fds[i].fd, fds[i].events, 0});
+      }
+    }
+    if (poll(wait.data(), wait.size(), 0) < 0) return -1;
+    int ready = 0;
+    for (size_t i = 0, k = 0; i < nfds; i++) {
+      if (Rs *rs = socks[i]) {
+        fds[i].revents = readiness(rs, fds[i].events);
+        k += rs->cc ? 2 : 1;
+      } else {
+        fds[i].revents = wait[k++].revents;
+      }
+      ready += fds[i].revents != 0;
+    }
+    if (ready || timeout == 0 || (timeout > 0 && Clock::now() >= deadline)) return ready;
+    int slice = 100;
+    if (timeout > 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - Clock::now());
+      slice = int(std::clamp<long long>(left.count(), 0, 100));
+    }
+    if (poll(wait.data(), wait.size(), slice) < 0) return -1;
+    for (size_t i = 0, k = 0; i < nfds; i++) {  // take the CQ events that woke us
+      Rs *rs = socks[i];
+      if (!rs) {
+        k++;
+        continue;
+      }
+      k++;
+      if (rs->cc && (wait[k++].revents & POLLIN)) {
+        ibv_cq *cq;
+        void *ctx;
+        if (ibv_get_cq_event(rs->cc, &cq, &ctx) == 0) ibv_ack_cq_events(cq, 1);
+      }
+    }
+  }
 }
-RDMACM_EXPORT int rgetpeername(int, struct sockaddr *, socklen_t *) {
-  return not_built();
+
+RDMACM_EXPORT int rselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
+                          struct timeval *timeout) {
+  std::vector<pollfd> p;
+  for (int fd = 0; fd < nfds; fd++) {
+    short ev = 0;
+    if (readfds && FD_ISSET(fd, readfds)) ev |= POLLIN;
+    if (writefds && FD_ISSET(fd, writefds)) ev |= POLLOUT;
+    if (exceptfds && FD_ISSET(fd, exceptfds)) ev |= POLLPRI;
+    if (ev) p.push_back({fd, ev, 0});
+  }
+  const int ms = timeout ? int(timeout->tv_sec * 1000 + timeout->tv_usec / 1000) : -1;
+  int n = rpoll(p.data(), p.size(), ms);
+  if (n < 0) return -1;
+  if (readfds) FD_ZERO(readfds);
+  if (writefds) FD_ZERO(writefds);
+  if (exceptfds) FD_ZERO(exceptfds);
+  int count = 0;
+  for (const pollfd &q : p) {
+    if (readfds && (q.revents & (POLLIN | POLLHUP | POLLERR)) && (q.events & POLLIN))
+      FD_SET(q.fd, readfds), count++;
+    if (writefds && (q.revents & (POLLOUT | POLLERR)) && (q.events & POLLOUT))
+      FD_SET(q.fd, writefds), count++;
+    if (exceptfds && (q.revents & POLLPRI)) FD_SET(q.fd, exceptfds), count++;
+  }
+  return count;
 }
-RDMACM_EXPORT int rgetsockname(int, struct sockaddr *, socklen_t *) {
-  return not_built();
+
+RDMACM_EXPORT int rgetpeername(int socket, struct sockaddr *addr, socklen_t *addrlen) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  if (rs->state != State::kConnected) return fail(ENOTCONN);
+  return copy_address(rdma_get_peer_addr(rs->id), addr, addrlen);
 }
-RDMACM_EXPORT int rsetsockopt(int, int, int, const void *, socklen_t) {
-  return not_built();
+
+RDMACM_EXPORT int rgetsockname(int socket, struct sockaddr *addr, socklen_t *addrlen) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  return copy_address(local_of(rs), addr, addrlen);
 }
-RDMACM_EXPORT int rgetsockopt(int, int, int, void *, socklen_t *) {
-  return not_built();
+
+// The options a stream socket's users set: kept or taken as hints (the transport is the
+// RC QP's); anything else ENOPROTOOPT.
+RDMACM_EXPORT int rsetsockopt(int socket, int level, int optname, const void *optval,
+                              socklen_t optlen) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  if (!optval || optlen < sizeof(int)) return fail(EINVAL);
+  const int v = *static_cast<const int *>(optval);
+  if (level == SOL_SOCKET) {
+    switch (optname) {
+      case SO_REUSEADDR:
+        return rdma_set_option(rs->id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR,
+                               const_cast<int *>(&v), sizeof(v));
+      case SO_SNDBUF:
+        rs->sndbuf = v;
+        return 0;
+      case SO_RCVBUF:
+        rs->rcvbuf = v;
+        return 0;
+      case SO_KEEPALIVE:
+      case SO_LINGER:
+      case SO_OOBINLINE:
+        return 0;  // the CM's and the QP's timers stand for them
+    }
+  } else if (level == IPPROTO_TCP && (optname == TCP_NODELAY || optname == TCP_MAXSEG)) {
+    return 0;  // every write leaves at once, in SENDs of at most 64 KiB
+  } else if (level == IPPROTO_IPV6 && optname == IPV6_V6ONLY) {
+    return rdma_set_option(rs->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY,
+                           const_cast<int *>(&v), sizeof(v));
+  } else if (level == SOL_RDMA) {
+    return 0;  // queue sizes, inline size, iomap size: this implementation's own
+  }
+  return fail(ENOPROTOOPT);
 }
-RDMACM_EXPORT int rfcntl(int, int, ...) {
-  return not_built();
+
+RDMACM_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval,
+                              socklen_t *optlen) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  if (!optval || !optlen || *optlen < sizeof(int)) return fail(EINVAL);
+  int v = 0;
+  if (level == SOL_SOCKET) {
+    switch (optname) {
+      case SO_ERROR:
+        v = rs->state == State::kFailed ? rs->error : 0;
+        if (rs->state == State::kFailed) rs->error = 0;
+        break;
+      case SO_SNDBUF:
+        v = rs->sndbuf;
+        break;
+      case SO_RCVBUF:
+        v = rs->rcvbuf;
+        break;
+      case SO_TYPE:
+        v = SOCK_STREAM;
+        break;
+      case SO_REUSEADDR:
+      case SO_KEEPALIVE:
+      case SO_OOBINLINE:
+        break;
+      default:
+        return fail(ENOPROTOOPT);
+    }
+  } else if (level == IPPROTO_TCP && (optname == TCP_NODELAY || optname == TCP_MAXSEG)) {
+    v = optname == TCP_NODELAY ? 1 : int(kSlotBytes);
+  } else {
+    return fail(ENOPROTOOPT);
+  }
+  std::memcpy(optval, &v, sizeof(v));
+  *optlen = sizeof(v);
+  return 0;
 }
+
+RDMACM_EXPORT int rfcntl(int socket, int cmd, ...) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  va_list ap;
+  va_start(ap, cmd);
+  const long arg = cmd == F_SETFL ? va_arg(ap, long) : 0;
+  va_end(ap);
+  switch (cmd) {
+    case F_GETFL:
+      return O_RDWR | (rs->nonblocking ? O_NONBLOCK : 0);
+    case F_SETFL:
+      rs->nonblocking = arg & O_NONBLOCK;
+      return 0;
+  }
+  return fail(EINVAL);
+}
+
 RDMACM_EXPORT off_t riomap(int, void *, size_t, int, int, off_t) {
-  return not_built();
+  return fail(ENOSYS);
 }
 RDMACM_EXPORT int riounmap(int, void *, size_t) {
-  return not_built();
+  return fail(ENOSYS);
 }
 RDMACM_EXPORT size_t riowrite(int, const void *, size_t, off_t, int) {
   errno = ENOSYS;

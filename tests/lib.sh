@@ -36,7 +36,7 @@ VRNIC_BUILD_PACKAGES=(build-essential g++ meson ninja-build pkg-config libibverb
 # Extra packages the test suite uses.
 # shellcheck disable=SC2034
 VRNIC_TEST_PACKAGES=(python3-pyverbs tshark python3-scapy ucx-utils openmpi-bin libopenmpi-dev
-  rdmacm-utils libfabric-bin)
+  rdmacm-utils libfabric-bin iperf)
 
 # ---------------------------------------------------------------------------------------------
 # Small utilities

@@ -233,6 +233,86 @@ mpi_over_ofi() {
   CHECK_NOTE="2 ranks, $mads CM MADs"
 }
 
+# rstream (rsockets) OPTS: server and client, both must exit 0; with -T v each checks every
+# byte it received.
+rstream_pair() {
+  local port at=${CM_SERVER_ADDR:-127.0.0.1}
+  port=$(next_port)
+  # shellcheck disable=SC2086
+  cm_pair "rstream-$port" rstream -b "$at" -p "$port" "$@" -- \
+    rstream -s "$at" ${CM_CLIENT_BIND:+-b $CM_CLIENT_BIND} -p "$port" "$@" || return 1
+  sed -n '/^name/,$p' "$CM_CLIENT_LOG" | sed 's/^/    /'
+  CHECK_NOTE=$(awk 'NR == 2 { print $7 " Gb/s" }' "$CM_CLIENT_LOG")
+}
+
+# A plain TCP program under the system's librspreload.so: iperf (2), server and client, its
+# sockets rsockets on vrnic. vrnicd must have carried at least what iperf says it sent.
+iperf_preloaded() {
+  local port before after sent
+  command -v iperf >/dev/null || { echo "iperf missing (package iperf)"; return 1; }
+  local preload=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
+  [[ -f $preload ]] || { echo "$preload missing (package librdmacm1)"; return 1; }
+  ensure_vrnicd || return 1
+  port=$(next_port)
+  before=$(vrnic_stat bytes_sent)
+  local CM_RUN=("${CM_RUN[@]}" "LD_PRELOAD=$preload")
+  CM_KEEP_SERVER=1 cm_pair "iperf-$port" iperf -s -B 127.0.0.1 -p "$port" -- \
+    iperf -c 127.0.0.1 -p "$port" -t 2 -f m || return 1
+  after=$(vrnic_stat bytes_sent)
+  grep -E 'connected|Mbits' "$CM_CLIENT_LOG" | sed 's/^/    /'
+  sent=$(awk '/Mbits\/sec/ { for (i = 1; i < NF; i++) if ($(i + 1) == "MBytes") print $i }' \
+    "$CM_CLIENT_LOG")
+  echo "    iperf sent ${sent:-?} MB; vrnicd sent $(((after - before) >> 20)) MiB"
+  [[ -n $sent ]] || { echo "FAIL: no result from iperf"; return 1; }
+  ((after - before >= ${sent%.*} * 1000000)) || { echo "FAIL: not through vrnic?"; return 1; }
+  CHECK_NOTE=$(awk '/Mbits\/sec/ { print $(NF - 1) " Mbit/s" }' "$CM_CLIENT_LOG")
+}
+
+# rconnect to a port nobody listens on: ECONNREFUSED, blocking and not.
+rstream_refused() {
+  local port out
+  ensure_vrnicd || return 1
+  port=$(next_port)
+  out=$("${CM_RUN[@]}" timeout 20 rstream -s 127.0.0.1 -p "$port" -T b -S 64 -C 1 2>&1)
+  echo "$out" | tail -1
+  grep -q 'rconnect: Connection refused' <<<"$out" || return 1
+  # Non-blocking: rpoll gives POLLOUT|POLLERR|POLLHUP, as for a TCP socket (rstream stops there).
+  out=$("${CM_RUN[@]}" timeout 20 rstream -s 127.0.0.1 -p "$port" -T n -S 64 -C 1 2>&1)
+  echo "$out" | tail -1
+  grep -q '^rpoll' <<<"$out"
+}
+
+# An rstream server SIGKILLed mid-transfer: the client ends within 20 s with an error (its
+# peer's vrnicd ends the connection with a DREQ; a read sees the end, a write EPIPE), no hang.
+rstream_dead_server() {
+  local port spid cpid
+  ensure_vrnicd || return 1
+  port=$(next_port)
+  "${CM_RUN[@]}" rstream -b 127.0.0.1 -p "$port" -T b -S 65536 -C 10000000 \
+    >"$VRNIC_TMP/rs-dead.server.log" 2>&1 </dev/null &
+  spid=$!
+  _vrnic_track "$spid"
+  wait_for 15 "the server's listener" stat_is cm_listeners 1 || return 1
+  "${CM_RUN[@]}" rstream -s 127.0.0.1 -p "$port" -T b -S 65536 -C 10000000 \
+    >"$VRNIC_TMP/rs-dead.client.log" 2>&1 </dev/null &
+  cpid=$!
+  _vrnic_track "$cpid"
+  wait_for 15 "the connection" stat_is cm_connections 2 || { kill -KILL "$cpid" "$spid"; return 1; }
+  sleep 0.3
+  echo "+ kill -KILL <rstream server>"
+  kill -KILL "$spid"
+  vrnic_wait_exit "$spid" 5
+  if ! vrnic_wait_exit "$cpid" 20; then
+    echo "FAIL: the client did not end after its peer died"
+    kill -KILL "$cpid"
+    return 1
+  fi
+  echo "client: $(_vrnic_status_word "$VRNIC_RC"); its last words:"
+  vrnic_tail "$VRNIC_TMP/rs-dead.client.log" 2
+  ((VRNIC_RC != 0)) || { echo "FAIL: the client says it completed"; return 1; }
+  wait_objects_zero 10
+}
+
 # No listener on the port: REJECTED with reason 8 (rping prints the event and its status), and
 # on a synchronous id (rdma_client) the call fails with ECONNREFUSED.
 no_listener() {
@@ -424,6 +504,20 @@ check "each DREQ's first copy lost: rping -C 10 -V still ends in DISCONNECTED on
   lost_dreq rping_pair -C 10 -V
 check "each DREQ's first copy lost: ucmatose -c 4 -C 4 disconnects every connection" \
   lost_dreq ucmatose_pair dreq -c 4 -C 4
+check "rstream -T b -T v -S 4096 -C 10000 (rsockets, blocking, data verified)" \
+  rstream_pair -T b -T v -S 4096 -C 10000
+check "rstream -T b -T v -S 1048576 -C 100" rstream_pair -T b -T v -S 1048576 -C 100
+check "rstream -T n -T v -S 65536 -C 1000 (non-blocking)" rstream_pair -T n -T v -S 65536 -C 1000
+check "rstream -T a -T v -S 65536 -C 1000 (rpoll)" rstream_pair -T a -T v -S 65536 -C 1000
+check "across two vrnicd: rstream -T b -T v -S 65536 -C 1000" \
+  across rstream_pair -T b -T v -S 65536 -C 1000
+check "two namespaces: rstream -T n -T v -S 65536 -C 1000" \
+  in_namespaces rstream_pair -T n -T v -S 65536 -C 1000
+check "iperf under LD_PRELOAD=librspreload.so: its TCP sockets rsockets on vrnic" iperf_preloaded
+check "rsockets: rconnect with no listener: ECONNREFUSED (blocking), POLLERR (non-blocking)" \
+  rstream_refused
+check "rsockets: the server killed mid-transfer: the client ends with an error, nothing left" \
+  rstream_dead_server
 check "a peer not there: UNREACHABLE (ETIMEDOUT) after the REQ's retries" dead_peer
 check "a client killed while connected: the server ends, no CM connection left" dead_client
 [[ -n $VRNICD_PID ]] && check "vrnicd: no objects left (CM ids and connections too), exits 0 on SIGTERM" vrnicd_idle_and_stop
