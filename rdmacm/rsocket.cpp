@@ -61,8 +61,8 @@ struct Rs {
     int slot;
     uint32_t offset, len;
   };
-  std::deque<Received> received;     // in order, the data not read yet
-  std::vector<int> free_send;        // send slots not in flight
+  std::deque<Received> received;      // in order, the data not read yet
+  std::vector<int> free_send;         // send slots not in flight
   std::deque<rdma_cm_id *> requests;  // a listener's connections not accepted yet
   int sndbuf = kSlots * int(kSlotBytes), rcvbuf = kSlots * int(kSlotBytes);
 
@@ -204,8 +204,7 @@ void progress(Rs *rs) {
       rs->requests.push_back(e->id);
     } else if (rs->state == State::kConnecting) {
       connect_step(rs, e);
-    } else if (e->event == RDMA_CM_EVENT_DISCONNECTED ||
-               e->event == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+    } else if (e->event == RDMA_CM_EVENT_DISCONNECTED || e->event == RDMA_CM_EVENT_DEVICE_REMOVAL) {
       rs->peer_done = true;
     }
     rdma_ack_cm_event(e);
@@ -314,7 +313,8 @@ void send_fin(Rs *rs) {
 }
 
 ssize_t stream_write(Rs *rs, const iovec *iov, int iovcnt, int flags) {
-  if (rs->state != State::kConnected) return fail(rs->state == State::kFailed ? rs->error : ENOTCONN);
+  if (rs->state != State::kConnected)
+    return fail(rs->state == State::kFailed ? rs->error : ENOTCONN);
   if (rs->shut_wr) return fail(EPIPE);
   const bool nb = rs->nonblocking || (flags & MSG_DONTWAIT);
   size_t sent = 0;
@@ -336,7 +336,8 @@ ssize_t stream_write(Rs *rs, const iovec *iov, int iovcnt, int flags) {
 }
 
 ssize_t stream_read(Rs *rs, const iovec *iov, int iovcnt, int flags) {
-  if (rs->state != State::kConnected) return fail(rs->state == State::kFailed ? rs->error : ENOTCONN);
+  if (rs->state != State::kConnected)
+    return fail(rs->state == State::kFailed ? rs->error : ENOTCONN);
   size_t want = 0;
   for (int i = 0; i < iovcnt; i++) want += iov[i].iov_len;
   if (!want) return 0;
@@ -357,8 +358,8 @@ ssize_t stream_read(Rs *rs, const iovec *iov, int iovcnt, int flags) {
     Rs::Received &r = rs->received.front();
     while (r.len && got < want) {
       const size_t n = std::min<size_t>(r.len, iov[vi].iov_len - voff);
-      std::memcpy(static_cast<uint8_t *>(iov[vi].iov_base) + voff,
-                  rs->recv_slot(r.slot) + r.offset, n);
+      std::memcpy(static_cast<uint8_t *>(iov[vi].iov_base) + voff, rs->recv_slot(r.slot) + r.offset,
+                  n);
       r.offset += uint32_t(n);
       r.len -= uint32_t(n);
       got += n;
@@ -510,8 +511,8 @@ RDMACM_EXPORT ssize_t rrecv(int socket, void *buf, size_t len, int flags) {
   iovec v{buf, len};
   return stream_read(rs, &v, 1, flags);
 }
-RDMACM_EXPORT ssize_t rrecvfrom(int socket, void *buf, size_t len, int flags,
-                                struct sockaddr *, socklen_t *) {
+RDMACM_EXPORT ssize_t rrecvfrom(int socket, void *buf, size_t len, int flags, struct sockaddr *,
+                                socklen_t *) {
   return rrecv(socket, buf, len, flags);
 }
 RDMACM_EXPORT ssize_t rrecvmsg(int socket, struct msghdr *msg, int flags) {
@@ -590,8 +591,8 @@ RDMACM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout) {
     if (ready || timeout == 0 || (timeout > 0 && Clock::now() >= deadline)) return ready;
     int slice = 100;
     if (timeout > 0) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       slice = int(std::clamp<long long>(left.count(), 0, 100));
     }
     if (poll(wait.data(), wait.size(), slice) < 0) return -1;
@@ -678,16 +679,15 @@ RDMACM_EXPORT int rsetsockopt(int socket, int level, int optname, const void *op
   } else if (level == IPPROTO_TCP && (optname == TCP_NODELAY || optname == TCP_MAXSEG)) {
     return 0;  // every write leaves at once, in SENDs of at most 64 KiB
   } else if (level == IPPROTO_IPV6 && optname == IPV6_V6ONLY) {
-    return rdma_set_option(rs->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY,
-                           const_cast<int *>(&v), sizeof(v));
+    return rdma_set_option(rs->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, const_cast<int *>(&v),
+                           sizeof(v));
   } else if (level == SOL_RDMA) {
     return 0;  // queue sizes, inline size, iomap size: this implementation's own
   }
   return fail(ENOPROTOOPT);
 }
 
-RDMACM_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval,
-                              socklen_t *optlen) {
+RDMACM_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval, socklen_t *optlen) {
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
   if (!optval || !optlen || *optlen < sizeof(int)) return fail(EINVAL);

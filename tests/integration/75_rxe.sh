@@ -269,7 +269,8 @@ cm_rxe() {
     rxe_wait "$id" $((RXE_T + 15)) >"$SERVER_LOG" 2>&1
     srv_rc=$?
   fi
-  echo "server ($server): $(_vrnic_status_word "$srv_rc"); client: $(_vrnic_status_word "$CLIENT_RC")"
+  echo "server ($server): $(_vrnic_status_word "$srv_rc");" \
+    "client: $(_vrnic_status_word "$CLIENT_RC")"
   if ((srv_rc != 0 || CLIENT_RC != 0)) ||
     grep -qi 'mismatch\|return status [1-9]\|end -\?[1-9]' "$SERVER_LOG" "$CLIENT_LOG"; then
     echo "--- server output (tail):"
@@ -298,7 +299,8 @@ cm_rxe_fixed_port() {
 }
 cm_mads_counted() {
   local sent received
-  sent=$(vrnic_stat cm_mads_sent "${SOCK[rxe]}") received=$(vrnic_stat cm_mads_received "${SOCK[rxe]}")
+  sent=$(vrnic_stat cm_mads_sent "${SOCK[rxe]}")
+  received=$(vrnic_stat cm_mads_received "${SOCK[rxe]}")
   echo "vrnic0: cm_mads_sent=$sent cm_mads_received=$received"
   ((sent > 0 && received > 0)) || { echo "FAIL: no CM MADs both ways"; return 1; }
   CHECK_NOTE="$sent MADs sent, $received received"
