@@ -395,14 +395,15 @@ cm_on_the_wire() {
 # Two vrnicd that each lose 10% of what they receive, MADs included, with short CM timers
 # (VRNIC_CM_RESPONSE_TIMEOUT=14: a MAD is sent again after 0.6 s): connections still come up
 # (MAD retries), data verified, and each ends in DISCONNECTED.
-lossy_hosts() {
+# faulty_pair A ADDR_A B ADDR_B FAULTS: two udp vrnicd with short CM timers, each with FAULTS
+# on what it receives.
+faulty_pair() {
   local port
   port=$(free_udp_port) || return 1
-  VRNIC_CM_RESPONSE_TIMEOUT=14 host_vrnicd cl1 - --udp 127.0.0.3 --udp-port "$port" \
-    --faults loss=10 &&
-    VRNIC_CM_RESPONSE_TIMEOUT=14 host_vrnicd cl2 - --udp 127.0.0.4 --udp-port "$port" \
-      --faults loss=10
+  VRNIC_CM_RESPONSE_TIMEOUT=14 host_vrnicd "$1" - --udp "$2" --udp-port "$port" --faults "$5" &&
+    VRNIC_CM_RESPONSE_TIMEOUT=14 host_vrnicd "$3" - --udp "$4" --udp-port "$port" --faults "$5"
 }
+lossy_hosts() { faulty_pair cl1 127.0.0.3 cl2 127.0.0.4 loss=10; }
 lossy_run() {
   local CM_SERVER_SOCK=${SOCK[cl1]} CM_CLIENT_SOCK=${SOCK[cl2]} CM_CLIENT_BIND=127.0.0.4
   local RPING_CLIENT_ARGS="-I 127.0.0.4" CM_SERVER_ADDR=127.0.0.3
@@ -418,14 +419,7 @@ lossy() {
 # Each DREQ's first copy lost (--faults drop_mad=21 at both vrnicd; short CM timers, so a DREQ
 # is sent again after 0.6 s): the connections still end in DISCONNECTED on both sides and the
 # programs exit 0; the losses and resends show in the counters.
-lost_dreq_hosts() {
-  local port
-  port=$(free_udp_port) || return 1
-  VRNIC_CM_RESPONSE_TIMEOUT=14 host_vrnicd dq1 - --udp 127.0.0.6 --udp-port "$port" \
-    --faults drop_mad=21 &&
-    VRNIC_CM_RESPONSE_TIMEOUT=14 host_vrnicd dq2 - --udp 127.0.0.7 --udp-port "$port" \
-      --faults drop_mad=21
-}
+lost_dreq_hosts() { faulty_pair dq1 127.0.0.6 dq2 127.0.0.7 drop_mad=21; }
 lost_dreq_run() {
   local CM_SERVER_SOCK=${SOCK[dq1]} CM_CLIENT_SOCK=${SOCK[dq2]} CM_CLIENT_BIND=127.0.0.7
   local RPING_CLIENT_ARGS="-I 127.0.0.7" CM_SERVER_ADDR=127.0.0.6 dropped resent
