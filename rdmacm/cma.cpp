@@ -288,15 +288,21 @@ RDMACM_EXPORT int rdma_create_id(rdma_event_channel *channel, rdma_cm_id **out, 
 RDMACM_EXPORT int rdma_destroy_id(rdma_cm_id *cmid) {
   if (!cmid) return fail(EINVAL);
   Id *id = of(cmid);
-  {
-    std::lock_guard lock(g_ids_mu);
-    g_ids.erase(id);
-  }
+  // As rdma-core's: vrnicd's side first (no event is made for it after), then wait until each
+  // event reported for the id has been acknowledged, then free it.
   if (id->handle) {
     ctl::HandleReq req{id->handle, 0};
     id->dev->daemon->call(ctl::Op::kCmDestroyId, &req, sizeof(req), nullptr, 0);
   }
   if (id->id.event) rdma_ack_cm_event(id->id.event);
+  {
+    std::unique_lock lock(id->mu);
+    id->all_acked.wait(lock, [&] { return id->unacked == 0; });
+  }
+  {
+    std::lock_guard lock(g_ids_mu);
+    g_ids.erase(id);
+  }
   if (id->sync) free_channel(of(id->id.channel));
   delete[] reinterpret_cast<uint8_t *>(id->id.route.path_rec);
   delete id->ep_qp_attr;
@@ -719,7 +725,13 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel *channel, rdma_cm_event *
       c.srq = rec.p.srq;
       c.qp_num = rec.p.qp_num;
     }
-    of(e->event.id)->unacked++;
+    // Counted where rdma-core counts it: a CONNECT_REQUEST on the listener, which reported it.
+    Id *counted = rec.event == ctl::kCmConnectRequest ? id : of(e->event.id);
+    e->counted_on = reinterpret_cast<uint64_t>(counted);
+    {
+      std::lock_guard lock(counted->mu);
+      counted->unacked++;
+    }
     *out = &e->event;
     return 0;
   }
@@ -728,7 +740,10 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel *channel, rdma_cm_event *
 RDMACM_EXPORT int rdma_ack_cm_event(rdma_cm_event *event) {
   if (!event) return fail(EINVAL);
   auto *e = reinterpret_cast<Event *>(event);
-  if (Id *id = live_id(reinterpret_cast<uint64_t>(event->id))) id->unacked--;
+  if (Id *id = live_id(e->counted_on)) {
+    std::lock_guard lock(id->mu);
+    if (--id->unacked == 0) id->all_acked.notify_all();
+  }
   delete e;
   return 0;
 }

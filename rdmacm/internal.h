@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -64,13 +65,15 @@ struct Id {
   ctl::CmConnParams remote{};  // the peer's, from CONNECT_REQUEST or CONNECT_RESPONSE
   uint8_t responder_resources = 0, initiator_depth = 0, retry_count = 7, rnr_retry = 7;
   ibv_qp_init_attr *ep_qp_attr = nullptr;  // rdma_create_ep on a listener: for get_request
-  int unacked = 0;                         // events reported and not yet acked
+  int unacked = 0;                         // events reported and not yet acked (under mu)
   std::mutex mu;
+  std::condition_variable all_acked;  // rdma_destroy_id waits on it for unacked == 0
 };
 
 struct Event {
   rdma_cm_event event;  // first
   ctl::CmEventRecord rec;
+  uint64_t counted_on = 0;  // the Id (as a cookie) whose unacked count includes it
   uint8_t private_data[256];
 };
 

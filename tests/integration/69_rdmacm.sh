@@ -317,6 +317,12 @@ rstream_dead_server() {
   wait_objects_zero 10
 }
 
+# rdma_destroy_id waits for the id's events to be acknowledged (tests/tools/cm_destroy_wait).
+destroy_waits_for_acks() {
+  ensure_vrnicd || return 1
+  vrnic_fg "${CM_RUN[@]}" timeout 20 "$VRNIC_BUILD_DIR/tests/cm_destroy_wait" "$(next_port)"
+}
+
 # No listener on the port: REJECTED with reason 8 (rping prints the event and its status), and
 # on a synchronous id (rdma_client) the call fails with ECONNREFUSED.
 no_listener() {
@@ -473,6 +479,8 @@ check "rdma_server / rdma_client (synchronous ids, rdma_create_ep)" sync_pair rd
 check "rdma_xserver / rdma_xclient -c r" sync_pair rdma_xserver rdma_xclient -c r
 check "cmtime -c 1000" cmtime_1000
 check "no listener: REJECTED reason 8; ECONNREFUSED on a sync id" no_listener
+check "rdma_destroy_id waits until the id's events are acknowledged (as rdma-core's)" \
+  destroy_waits_for_acks
 for t in "ib_write_bw -n 1000" "ib_read_bw -n 1000" "ib_send_bw -n 1000" "ib_send_bw -c UD -n 1000" \
   "ib_write_lat -n 1000"; do
   read -ra cmd <<<"$t"
