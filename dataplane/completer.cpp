@@ -76,6 +76,7 @@ void acknowledge(TransportHost &w, QueuePair &qp, uint32_t psn) {
     }
     w.schedule(qp);  // the window may have held the requester back
     qp.comp.retry_left = qp.attr.retry_cnt;
+    qp.comp.nak_rewound_valid = false;
   }
   completer_retire(w, qp);
   restart_ack_timer(w, qp);
@@ -180,6 +181,13 @@ void nak(TransportHost &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
   }
   switch (syndrome) {
     case kNakPsnSeqError:
+      // Old news, as rxe's completer takes it (started_retry): a NAK for PSNs acknowledged
+      // since, or at or before where the last NAK had us resend from with no progress since (a
+      // copy of that NAK: duplicated or overtaken on the way). Acted on, each would resend the
+      // whole window again and use up a retry: a duplicating path ran a QP out of retries.
+      if (psn_diff(psn, qp.comp.acked_psn) <= 0 ||
+          (qp.comp.nak_rewound_valid && psn_diff(psn, qp.comp.nak_rewound_psn) <= 0))
+        return;
       if (qp.comp.retry_left == 0) {
         fail_oldest(w, qp, IBV_WC_RETRY_EXC_ERR);
         return;
@@ -187,6 +195,8 @@ void nak(TransportHost &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
       qp.comp.retry_left--;
       w.count(qp, kRetransmits);
       lost(w, qp, PeerWindow::Loss::kNak, psn, Reask::kNo);
+      qp.comp.nak_rewound_psn = psn;
+      qp.comp.nak_rewound_valid = true;
       return;
     case kNakRemoteAccess:
       fail_oldest(w, qp, IBV_WC_REM_ACCESS_ERR);

@@ -57,6 +57,10 @@ struct CompleterState {
   uint64_t rnr_deadline = 0;     // requester paused until then; 0: not paused
   uint32_t rerequested_psn = 0;  // read response gap already asked again for
   bool rerequested_psn_valid = false;
+  // The PSN a sequence NAK last made the requester resend from, until the next progress: a
+  // NAK at or before it is old news (a copy of it, or one overtaken on the way).
+  uint32_t nak_rewound_psn = 0;
+  bool nak_rewound_valid = false;
   // With a peer window (wire peers): the probe timer (0: not armed) and how many probes in a
   // row found no progress (each doubles the wait); the PSN being timed and when it left (0:
   // none).

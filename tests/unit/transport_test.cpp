@@ -80,6 +80,31 @@ TEST_CASE("transport: go-back-N resends from the lost packet in mid-message", "[
   CHECK(p.a.qp->comp.retry_left == 7);           // progress gives the retries back
 }
 
+TEST_CASE("transport: a copy of a sequence NAK is old news, not a second resend", "[transport]") {
+  QpPair p;
+  fill(p.a, 0, 4096, 4);
+  auto dropped = std::make_shared<bool>(false);
+  p.script = [dropped](const WireRecord &r, Packet &) {
+    if (!*dropped && is(r, 'A', wire::kWriteMiddle, 101)) {
+      *dropped = true;
+      return Fate::kDrop;
+    }
+    return r.from == 'B' && r.syndrome == wire::kNakPsnSeqError ? Fate::kDuplicate : Fate::kDeliver;
+  };
+  p.a.post_send(write_wqe(1, p.a, 0, 4096, p.b, 0));
+  p.run();
+  // The NAK arrives twice; the second copy moves nothing: one resend from 101.
+  CHECK(p.trace() == Lines{"A WRITE_FIRST 100", "A WRITE_MIDDLE 101 (dropped)",
+                           "A WRITE_MIDDLE 102", "A WRITE_LAST 103 ack_req",
+                           "B ACK 101 NAK_SEQ (twice)", "A WRITE_MIDDLE 101", "A WRITE_MIDDLE 102",
+                           "A WRITE_LAST 103 ack_req", "B ACK 103"});
+  CHECK(same(p.a, 0, p.b, 0, 4096));
+  CHECK(one_send_completion(p.a).status == IBV_WC_SUCCESS);
+  CHECK(p.a.qp->counters[kNaksReceived] == 2);
+  CHECK(p.a.qp->counters[kRetransmits] == 1);
+  CHECK(p.a.qp->comp.retry_left == 7);
+}
+
 TEST_CASE("transport: requests that arrive together get one coalesced ACK", "[transport]") {
   QpPair p;
   fill(p.a, 0, 8 * 256, 3);
