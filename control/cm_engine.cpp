@@ -66,12 +66,21 @@ void Engine::send(Conn &c, const Mad &mad) {
 
 void Engine::arm(Conn &c, uint64_t now, uint64_t wait_ns, uint8_t retries) {
   c.wait_ns = wait_ns;
-  c.deadline = now + wait_ns;
+  set_deadline(c, now + wait_ns);
   c.retries_left = retries;
 }
 
+void Engine::set_deadline(Conn &c, uint64_t deadline) {
+  if (c.deadline) timers_.erase({c.deadline, c.local_id});
+  c.deadline = deadline;
+  if (deadline) timers_.insert({deadline, c.local_id});
+}
+
 void Engine::forget(uint32_t id) {
-  conns_.erase(id);
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  set_deadline(it->second, 0);
+  conns_.erase(it);
 }
 
 void Engine::enter_timewait(Conn &c, uint64_t now) {
@@ -162,7 +171,7 @@ absl::Status Engine::establish(uint32_t conn, uint64_t) {
   m.put(rtu::kRemoteCommId, c.remote_id);
   send(c, m);
   c.state = State::kEstablished;
-  c.deadline = 0;
+  set_deadline(c, 0);
   return absl::OkStatus();
 }
 
@@ -327,7 +336,7 @@ void Engine::expire(Conn &c, uint64_t now) {
     counters_.resent++;
     counters_.sent++;
     hooks_.send(c.peer, c.last_sent);
-    c.deadline = now + c.wait_ns;
+    set_deadline(c, now + c.wait_ns);
     return;
   }
   if (c.state == State::kDreqSent) {  // no DREP: down all the same
@@ -341,8 +350,8 @@ void Engine::expire(Conn &c, uint64_t now) {
 
 void Engine::tick(uint64_t now) {
   std::vector<uint32_t> due;
-  for (auto &[id, c] : conns_)
-    if (c.deadline && c.deadline <= now) due.push_back(id);
+  for (auto t = timers_.begin(); t != timers_.end() && t->first <= now; ++t)
+    due.push_back(t->second);
   for (uint32_t id : due) {
     auto it = conns_.find(id);  // an event of an earlier one may have changed it
     if (it != conns_.end() && it->second.deadline && it->second.deadline <= now)
@@ -351,10 +360,7 @@ void Engine::tick(uint64_t now) {
 }
 
 uint64_t Engine::next_deadline() const {
-  uint64_t next = 0;
-  for (const auto &[id, c] : conns_)
-    if (c.deadline && (!next || c.deadline < next)) next = c.deadline;
-  return next;
+  return timers_.empty() ? 0 : timers_.begin()->first;
 }
 
 }  // namespace vrnic::cm

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -164,10 +166,10 @@ class Engine {
     uint64_t remote_ca_guid = 0;
     uint32_t remote_qpn = 0;
     uint64_t service_id = 0;
-    uint64_t tid = 0;  // the transaction the passive side answers in (the REQ's, a DREQ's)
-    Mad received;      // the last message that moved it (the REQ, REP, DREQ, ...)
-    Mad last_sent;     // resent as is on a timeout or a duplicate
-    uint64_t deadline = 0;
+    uint64_t tid = 0;       // the transaction the passive side answers in (the REQ's, a DREQ's)
+    Mad received;           // the last message that moved it (the REQ, REP, DREQ, ...)
+    Mad last_sent;          // resent as is on a timeout or a duplicate
+    uint64_t deadline = 0;  // 0: no timer; changed only through set_deadline
     uint8_t retries_left = 0;
     uint64_t wait_ns = 0;  // between resends
     bool mra_sent = false;
@@ -184,6 +186,8 @@ class Engine {
                                const std::vector<uint8_t> &private_data, Bytes room);
   void send(Conn &c, const Mad &mad);
   void arm(Conn &c, uint64_t now, uint64_t wait_ns, uint8_t retries);
+  // Arms (or with 0 stops) the connection's one timer, kept in timers_ too.
+  void set_deadline(Conn &c, uint64_t deadline);
   // Events of connections whose owner is gone (abandon) are not told.
   void emit(const Event &e) {
     if (e.owner) hooks_.event(e);
@@ -212,7 +216,10 @@ class Engine {
   uint32_t next_id_;
   uint64_t next_tid_ = 1;
   Counters counters_;
-  std::map<uint32_t, Conn> conns_;                     // by our ID
+  std::map<uint32_t, Conn> conns_;  // by our ID
+  // The armed timers in deadline order, so that a turn of tick() or next_deadline() costs
+  // what is due, not a walk over every connection (cmtime keeps thousands alive at once).
+  std::set<std::pair<uint64_t, uint32_t>> timers_;     // (deadline, our ID)
   absl::flat_hash_map<uint64_t, uint64_t> listeners_;  // service ID -> owner
 };
 

@@ -110,8 +110,8 @@ void Engine::on_mra(const Gid &from, const Mad &mad, uint64_t now) {
   }
   if (for_req) c->state = State::kMraReceived;
   // The peer needs this long; our resends wait until then (the retries left are kept).
-  c->deadline = now + Timing::ns(uint8_t(mad[mra::kServiceTimeout])) +
-                2 * Timing::ns(timing_.packet_life_time);
+  set_deadline(*c, now + Timing::ns(uint8_t(mad[mra::kServiceTimeout])) +
+                       2 * Timing::ns(timing_.packet_life_time));
 }
 
 void Engine::on_rej(const Gid &from, const Mad &mad) {
@@ -155,7 +155,7 @@ void Engine::on_rep(const Gid &from, const Mad &mad, uint64_t) {
     return;
   }
   c->state = State::kRepReceived;
-  c->deadline = 0;
+  set_deadline(*c, 0);
   c->remote_id = uint32_t(mad[rep::kLocalCommId]);
   c->remote_qpn = uint32_t(mad[rep::kLocalQpn]);
   c->remote_ca_guid = mad[rep::kLocalCaGuid];
@@ -170,7 +170,7 @@ void Engine::on_rtu(const Gid &from, const Mad &mad) {
     return;
   }
   c->state = State::kEstablished;
-  c->deadline = 0;
+  set_deadline(*c, 0);
   emit({EventType::kEstablished, c->local_id, c->owner, 0, false, from, &mad});
 }
 
@@ -196,7 +196,7 @@ void Engine::on_dreq(const Gid &from, const Mad &mad, uint64_t now) {
       [[fallthrough]];
     case State::kEstablished:
       c->state = State::kDreqReceived;
-      c->deadline = 0;
+      set_deadline(*c, 0);
       c->tid = mad.tid();
       c->received = mad;
       if (c->owner) {

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -251,6 +252,34 @@ TEST_CASE("CM: a dead peer is UNREACHABLE after every retry", "[cm]") {
   REQUIRE(u);
   CHECK(u->at == 16 * req_wait(w.timing));  // about 74 s with Linux's timers
   CHECK(w.a.connections() == 0);
+}
+
+TEST_CASE("CM: many connections' timers each run on their own deadline, and leave with them",
+          "[cm]") {
+  Wire w;
+  w.drop = [](const std::string &) { return true; };
+  constexpr int kConns = 300;
+  std::map<uint32_t, uint64_t> started;  // our ID -> when its REQ went out
+  for (int i = 0; i < kConns; i++) {
+    // Out of order in time as well: later IDs start earlier, some at the same instant.
+    const uint64_t at = uint64_t((kConns - i) / 2) * 1'000'000;
+    auto id = w.a.connect(kOwnerA, kGidB, connect_params(), at);
+    REQUIRE(id.ok());
+    started[*id] = at;
+  }
+  CHECK(w.a.next_deadline() == req_wait(w.timing));  // the earliest: those started at 0
+  w.now = 0;
+  w.run();
+  int unreachable = 0;
+  for (const Seen &s : w.events) {
+    if (s.who != 'A' || s.type != EventType::kUnreachable) continue;
+    unreachable++;
+    CHECK(s.at == started.at(s.conn) + 16 * req_wait(w.timing));
+  }
+  CHECK(unreachable == kConns);
+  CHECK(w.log.size() == size_t(16 * kConns));
+  CHECK(w.a.connections() == 0);
+  CHECK(w.a.next_deadline() == 0);  // no timer left behind to wake the loop for nothing
 }
 
 TEST_CASE("CM: a slow owner's peer is asked to wait (MRA), once", "[cm]") {
