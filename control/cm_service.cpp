@@ -275,6 +275,7 @@ int CmService::accept(Session &s, const ctl::CmAcceptReq &req) {
   if (!id || !id->conn || !id->listen_id) return EINVAL;
   const std::vector<uint8_t> pd(
       req.p.private_data, req.p.private_data + std::min<uint32_t>(req.p.private_data_len, 256));
+  if (int err = step_qp(s, req.qp)) return err;
   absl::Status st;
   if (is_ud(id->port_space, id->qp_type)) {
     st = engine_->sidr_reply(id->conn, cm::kSidrValid, req.p.qp_num,
@@ -292,6 +293,7 @@ int CmService::accept(Session &s, const ctl::CmAcceptReq &req) {
     p.private_data = pd;
     st = engine_->accept(id->conn, p, now_);
   }
+  if (!st.ok()) fail_qp(s, req.qp);
   return st.ok() ? 0 : errno_of(st);
 }
 
@@ -308,18 +310,39 @@ int CmService::reject(Session &s, const ctl::CmRejectReq &req) {
   return st.ok() ? 0 : errno_of(st);
 }
 
-int CmService::establish(Session &s, uint32_t handle) {
-  Id *id = owned(s, handle);
+int CmService::establish(Session &s, const ctl::CmIdStepsReq &req) {
+  Id *id = owned(s, req.id);
   if (!id || !id->conn) return EINVAL;
+  if (int err = step_qp(s, req.qp)) return err;
   absl::Status st = engine_->establish(id->conn, now_);
+  if (!st.ok()) fail_qp(s, req.qp);
   return st.ok() ? 0 : errno_of(st);
 }
 
-int CmService::disconnect(Session &s, uint32_t handle) {
-  Id *id = owned(s, handle);
-  if (!id || !id->conn) return EINVAL;
+int CmService::disconnect(Session &s, const ctl::CmIdStepsReq &req) {
+  Id *id = owned(s, req.id);
+  if (!id) return EINVAL;
+  // The QP to ERR first, connected or not, as rdma-core's rdma_disconnect does.
+  if (int err = step_qp(s, req.qp)) return err;
+  if (!id->conn) return EINVAL;
   absl::Status st = engine_->disconnect(id->conn, {}, now_);
   return st.ok() ? 0 : errno_of(st);
+}
+
+int CmService::step_qp(Session &s, const ctl::CmQpSteps &steps) {
+  if (steps.count == 0) return 0;
+  if (steps.count > ctl::kMaxCmQpSteps || !step_qp_) return EINVAL;
+  return step_qp_(s, steps);
+}
+
+void CmService::fail_qp(Session &s, const ctl::CmQpSteps &steps) {
+  if (steps.count == 0) return;
+  ctl::CmQpSteps err{};
+  err.qpn = steps.qpn;
+  err.count = 1;
+  err.steps[0].attr_mask = IBV_QP_STATE;
+  err.steps[0].attr.qp_state = IBV_QPS_ERR;
+  (void)step_qp(s, err);
 }
 
 int CmService::migrate(Session &s, const ctl::CmMigrateReq &req) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -39,8 +40,14 @@ class CmService {
   int connect(Session &s, const ctl::CmConnectReq &req);
   int accept(Session &s, const ctl::CmAcceptReq &req);
   int reject(Session &s, const ctl::CmRejectReq &req);
-  int establish(Session &s, uint32_t handle);
-  int disconnect(Session &s, uint32_t handle);
+  int establish(Session &s, const ctl::CmIdStepsReq &req);
+  int disconnect(Session &s, const ctl::CmIdStepsReq &req);
+
+  // How the QP transitions that come with a CM call (ctl::CmQpSteps) reach the caller's QP,
+  // which lives in another of its sessions: set by the server, which knows them all. Returns
+  // 0 or a positive errno (EINVAL: not a QP of the caller's process).
+  using QpStepper = std::function<int(Session &caller, const ctl::CmQpSteps &steps)>;
+  void set_qp_stepper(QpStepper f) { step_qp_ = std::move(f); }
   int migrate(Session &s, const ctl::CmMigrateReq &req);
 
   void stats(ctl::StatsResp &resp) const;
@@ -85,6 +92,11 @@ class CmService {
   ctl::CmEventRecord record(uint32_t event, uint32_t handle, const Id &id) const;
   void unbind(Id &id);
   void drop_id(uint32_t handle);
+  int step_qp(Session &s, const ctl::CmQpSteps &steps);
+  // The QP of steps to ERR: the CM message after its transitions could not go (as rdma-core's
+  // library does when its accept fails).
+  void fail_qp(Session &s, const ctl::CmQpSteps &steps);
+  QpStepper step_qp_;
   uint64_t now_ = 0;
   bool trace_ = false;
 

@@ -213,53 +213,61 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
 }
 
 int QueueObjects::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
-  if (!owns(s.qps, req.handle)) return EINVAL;
-  const ctl::QpAttrWire &a = req.attr;
-  uint32_t mask = req.attr_mask;
+  const ctl::CmQpSteps::Step step{req.attr_mask, 0, req.attr};
+  return modify_qp_steps(s, req.handle, &step, 1);
+}
+
+int QueueObjects::modify_qp_steps(Session &s, uint32_t handle, const ctl::CmQpSteps::Step *steps,
+                                  uint32_t n) {
+  if (!owns(s.qps, handle)) return EINVAL;
   int st = 0;
   int resolve_on = -1;  // the worker whose port should look up the peer's link address
   uint8_t peer[16];
+  // Every step under one hand-over: the workers are parked once, whatever the count.
   workers_.execute_all([&] {
-    QueuePair &qp = *dev_.qps.get(req.handle);
-    uint32_t cur = qp.attr.qp_state;
-    if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) {
-      st = EINVAL;
-      return;
-    }
-    uint32_t next = (mask & IBV_QP_STATE) ? a.qp_state : cur;
-    if ((st = check_qp_transition(qp.type, cur, next, mask))) return;
-    // RoCE has no alternate paths (no automatic path migration): refused as Linux does.
-    if (mask & IBV_QP_ALT_PATH) {
-      st = EINVAL;
-      return;
-    }
-    // Attribute values (EINVAL as the kernel answers them).
-    if (((mask & IBV_QP_PORT) && a.port_num != 1) ||
-        ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) ||
-        ((mask & IBV_QP_PATH_MTU) &&
-         (a.path_mtu < IBV_MTU_256 || a.path_mtu > dev_.info.port_active_mtu)) ||
-        ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > kMaxRdAtomic) ||
-        ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxRdAtomic) ||
-        ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) ||
-        ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) ||
-        ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) ||
-        ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) ||
-        ((mask & IBV_QP_ACCESS_FLAGS) &&
-         (a.qp_access_flags & ~uint32_t(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                        IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE))) ||
-        ((mask & IBV_QP_AV) &&
-         (a.ah.sgid_index >= ctl::kGidTableLen ||
-          dev_.info.gids[a.ah.sgid_index].type == ctl::kGidEmpty || !a.ah.is_global))) {
-      st = EINVAL;
-      return;
-    }
-    if (qp_modify(workers_[qp.worker], qp, a, mask, next)) {
-      resolve_on = qp.worker;
-      std::memcpy(peer, qp.attr.ah.dgid, sizeof(peer));
+    QueuePair &qp = *dev_.qps.get(handle);
+    for (uint32_t i = 0; i < n && !st; i++) {
+      bool resolve = false;
+      st = modify_step(qp, steps[i].attr, steps[i].attr_mask, &resolve);
+      if (!st && resolve) {
+        resolve_on = qp.worker;
+        std::memcpy(peer, qp.attr.ah.dgid, sizeof(peer));
+      }
     }
   });
-  if (!st && resolve_on >= 0) workers_.resolve_peer(uint32_t(resolve_on), peer);
+  if (resolve_on >= 0) workers_.resolve_peer(uint32_t(resolve_on), peer);
   return st;
+}
+
+// One ibv_modify_qp, inside execute_all: the checks the kernel makes (EINVAL), then the change.
+int QueueObjects::modify_step(QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask,
+                              bool *resolve) {
+  uint32_t cur = qp.attr.qp_state;
+  if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) return EINVAL;
+  uint32_t next = (mask & IBV_QP_STATE) ? a.qp_state : cur;
+  if (int st = check_qp_transition(qp.type, cur, next, mask)) return st;
+  // RoCE has no alternate paths (no automatic path migration): refused as Linux does.
+  if (mask & IBV_QP_ALT_PATH) return EINVAL;
+  // Attribute values (EINVAL as the kernel answers them).
+  if (((mask & IBV_QP_PORT) && a.port_num != 1) ||
+      ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) ||
+      ((mask & IBV_QP_PATH_MTU) &&
+       (a.path_mtu < IBV_MTU_256 || a.path_mtu > dev_.info.port_active_mtu)) ||
+      ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > kMaxRdAtomic) ||
+      ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxRdAtomic) ||
+      ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) ||
+      ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) ||
+      ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) ||
+      ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) ||
+      ((mask & IBV_QP_ACCESS_FLAGS) &&
+       (a.qp_access_flags & ~uint32_t(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE))) ||
+      ((mask & IBV_QP_AV) &&
+       (a.ah.sgid_index >= ctl::kGidTableLen ||
+        dev_.info.gids[a.ah.sgid_index].type == ctl::kGidEmpty || !a.ah.is_global)))
+    return EINVAL;
+  *resolve = qp_modify(workers_[qp.worker], qp, a, mask, next);
+  return 0;
 }
 
 int QueueObjects::query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp) {

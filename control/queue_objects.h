@@ -37,6 +37,9 @@ class QueueObjects {
   int create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp &resp,
                 std::vector<int> &fds);
   int modify_qp(Session &s, const ctl::ModifyQpReq &req);
+  // Several ibv_modify_qp in turn, stopping at the first that fails (its errno); rdma_cm's
+  // transitions (ctl::CmQpSteps) come this way.
+  int modify_qp_steps(Session &s, uint32_t handle, const ctl::CmQpSteps::Step *steps, uint32_t n);
   int query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp);
   int destroy_qp(Session &s, uint32_t handle);
   int create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::CreateSrqResp &resp,
@@ -57,6 +60,7 @@ class QueueObjects {
   // The dataplane side of destroying one object, inside execute_all; each returns what the
   // control side still has to release (the PD, the channel).
   void remove_qp(Session &s, uint32_t handle);
+  int modify_step(QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask, bool *resolve);
   uint32_t remove_srq(uint32_t handle);
   uint32_t remove_cq(uint32_t handle);
 

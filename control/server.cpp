@@ -61,6 +61,20 @@ Server::Server(ServerConfig cfg)
   dev_.info.max_mr_size = std::min<uint64_t>(dev_.info.max_mr_size, quotas_.limits().mr_bytes);
   dev_.info.max_mr = std::min(dev_.info.max_mr, quotas_.limits().mrs);
   dev_.info.max_qp = std::min(dev_.info.max_qp, quotas_.limits().qps);
+  cm_.set_qp_stepper(
+      [this](Session &caller, const ctl::CmQpSteps &steps) { return step_cm_qp(caller, steps); });
+}
+
+// The QP named in a CM call is one the caller's process made through its provider, on another
+// session than the library's own: found by QPN, and only in a session of the same process.
+int Server::step_cm_qp(Session &caller, const ctl::CmQpSteps &steps) {
+  const QueuePair *qp = dev_.qp_by_qpn(steps.qpn);
+  if (!qp || qp == dev_.gsi) return EINVAL;
+  auto it = sessions_.find(qp->session);
+  if (it == sessions_.end()) return EINVAL;
+  Session &owner = *it->second;
+  if (owner.pid != caller.pid || owner.uid != caller.uid) return EINVAL;
+  return queues_.modify_qp_steps(owner, qp->handle, steps.steps, steps.count);
 }
 
 Server::~Server() {

@@ -101,6 +101,8 @@ class Server {
   std::string node_path_;  // the /dev/infiniband node we made, removed at exit
   // Link up or down on the wire port: port state and an async event to every client.
   void watch_link();
+  // CmService's QpStepper: rdma_cm's QP transitions on a QP of the caller's process.
+  int step_cm_qp(Session &caller, const ctl::CmQpSteps &steps);
 
   ServerConfig cfg_;
   std::vector<ctl::DeviceListEntry> device_list_;

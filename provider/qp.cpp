@@ -8,40 +8,12 @@
 
 #include "internal.h"
 #include "send_wqe.h"
+#include "vrnic/verbs_wire.h"
 
 using namespace vrnic;
 using namespace vrnic::provider;
 
 namespace {
-
-void to_wire(const ibv_ah_attr &a, ctl::AddressVector &av) {
-  std::memcpy(av.dgid, a.grh.dgid.raw, 16);
-  av.flow_label = a.grh.flow_label;
-  av.dlid = a.dlid;
-  av.sgid_index = a.grh.sgid_index;
-  av.hop_limit = a.grh.hop_limit;
-  av.traffic_class = a.grh.traffic_class;
-  av.sl = a.sl;
-  av.port_num = a.port_num;
-  av.is_global = a.is_global;
-  av.static_rate = a.static_rate;
-  av.src_path_bits = a.src_path_bits;
-}
-
-void from_wire(const ctl::AddressVector &av, ibv_ah_attr &a) {
-  std::memset(&a, 0, sizeof(a));
-  std::memcpy(a.grh.dgid.raw, av.dgid, 16);
-  a.grh.flow_label = av.flow_label;
-  a.grh.sgid_index = av.sgid_index;
-  a.grh.hop_limit = av.hop_limit;
-  a.grh.traffic_class = av.traffic_class;
-  a.dlid = av.dlid;
-  a.sl = av.sl;
-  a.port_num = av.port_num;
-  a.is_global = av.is_global;
-  a.static_rate = av.static_rate;
-  a.src_path_bits = av.src_path_bits;
-}
 
 // Validates one send WR and writes it into its slot; returns 0 or the errno for post_send.
 int write_send_wqe(Qp *qp, const ibv_send_wr *wr, shm::SendWqe &w, bool allow_type1) {
@@ -279,25 +251,7 @@ VRNIC_EXPORT int ibv_modify_qp(ibv_qp *ibqp, ibv_qp_attr *attr, int attr_mask) {
   ctl::ModifyQpReq req{};
   req.handle = qp->handle;
   req.attr_mask = uint32_t(attr_mask);
-  ctl::QpAttrWire &w = req.attr;
-  w.qp_state = attr->qp_state;
-  w.cur_qp_state = attr->cur_qp_state;
-  w.path_mtu = attr->path_mtu;
-  w.qkey = attr->qkey;
-  w.rq_psn = attr->rq_psn;
-  w.sq_psn = attr->sq_psn;
-  w.dest_qp_num = attr->dest_qp_num;
-  w.qp_access_flags = uint32_t(attr->qp_access_flags);
-  w.pkey_index = attr->pkey_index;
-  w.max_rd_atomic = attr->max_rd_atomic;
-  w.max_dest_rd_atomic = attr->max_dest_rd_atomic;
-  w.min_rnr_timer = attr->min_rnr_timer;
-  w.port_num = attr->port_num;
-  w.timeout = attr->timeout;
-  w.retry_cnt = attr->retry_cnt;
-  w.rnr_retry = attr->rnr_retry;
-  w.en_sqd_async_notify = attr->en_sqd_async_notify;
-  to_wire(attr->ah_attr, w.ah);
+  ctl::to_wire(*attr, req.attr);
   int err =
       Context::of(ibqp->context)->conn.call(ctl::Op::kModifyQp, &req, sizeof(req), nullptr, 0);
   if (err || !(attr_mask & IBV_QP_STATE)) return err;
@@ -326,7 +280,7 @@ VRNIC_EXPORT int ibv_query_qp(ibv_qp *ibqp, ibv_qp_attr *attr, int attr_mask,
   attr->qp_access_flags = int(w.qp_access_flags);
   attr->cap = {qp->caps.max_send_wr, qp->caps.max_recv_wr, qp->caps.max_send_sge,
                qp->caps.max_recv_sge, qp->caps.max_inline_data};
-  from_wire(w.ah, attr->ah_attr);
+  ctl::from_wire(w.ah, attr->ah_attr);
   attr->pkey_index = w.pkey_index;
   attr->sq_draining = w.sq_draining;
   attr->max_rd_atomic = w.max_rd_atomic;
@@ -377,7 +331,7 @@ VRNIC_EXPORT ibv_ah *ibv_create_ah(ibv_pd *pd, ibv_ah_attr *attr) {
   if (!pd || !attr) return fail_null<ibv_ah>(EINVAL);
   ctl::CreateAhReq req{};
   req.pd = pd->handle;
-  to_wire(*attr, req.av);
+  ctl::to_wire(*attr, req.av);
   ctl::HandleResp resp{};
   int err = Context::of(pd->context)
                 ->conn.call(ctl::Op::kCreateAh, &req, sizeof(req), &resp, sizeof(resp));

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "internal.h"
+#include "vrnic/verbs_wire.h"
 
 namespace vrnic::rdmacm {
 namespace {
@@ -58,6 +59,60 @@ void free_channel(Channel *c) {
 
 bool is_ud(const Id *id) {
   return id->id.qp_type == IBV_QPT_UD;
+}
+
+void destroy_on(Device *dev, uint32_t handle) {
+  ctl::HandleReq req{handle, 0};
+  dev->daemon->call(ctl::Op::kCmDestroyId, &req, sizeof(req), nullptr, 0);
+}
+
+// vrnicd's side of the id gone, and its twins': on no device again.
+void detach(Id *id) {
+  for (auto [d, h] : id->twins) destroy_on(d, h);
+  id->twins.clear();
+  if (id->handle) destroy_on(id->dev, id->handle);
+  id->handle = 0;
+  id->dev = nullptr;
+  id->id.verbs = nullptr;
+  id->id.pd = nullptr;
+}
+
+// A wildcard bind: on each other device too, to the port the first one gave.
+int bind_twins(Id *id, const ctl::CmAddress &addr) {
+  for (Device *d : devices()) {
+    if (d == id->dev) continue;
+    errno = 0;
+    const uint32_t h =
+        create_on(d, id->id.channel, id->id.ps, id->id.qp_type, reinterpret_cast<uint64_t>(id));
+    if (!h) return errno;
+    id->twins.push_back({d, h});
+    ctl::CmBindReq req{};
+    req.id = h;
+    req.addr = addr;
+    ctl::CmBindResp resp{};
+    if (int err = d->daemon->call(ctl::Op::kCmBind, &req, sizeof(req), &resp, sizeof(resp)))
+      return err;
+  }
+  return 0;
+}
+
+// A wildcard-bound id resolving an address: the source's device is the id's from now on (its
+// twin there takes over), the others are let go.
+void settle(Id *id, Device *dev, uint8_t gid_index) {
+  for (auto it = id->twins.begin(); it != id->twins.end(); ++it) {
+    if (it->first != dev) continue;
+    destroy_on(id->dev, id->handle);
+    id->dev = dev;
+    id->handle = it->second;
+    id->twins.erase(it);
+    break;
+  }
+  for (auto [d, h] : id->twins) destroy_on(d, h);
+  id->twins.clear();
+  id->gid_index = id->dev == dev ? gid_index : 0;
+  id->id.verbs = id->dev->verbs;
+  id->id.pd = id->dev->pd;
+  id->id.port_num = 1;
 }
 
 int modify(ibv_qp *qp, ibv_qp_attr &a, int mask) {
@@ -128,6 +183,41 @@ int move_qp(Id *id, ibv_qp_state state) {
   return modify(id->id.qp, a, mask);
 }
 
+// The id's QP to `states` in turn, as vrnicd makes them for us in the same call as a CM
+// message (ctl::CmQpSteps); none when the id has no QP.
+int qp_steps(Id *id, std::initializer_list<ibv_qp_state> states, ctl::CmQpSteps *out) {
+  *out = {};
+  if (!id->id.qp) return 0;
+  out->qpn = id->id.qp->qp_num;
+  for (ibv_qp_state state : states) {
+    ibv_qp_attr a{};
+    a.qp_state = state;
+    int mask = IBV_QP_STATE;
+    if (state != IBV_QPS_ERR)
+      if (int err = qp_attr(id, &a, &mask)) return err;
+    ctl::CmQpSteps::Step &step = out->steps[out->count++];
+    step.attr_mask = uint32_t(mask);
+    ctl::to_wire(a, step.attr);
+  }
+  return 0;
+}
+
+// vrnicd made them: the QP's state as ibv_modify_qp would have left it.
+void stepped(Id *id, const ctl::CmQpSteps &steps) {
+  if (steps.count) id->id.qp->state = ibv_qp_state(steps.steps[steps.count - 1].attr.qp_state);
+}
+
+// The RTU (ucma_process_conn_resp): with the QP's RTR and RTS when the id has one.
+int establish(Id *id) {
+  ctl::CmIdStepsReq req{};
+  req.id = id->handle;
+  if (int err = qp_steps(id, {IBV_QPS_RTR, IBV_QPS_RTS}, &req.qp)) return err;
+  if (int err = id->dev->daemon->call(ctl::Op::kCmEstablish, &req, sizeof(req), nullptr, 0))
+    return err;
+  stepped(id, req.qp);
+  return 0;
+}
+
 void fill_conn_param(Id *id, const rdma_conn_param *p, ctl::CmConnParams *out) {
   *out = {};
   Device *d = id->dev;
@@ -181,20 +271,33 @@ uint32_t Channel::handle_on(Daemon *d) {
   return resp.handle;
 }
 
-int attach(Id *id, Device *dev, uint8_t gid_index) {
-  if (id->dev) return id->dev == dev ? 0 : EINVAL;
-  const uint32_t ch = of(id->id.channel)->handle_on(dev->daemon);
-  if (!ch) return errno ? errno : ENODEV;
+uint32_t create_on(Device *dev, rdma_event_channel *channel, int ps, int qp_type, uint64_t cookie) {
+  const uint32_t ch = of(channel)->handle_on(dev->daemon);
+  if (!ch) {
+    if (!errno) errno = ENODEV;
+    return 0;
+  }
   ctl::CmCreateIdReq req{};
   req.channel = ch;
-  req.port_space = uint16_t(id->id.ps);
-  req.qp_type = uint8_t(id->id.qp_type);
-  req.cookie = reinterpret_cast<uint64_t>(id);
+  req.port_space = uint16_t(ps);
+  req.qp_type = uint8_t(qp_type);
+  req.cookie = cookie;
   ctl::HandleResp resp{};
-  if (int err = dev->daemon->call(ctl::Op::kCmCreateId, &req, sizeof(req), &resp, sizeof(resp)))
-    return err;
+  if (int err = dev->daemon->call(ctl::Op::kCmCreateId, &req, sizeof(req), &resp, sizeof(resp))) {
+    errno = err;
+    return 0;
+  }
+  return resp.handle;
+}
+
+int attach(Id *id, Device *dev, uint8_t gid_index) {
+  if (id->dev) return id->dev == dev ? 0 : EINVAL;
+  errno = 0;
+  const uint32_t h =
+      create_on(dev, id->id.channel, id->id.ps, id->id.qp_type, reinterpret_cast<uint64_t>(id));
+  if (!h) return errno;
   id->dev = dev;
-  id->handle = resp.handle;
+  id->handle = h;
   id->gid_index = gid_index;
   id->id.verbs = dev->verbs;
   id->id.pd = dev->pd;
@@ -290,10 +393,7 @@ RDMACM_EXPORT int rdma_destroy_id(rdma_cm_id *cmid) {
   Id *id = of(cmid);
   // As rdma-core's: vrnicd's side first (no event is made for it after), then wait until each
   // event reported for the id has been acknowledged, then free it.
-  if (id->handle) {
-    ctl::HandleReq req{id->handle, 0};
-    id->dev->daemon->call(ctl::Op::kCmDestroyId, &req, sizeof(req), nullptr, 0);
-  }
+  detach(id);
   if (id->id.event) rdma_ack_cm_event(id->id.event);
   {
     std::unique_lock lock(id->mu);
@@ -326,11 +426,20 @@ RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id *cmid, sockaddr *addr) {
   }
   if (any) dev = devices().empty() ? nullptr : devices()[0];
   if (!dev) return fail(EADDRNOTAVAIL);
-  if (int err = attach(id, dev, index)) return fail(err);
-  req.id = id->handle;
+  if (any && id->handle) return fail(EINVAL);  // bound already
   ctl::CmBindResp resp{};
-  if (int err = dev->daemon->call(ctl::Op::kCmBind, &req, sizeof(req), &resp, sizeof(resp)))
-    return fail(err);
+  // A wildcard is bound on every device; when vrnicd picks the port, another device may
+  // have it taken already: then again, with the next one the first device gives.
+  for (int attempt = 0;; attempt++) {
+    if (int err = attach(id, dev, index)) return fail(err);
+    req.id = id->handle;
+    int err = dev->daemon->call(ctl::Op::kCmBind, &req, sizeof(req), &resp, sizeof(resp));
+    if (!err && any) err = bind_twins(id, resp.addr);
+    if (!err) break;
+    if (!any) return fail(err);
+    detach(id);
+    if (err != EADDRINUSE || req.addr.port || attempt == 16) return fail(err);
+  }
   sockaddr_storage ss;
   to_sockaddr(resp.addr, addr->sa_family, &ss);
   if (any) {  // the address stays the caller's (0.0.0.0, 127.0.0.1), with the port given
@@ -341,7 +450,10 @@ RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id *cmid, sockaddr *addr) {
   std::memcpy(&cmid->route.addr.src_storage, &ss, sizeof(ss));
   std::memcpy(cmid->route.addr.addr.ibaddr.sgid.raw, resp.addr.gid, 16);
   cmid->route.addr.addr.ibaddr.pkey = htobe16(0xffff);
-  if (any) cmid->verbs = nullptr;  // a wildcard bind names no device (as the kernel's)
+  if (any) {  // a wildcard bind names no device (as the kernel's)
+    cmid->verbs = nullptr;
+    cmid->pd = nullptr;
+  }
   return 0;
 }
 
@@ -374,7 +486,20 @@ RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id *cmid, sockaddr *src, sockaddr *d
       reinterpret_cast<sockaddr_in *>(&from)->sin_port = 0;
     }
     if (id->handle) {
-      // Bound to a wildcard: not yet supported with a device of its own.
+      // Bound to a wildcard: the device of the source address is the id's now (the first
+      // device when none holds it, a loopback source), at the port bound.
+      ctl::CmAddress source{};
+      uint8_t index = 0;
+      Device *dev = to_cm_address(reinterpret_cast<sockaddr *>(&from), &source)
+                        ? device_of_gid(source.gid, &index)
+                        : nullptr;
+      settle(id, dev ? dev : id->dev, index);
+      if (dev) {
+        const uint16_t port = cmid->route.addr.src_sin.sin_port;
+        std::memcpy(&cmid->route.addr.src_storage, &from, sizeof(from));
+        cmid->route.addr.src_sin.sin_port = port;  // the same place in sockaddr_in6
+        std::memcpy(cmid->route.addr.addr.ibaddr.sgid.raw, source.gid, 16);
+      }
     } else if (rdma_bind_addr(cmid, reinterpret_cast<sockaddr *>(&from)) != 0) {
       return -1;
     }
@@ -426,6 +551,11 @@ RDMACM_EXPORT int rdma_listen(rdma_cm_id *cmid, int backlog) {
   ctl::CmListenReq req{id->handle, uint32_t(std::max(backlog, 0))};
   if (int err = id->dev->daemon->call(ctl::Op::kCmListen, &req, sizeof(req), nullptr, 0))
     return fail(err);
+  for (auto [d, h] : id->twins) {
+    req.id = h;
+    if (int err = d->daemon->call(ctl::Op::kCmListen, &req, sizeof(req), nullptr, 0))
+      return fail(err);
+  }
   return 0;
 }
 
@@ -460,12 +590,12 @@ RDMACM_EXPORT int rdma_accept(rdma_cm_id *cmid, rdma_conn_param *param) {
   }
   if (is_ud(id)) {
     req.p.qkey = RDMA_UDP_QKEY;
-  } else if (cmid->qp) {
-    if (int err = move_qp(id, IBV_QPS_RTR)) return fail(err);
-    if (int err = move_qp(id, IBV_QPS_RTS)) return fail(err);
+  } else if (int err = qp_steps(id, {IBV_QPS_RTR, IBV_QPS_RTS}, &req.qp)) {
+    return fail(err);
   }
   if (int err = id->dev->daemon->call(ctl::Op::kCmAccept, &req, sizeof(req), nullptr, 0))
     return fail(err);
+  stepped(id, req.qp);
   if (!is_ud(id))
     if (int err = complete(id, {ctl::kCmEstablished})) return fail(err);
   return 0;
@@ -483,12 +613,11 @@ RDMACM_EXPORT int rdma_reject(rdma_cm_id *cmid, const void *private_data, uint8_
   return 0;
 }
 
+// For an id without a QP only (the application moves its own); with one, the library did it
+// all at CONNECT_RESPONSE. As rdma-core's: EINVAL when the id has a QP.
 RDMACM_EXPORT int rdma_establish(rdma_cm_id *cmid) {
-  if (!cmid || !of(cmid)->handle) return fail(EINVAL);
-  Id *id = of(cmid);
-  ctl::HandleReq req{id->handle, 0};
-  if (int err = id->dev->daemon->call(ctl::Op::kCmEstablish, &req, sizeof(req), nullptr, 0))
-    return fail(err);
+  if (!cmid || !of(cmid)->handle || cmid->qp) return fail(EINVAL);
+  if (int err = establish(of(cmid))) return fail(err);
   return 0;
 }
 
@@ -499,14 +628,13 @@ RDMACM_EXPORT int rdma_notify(rdma_cm_id *cmid, ibv_event_type) {
 RDMACM_EXPORT int rdma_disconnect(rdma_cm_id *cmid) {
   if (!cmid || !of(cmid)->handle) return fail(EINVAL);
   Id *id = of(cmid);
-  if (cmid->qp) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_ERR;
-    ibv_modify_qp(cmid->qp, &a, IBV_QP_STATE);
-  }
-  ctl::HandleReq req{id->handle, 0};
-  if (int err = id->dev->daemon->call(ctl::Op::kCmDisconnect, &req, sizeof(req), nullptr, 0))
-    return fail(err);
+  ctl::CmIdStepsReq req{};
+  req.id = id->handle;
+  qp_steps(id, {IBV_QPS_ERR}, &req.qp);  // the QP to ERR first, then the DREQ (or DREP)
+  const int err = id->dev->daemon->call(ctl::Op::kCmDisconnect, &req, sizeof(req), nullptr, 0);
+  // Any state may go to ERR, so vrnicd made it even when there was no connection to end.
+  stepped(id, req.qp);
+  if (err) return fail(err);
   return 0;
 }
 
@@ -587,11 +715,15 @@ RDMACM_EXPORT int rdma_migrate_id(rdma_cm_id *cmid, rdma_event_channel *channel)
   if (sync && !fresh) return fail(ENOMEM);
   rdma_event_channel *to = sync ? &fresh->ch : channel;
   if (id->handle) {
-    const uint32_t h = of(to)->handle_on(id->dev->daemon);
-    ctl::CmMigrateReq req{id->handle, h, reinterpret_cast<uint64_t>(id)};
-    if (!h || id->dev->daemon->call(ctl::Op::kCmMigrate, &req, sizeof(req), nullptr, 0)) {
-      if (fresh) free_channel(fresh);
-      return fail(EINVAL);
+    std::vector<std::pair<Device *, uint32_t>> all{{id->dev, id->handle}};
+    all.insert(all.end(), id->twins.begin(), id->twins.end());
+    for (auto [d, handle] : all) {
+      const uint32_t h = of(to)->handle_on(d->daemon);
+      ctl::CmMigrateReq req{handle, h, reinterpret_cast<uint64_t>(id)};
+      if (!h || d->daemon->call(ctl::Op::kCmMigrate, &req, sizeof(req), nullptr, 0)) {
+        if (fresh) free_channel(fresh);
+        return fail(EINVAL);
+      }
     }
   }
   if (id->sync) free_channel(of(cmid->channel));
@@ -661,16 +793,20 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel *channel, rdma_cm_event *
         fresh->channel = listener->id.channel;
         nid->sync = false;
       }
-      nid->dev = listener->dev;
+      // The device whose vrnicd made the request's id: the one holding its local address
+      // (a wildcard listener listens on each device).
+      uint8_t index = listener->gid_index;
+      Device *dev = device_of_gid(rec.local.gid, &index);
+      nid->dev = dev ? dev : listener->dev;
       nid->handle = rec.id;
       {
         const uint32_t ch = of(fresh->channel)->handle_on(nid->dev->daemon);
         ctl::CmMigrateReq name{rec.id, ch, reinterpret_cast<uint64_t>(nid)};
         nid->dev->daemon->call(ctl::Op::kCmMigrate, &name, sizeof(name), nullptr, 0);
       }
-      nid->gid_index = listener->gid_index;
-      fresh->verbs = listener->dev->verbs;
-      fresh->pd = listener->dev->pd;
+      nid->gid_index = index;
+      fresh->verbs = nid->dev->verbs;
+      fresh->pd = nid->dev->pd;
       fresh->port_num = 1;
       fresh->qp_type = listener->id.qp_type;
       nid->remote = rec.p;
@@ -681,8 +817,6 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel *channel, rdma_cm_event *
       std::memcpy(&fresh->route.addr.dst_storage, &ss, sizeof(ss));
       std::memcpy(fresh->route.addr.addr.ibaddr.sgid.raw, rec.local.gid, 16);
       std::memcpy(fresh->route.addr.addr.ibaddr.dgid.raw, rec.peer.gid, 16);
-      uint8_t index = 0;
-      if (device_of_gid(rec.local.gid, &index)) nid->gid_index = index;
       e->event.id = fresh;
       e->event.listen_id = &listener->id;
     }
@@ -690,10 +824,7 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel *channel, rdma_cm_event *
       id->remote = rec.p;
       if (id->id.qp) {
         // As rdma-core: the QP to RTR and RTS, the RTU, then ESTABLISHED for the application.
-        int err = move_qp(id, IBV_QPS_RTR);
-        if (!err) err = move_qp(id, IBV_QPS_RTS);
-        if (!err) err = rdma_establish(&id->id) ? errno : 0;
-        if (err) {
+        if (int err = establish(id)) {
           rdma_reject(&id->id, nullptr, 0);
           e->event.event = RDMA_CM_EVENT_CONNECT_ERROR;
           e->event.status = -err;

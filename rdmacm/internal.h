@@ -57,6 +57,10 @@ struct Id {
   bool sync = false;  // made without a channel: calls wait for their own events
   Device *dev = nullptr;
   uint32_t handle = 0;  // vrnicd's, once the id is on a device
+  // Bound to a wildcard address with several devices: the id's twins on the other devices
+  // (vrnicd's handle there, bound to the same port), so that a listen covers every device, as
+  // the kernel's does; resolving an address then keeps the source device's one alone.
+  std::vector<std::pair<Device *, uint32_t>> twins;
   uint8_t gid_index = 0;
   uint8_t tos = 0;
   uint8_t ack_timeout = 14;  // the QP's local ACK timeout (RDMA_OPTION_ID_ACK_TIMEOUT)
@@ -79,6 +83,8 @@ struct Event {
 
 // Creates vrnicd's side of an id on `dev` (bind or resolve_addr); 0 or errno.
 int attach(Id *id, Device *dev, uint8_t gid_index);
+// vrnicd's handle for an id of `channel`'s on `dev`, its events for `cookie`; 0 and errno.
+uint32_t create_on(Device *dev, rdma_event_channel *channel, int ps, int qp_type, uint64_t cookie);
 // Writes an event the library raises itself (address and route resolution) to the id's channel.
 void raise(Id *id, uint32_t event, int status);
 // Waits for a sync id's next event of one of `want` (ucma_complete); 0 or errno.

@@ -12,7 +12,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 5;
+inline constexpr uint32_t kProtocolVersion = 6;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -502,10 +502,33 @@ struct CmConnectReq {
   CmAddress dst;
   CmConnParams p;  // ours; private_data is the application's (vrnicd adds the IP header)
 };
+// QP transitions vrnicd makes for the library in the same call as a CM message, just before
+// it: rdma_accept's RTR and RTS before the REP, a CONNECT_RESPONSE's RTR and RTS before the
+// RTU, rdma_disconnect's ERR before the DREQ. rdma-core's library makes each of them with an
+// ibv_modify_qp of its own just before; here one control call does what took three. The QP
+// is named by its QPN and must belong to the calling process (a session of the same pid and
+// uid): it was made through the provider's connection to vrnicd, not the library's.
+inline constexpr uint32_t kMaxCmQpSteps = 2;
+struct CmQpSteps {
+  uint32_t qpn;
+  uint32_t count;  // 0 (nothing to do) .. kMaxCmQpSteps, made in order
+  struct Step {
+    uint32_t attr_mask;  // enum ibv_qp_attr_mask, as for kModifyQp
+    uint32_t reserved;
+    QpAttrWire attr;
+  } steps[kMaxCmQpSteps];
+};
 struct CmAcceptReq {
   uint32_t id;
   uint32_t reserved;
   CmConnParams p;
+  CmQpSteps qp;
+};
+// kCmEstablish and kCmDisconnect.
+struct CmIdStepsReq {
+  uint32_t id;
+  uint32_t reserved;
+  CmQpSteps qp;
 };
 struct CmRejectReq {
   uint32_t id;
@@ -519,7 +542,7 @@ struct CmMigrateReq {
   uint64_t cookie;  // 0: unchanged
 };
 // kCmCreateChannel: a CreateChannelReq with the write end of the channel's pipe; HandleResp.
-// kCmDestroyChannel, kCmDestroyId, kCmEstablish, kCmDisconnect: a HandleReq.
+// kCmDestroyChannel, kCmDestroyId: a HandleReq.
 
 // What vrnicd (and the library, for address and route resolution) writes into a channel's
 // pipe: one record per event, read whole by rdma_get_cm_event.

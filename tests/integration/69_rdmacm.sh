@@ -149,6 +149,29 @@ across_run() {
   "$@"
 }
 
+# One vrnicd with two devices, vrnic0 on 127.0.0.11 and vrnic1 on 127.0.0.12: a listener on
+# the wildcard address listens on both, as the kernel's does. rping's server on 0.0.0.0 takes
+# a connection to each device's address, from the other device (rping -V checks the data).
+two_devices() {
+  local port
+  port=$(free_udp_port) || return 1
+  host_vrnicd dv - --udp 127.0.0.11 --udp-port "$port" --device --udp 127.0.0.12 \
+    --udp-port "$port" && host_device dv1 dv 1
+}
+wildcard_listener() { with_hosts two_devices dv -- wildcard_run; }
+wildcard_run() {
+  local CM_SERVER_SOCK=${SOCK[dv]} CM_CLIENT_SOCK=${SOCK[dv]} port from to pair
+  # The listen on vrnic1 comes after vrnic0's, within the same rdma_listen.
+  local CM_SERVER_READY="stat_is cm_listeners 1 ${SOCK[dv1]}"
+  for pair in "127.0.0.12 127.0.0.11" "127.0.0.11 127.0.0.12"; do
+    read -r from to <<<"$pair"
+    port=$(next_port)
+    cm_pair "rping-any-$port" rping -s -a 0.0.0.0 -p "$port" -C 10 -V -- \
+      rping -c -I "$from" -a "$to" -p "$port" -C 10 -V || return 1
+    echo "$from -> $to, accepted by the listener on 0.0.0.0: 10 pings verified"
+  done
+}
+
 sync_pair() {  # rdma_server/rdma_client and the x variants: "end 0" on both sides
   local server=$1 client=$2
   shift 2
@@ -491,6 +514,8 @@ check "across two vrnicd (udp, 127.0.0.1 / 127.0.0.2): rping -C 1000 -S 64 -V" \
 check "across two vrnicd: rping -C 100 -S 65535 -V" across rping_pair -C 100 -S 65535 -V
 check "across two vrnicd: ucmatose -c 10" across ucmatose_pair x10 -c 10
 check "across two vrnicd: udaddy" across udaddy_pair
+check "two devices of one vrnicd: a listener on 0.0.0.0 is reached at each device's address" \
+  wildcard_listener
 check "on the wire: tshark decodes every CM MAD, none malformed" across cm_on_the_wire
 check "10% loss at both vrnicd: ucmatose -c 10 -C 10 connects (MAD retries) and disconnects" \
   lossy ucmatose_pair lossy -c 10 -C 10

@@ -161,6 +161,27 @@ inject() {
   return "$rc"
 }
 
+# Row 2 through rdma_cm: a CM call's QP transitions name a QP by QPN; another process's is
+# refused (the root victim's connection still carries its WRITE), the attacker's own is made.
+cm_qp_steps() {
+  local vout=$VRNIC_TMP/cmqp.victim qpn rc=0
+  rm -f "$VRNIC_TMP/cmqp.in"
+  mkfifo "$VRNIC_TMP/cmqp.in" || return 1
+  "${VRUN[@]}" timeout -k 5 60 "$HOSTILE" victim <"$VRNIC_TMP/cmqp.in" >"$vout" 2>&1 &
+  local vpid=$!
+  exec {hold}>"$VRNIC_TMP/cmqp.in"
+  wait_for 5 "the victim to print its QPN" grep -q '^qpn=' "$vout"
+  qpn=$(awk -F= '$1 == "qpn" { print $2 }' "$vout")
+  echo "root's victim: QPN $qpn"
+  as_attacker "$A_HOSTILE" cm-qp "$SOCK" "$qpn" || rc=1
+  echo check >&"$hold"
+  exec {hold}>&-
+  vrnic_wait_exit "$vpid" 20
+  cat "$vout"
+  ((VRNIC_RC == 0)) || { echo "FAIL: the victim's QP was moved"; rc=1; }
+  return "$rc"
+}
+
 # Row 1: the process that registered memory exits and a root process gets its PID.
 pid_reuse() {
   local dir=$SHARE/reuse-$EPOCHREALTIME out child addr=0x6f0000000000 rc=0
@@ -370,6 +391,8 @@ attacks() {
   check "$k row 3: faults and QP moves refused (EPERM) to another user; vrnicctl qps shows only its own" \
     management
   check "$k row 2: a WRITE aimed at another user's QP (QPN, PSN, rkey known) fails; nothing lands" inject
+  check "$k row 2: rdma_cm QP transitions naming another process's QPN: EINVAL, its QP untouched" \
+    cm_qp_steps
   check "$k row 1: a PID reused by a root process after the registering process exited: no access" \
     pid_reuse
   check "$k row 8: registered bytes past the user's quota: ENOMEM, counted, released at exit" \

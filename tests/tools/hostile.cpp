@@ -21,6 +21,9 @@
 //                            left it and the connection still carries a WRITE (row 2)
 //   inject QPN PSN RKEY ADDR an RC QP of ours aimed at someone else's: its WRITE must fail
 //                            and nothing may land (row 2)
+//   cm-qp SOCKET QPN         rdma_cm calls whose QP transitions (ctl::CmQpSteps) name QPN,
+//                            another process's QP: refused, the QP untouched (the victim's
+//                            check shows it); the same on a QP of our own is made (row 2)
 //   reuse-attacker ADDR DIR  a child registers shared memory at ADDR and exits; the grandchild
 //                            keeps the session and, once DIR/go exists, writes to that MR: the
 //                            write must fail, whoever holds the child's PID by then (row 1)
@@ -580,6 +583,61 @@ int inject(uint32_t qpn, uint32_t psn, uint32_t rkey, uint64_t addr) {
   return wc == IBV_WC_SUCCESS ? 1 : 0;
 }
 
+// Row 2, through rdma_cm: the QP transitions that come with a CM call name a QP by QPN (it
+// belongs to the provider's session, not the library's), so vrnicd must make them only on a
+// QP of the caller's own process. ERR steps on the victim's QPN and on one of ours, through a
+// CM id of a raw session; then steps beyond the limit.
+int cm_qp(const char *path, uint32_t foreign_qpn) {
+  Loopback l = open_loopback();  // our QPs, on the provider's session of this process
+  RawSession raw;
+  if (int err = raw.open(path)) {
+    errno = err;
+    die("raw session");
+  }
+  int pipefd[2];
+  if (::pipe(pipefd) < 0) die("pipe");
+  vrnic::ctl::CreateChannelReq chreq{};
+  vrnic::ctl::HandleResp ch{}, id{};
+  int err = raw.call(vrnic::ctl::Op::kCmCreateChannel, &chreq, sizeof(chreq), &ch, sizeof(ch),
+                     &pipefd[1], 1);
+  vrnic::ctl::CmCreateIdReq idreq{ch.handle, 0x0106 /* RDMA_PS_TCP */, IBV_QPT_RC, 0, 1};
+  if (!err) err = raw.call(vrnic::ctl::Op::kCmCreateId, &idreq, sizeof(idreq), &id, sizeof(id));
+  if (err) {
+    errno = err;
+    die("CM channel and id");
+  }
+  auto to_err = [&](uint32_t qpn, uint32_t count) {
+    vrnic::ctl::CmIdStepsReq req{};
+    req.id = id.handle;
+    req.qp.qpn = qpn;
+    req.qp.count = count;
+    for (auto &step : req.qp.steps) {
+      step.attr_mask = IBV_QP_STATE;
+      step.attr.qp_state = IBV_QPS_ERR;
+    }
+    return raw.call(vrnic::ctl::Op::kCmDisconnect, &req, sizeof(req), nullptr, 0);
+  };
+  auto state = [](ibv_qp *qp) {
+    ibv_qp_attr a{};
+    ibv_qp_init_attr ia{};
+    return ibv_query_qp(qp, &a, IBV_QP_STATE, &ia) ? -1 : int(a.qp_state);
+  };
+  // The id has no connection, so each call ends in EINVAL; what counts is whether the QP moved.
+  const int foreign = to_err(foreign_qpn, 1);
+  const int too_many = to_err(l.b->qp_num, vrnic::ctl::kMaxCmQpSteps + 1);
+  const int b_state = state(l.b);
+  const int own = to_err(l.a->qp_num, 1);
+  const int a_state = state(l.a);
+  std::printf(
+      "foreign_qpn_status=%s\ntoo_many_steps_status=%s\nown_qp_status=%s\n"
+      "own_qp_state=%d\nuntouched_qp_state=%d\n",
+      std::strerror(foreign), std::strerror(too_many), std::strerror(own), a_state, b_state);
+  return foreign == EINVAL && too_many == EINVAL && a_state == IBV_QPS_ERR &&
+                 b_state == IBV_QPS_RESET
+             ? 0
+             : 1;
+}
+
 // Row 1, the attacker. The child registers memory vrnicd reaches through the child's
 // /proc/self/mem (a shared mapping: never moved into a memfd), hands the session to its own
 // child and exits; that grandchild writes into the MR once someone else has the PID.
@@ -655,7 +713,7 @@ void usage() {
                "usage: hostile flood SOCKET N | channels | sessions | mr-bytes SOCKET BYTES |\n"
                "       null-mrs N | objects | sge-rewrite SECONDS | doorbells SECONDS |\n"
                "       local-ops SECONDS | victim |\n"
-               "       inject QPN PSN RKEY ADDR | reuse-attacker ADDR DIR |\n"
+               "       inject QPN PSN RKEY ADDR | cm-qp SOCKET QPN | reuse-attacker ADDR DIR |\n"
                "       spawn-at-pid PID ADDR DIR\n");
 }
 
@@ -681,6 +739,7 @@ int main(int argc, char **argv) {
   if (cmd == "victim" && argc == 2) return victim();
   if (cmd == "inject" && argc == 6)
     return inject(uint32_t(num(2)), uint32_t(num(3)), uint32_t(num(4)), num(5));
+  if (cmd == "cm-qp" && argc == 4) return cm_qp(argv[2], uint32_t(num(3)));
   if (cmd == "reuse-attacker" && argc == 4) return reuse_attacker(num(2), argv[3]);
   if (cmd == "spawn-at-pid" && argc == 5) return spawn_at_pid(pid_t(num(2)), num(3), argv[4]);
   usage();
