@@ -239,7 +239,11 @@ int CmService::listen(Session &s, const ctl::CmListenReq &req) {
 int CmService::connect(Session &s, const ctl::CmConnectReq &req) {
   Id *id = owned(s, req.id);
   if (!id || !id->bound || id->listening || id->conn) return EINVAL;
-  if (ctl::cm_wildcard(id->local.gid)) return EINVAL;  // resolve_addr picks the source first
+  if (ctl::cm_wildcard(id->local.gid)) {
+    // Bound to a wildcard: the source rdma_resolve_addr picked, if it is ours.
+    if (!dev_.is_local_gid(req.src.gid)) return EINVAL;
+    std::copy(std::begin(req.src.gid), std::end(req.src.gid), std::begin(id->local.gid));
+  }
   id->peer = req.dst;
   cm::Gid peer;
   std::copy(std::begin(req.dst.gid), std::end(req.dst.gid), peer.begin());

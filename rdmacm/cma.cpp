@@ -485,23 +485,27 @@ RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id *cmid, sockaddr *src, sockaddr *d
       if (!ok) return fail(ENETUNREACH);
       reinterpret_cast<sockaddr_in *>(&from)->sin_port = 0;
     }
-    if (id->handle) {
-      // Bound to a wildcard: the device of the source address is the id's now (the first
-      // device when none holds it, a loopback source), at the port bound.
+    if (!id->handle && rdma_bind_addr(cmid, reinterpret_cast<sockaddr *>(&from)) != 0) return -1;
+    if (!cmid->verbs) {
+      // Bound to a wildcard (or to a loopback source no device holds, which the kernel's CM
+      // treats so): the device of the source address is the id's now, at the port bound. With
+      // none, the first device and its GID 0, as the kernel binds a loopback source to a
+      // device (cma_bind_loopback).
       ctl::CmAddress source{};
       uint8_t index = 0;
       Device *dev = to_cm_address(reinterpret_cast<sockaddr *>(&from), &source)
                         ? device_of_gid(source.gid, &index)
                         : nullptr;
       settle(id, dev ? dev : id->dev, index);
-      if (dev) {
-        const uint16_t port = cmid->route.addr.src_sin.sin_port;
-        std::memcpy(&cmid->route.addr.src_storage, &from, sizeof(from));
-        cmid->route.addr.src_sin.sin_port = port;  // the same place in sockaddr_in6
-        std::memcpy(cmid->route.addr.addr.ibaddr.sgid.raw, source.gid, 16);
+      ibv_gid gid{};
+      if (!dev && ibv_query_gid(id->dev->verbs, 1, 0, &gid) == 0) {
+        std::memcpy(source.gid, gid.raw, 16);
+        to_sockaddr(source, dst->sa_family, &from);
       }
-    } else if (rdma_bind_addr(cmid, reinterpret_cast<sockaddr *>(&from)) != 0) {
-      return -1;
+      const uint16_t port = cmid->route.addr.src_sin.sin_port;
+      std::memcpy(&cmid->route.addr.src_storage, &from, sizeof(from));
+      cmid->route.addr.src_sin.sin_port = port;  // the same place in sockaddr_in6
+      std::memcpy(cmid->route.addr.addr.ibaddr.sgid.raw, source.gid, 16);
     }
   }
   std::memcpy(&cmid->route.addr.dst_storage, dst,
@@ -567,6 +571,7 @@ RDMACM_EXPORT int rdma_connect(rdma_cm_id *cmid, rdma_conn_param *param) {
   ctl::CmConnectReq req{};
   req.id = id->handle;
   to_cm_address(&cmid->route.addr.dst_addr, &req.dst);
+  to_cm_address(&cmid->route.addr.src_addr, &req.src);
   fill_conn_param(id, param, &req.p);
   if (int err = id->dev->daemon->call(ctl::Op::kCmConnect, &req, sizeof(req), nullptr, 0))
     return fail(err);

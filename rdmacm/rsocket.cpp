@@ -9,9 +9,14 @@
 // RNR NAKs, which the sender's QP retries for ever (rnr_retry 7): that is the flow control.
 // An end of stream (rshutdown SHUT_WR, rclose) is a zero-length SEND with immediate data 1.
 //
+// riomap registers the caller's buffer for remote writes and tells the peer where it is (a
+// SEND with immediate data 2 carrying an IoMapMsg); riowrite copies into a send buffer and
+// RDMA WRITEs it into the peer's mapping that covers the offset, so the bytes land in the
+// peer's memory with no call of the peer's, in order with the stream (one RC QP).
+//
 // The descriptor an rsocket gets is its event channel's fd: a real one, so that its number is
 // no other descriptor's; rpoll waits on it and on the CQ's completion channel. Not built:
-// SOCK_DGRAM rsockets (EOPNOTSUPP) and riomap/riowrite (ENOSYS).
+// SOCK_DGRAM rsockets (EOPNOTSUPP).
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +24,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <rdma/rsocket.h>
+#include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -39,10 +45,20 @@ namespace {
 
 constexpr int kSlots = 16;
 constexpr uint32_t kSlotBytes = 64 * 1024;
-constexpr uint32_t kFin = 1;  // the immediate data of an end of stream
+constexpr uint32_t kFin = 1;    // the immediate data of an end of stream
+constexpr uint32_t kIoMap = 2;  // ... of a riomap's mapping, told to the peer
 constexpr uint64_t kFinWrId = ~0ull;
 
 enum class State { kIdle, kListening, kConnecting, kConnected, kFailed };
+
+// A riomap'ed region as the peer is told it (big-endian on the wire).
+struct IoMapMsg {
+  uint64_t offset;  // where riowrite's offsets start in it
+  uint64_t addr;
+  uint64_t len;
+  uint32_t rkey;
+  uint32_t reserved;
+};
 
 // One rsocket.
 struct Rs {
@@ -64,6 +80,13 @@ struct Rs {
   std::deque<Received> received;      // in order, the data not read yet
   std::vector<int> free_send;         // send slots not in flight
   std::deque<rdma_cm_id *> requests;  // a listener's connections not accepted yet
+  struct LocalMap {
+    void *buf;
+    size_t len;
+    ibv_mr *mr;
+  };
+  std::vector<LocalMap> local_maps;   // ours (riomap), until riounmap
+  std::vector<IoMapMsg> remote_maps;  // the peer's, host order
   int sndbuf = kSlots * int(kSlotBytes), rcvbuf = kSlots * int(kSlotBytes);
 
   uint8_t *recv_slot(int i) { return buf + size_t(i) * kSlotBytes; }
@@ -148,6 +171,7 @@ void free_socket(Rs *rs) {
     g_sockets.erase(rs->fd());
   }
   for (rdma_cm_id *req : rs->requests) rdma_reject(req, nullptr, 0), rdma_destroy_id(req);
+  for (const Rs::LocalMap &m : rs->local_maps) ibv_dereg_mr(m.mr);
   if (rs->id && rs->id->qp) rdma_destroy_qp(rs->id);
   if (rs->mr) ibv_dereg_mr(rs->mr);
   std::free(rs->buf);
@@ -218,8 +242,17 @@ void progress(Rs *rs) {
         if (wc[i].status != IBV_WC_WR_FLUSH_ERR && !rs->error) rs->error = ECONNRESET;
         rs->peer_done = true;
       } else if (wc[i].opcode == IBV_WC_RECV) {
-        if ((wc[i].wc_flags & IBV_WC_WITH_IMM) && ntohl(wc[i].imm_data) == kFin) {
+        const uint32_t imm = (wc[i].wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc[i].imm_data) : 0;
+        if (imm == kFin) {
           rs->peer_done = true;
+          post_recv(rs, int(wc[i].wr_id));
+        } else if (imm == kIoMap) {
+          IoMapMsg m;
+          if (wc[i].byte_len == sizeof(m)) {
+            std::memcpy(&m, rs->recv_slot(int(wc[i].wr_id)), sizeof(m));
+            rs->remote_maps.push_back(
+                {be64toh(m.offset), be64toh(m.addr), be64toh(m.len), ntohl(m.rkey), 0});
+          }
           post_recv(rs, int(wc[i].wr_id));
         } else {
           rs->received.push_back({int(wc[i].wr_id), 0, wc[i].byte_len});
@@ -287,7 +320,10 @@ int block_until(Rs *rs, bool nonblocking, Ready ready, int ms = -1) {
   }
 }
 
-int send_chunk(Rs *rs, const uint8_t *data, uint32_t len) {
+// A send buffer's worth: a SEND of the stream (imm 0: without immediate data), or an RDMA
+// WRITE into the peer's memory (rkey != 0).
+int send_chunk(Rs *rs, const uint8_t *data, uint32_t len, uint32_t imm = 0, uint64_t remote = 0,
+               uint32_t rkey = 0) {
   const int slot = rs->free_send.back();
   rs->free_send.pop_back();
   std::memcpy(rs->send_slot(slot), data, len);
@@ -296,7 +332,10 @@ int send_chunk(Rs *rs, const uint8_t *data, uint32_t len) {
   wr.wr_id = uint64_t(slot);
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND;
+  wr.opcode = rkey ? IBV_WR_RDMA_WRITE : imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+  wr.imm_data = htonl(imm);
+  wr.wr.rdma.remote_addr = remote;
+  wr.wr.rdma.rkey = rkey;
   wr.send_flags = IBV_SEND_SIGNALED;
   return ibv_post_send(rs->id->qp, &wr, &bad);
 }
@@ -741,15 +780,73 @@ RDMACM_EXPORT int rfcntl(int socket, int cmd, ...) {
   return fail(EINVAL);
 }
 
-RDMACM_EXPORT off_t riomap(int, void *, size_t, int, int, off_t) {
-  return fail(ENOSYS);
+// As rdma-core's: a connected socket, PROT_WRITE (or PROT_NONE: registered, not writable by
+// the peer), no flags; offset -1 lets the library choose (the buffer's address).
+RDMACM_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  if (rs->state != State::kConnected || !buf || !len || flags || (prot & ~PROT_WRITE) ||
+      offset < -1)
+    return fail(EINVAL);
+  const int access = IBV_ACCESS_LOCAL_WRITE | ((prot & PROT_WRITE) ? IBV_ACCESS_REMOTE_WRITE : 0);
+  ibv_mr *mr = ibv_reg_mr(rs->id->qp->pd, buf, len, access);
+  if (!mr) return -1;
+  if (offset == -1) offset = off_t(reinterpret_cast<uintptr_t>(buf));
+  const IoMapMsg m{htobe64(uint64_t(offset)), htobe64(reinterpret_cast<uintptr_t>(buf)),
+                   htobe64(len), htonl((prot & PROT_WRITE) ? mr->rkey : 0), 0};
+  int err = block_until(rs, false, [&] { return !rs->free_send.empty() || rs->peer_done; });
+  if (!err && rs->peer_done) err = rs->error ? rs->error : EPIPE;
+  if (!err && send_chunk(rs, reinterpret_cast<const uint8_t *>(&m), sizeof(m), kIoMap) != 0)
+    err = EIO;
+  if (err) {
+    ibv_dereg_mr(mr);
+    return fail(err);
+  }
+  rs->local_maps.push_back({buf, len, mr});
+  return offset;
 }
-RDMACM_EXPORT int riounmap(int, void *, size_t) {
-  return fail(ENOSYS);
+
+// Ours only: the peer is not told, and a riowrite of its into it then fails its connection,
+// as with rdma-core's.
+RDMACM_EXPORT int riounmap(int socket, void *buf, size_t len) {
+  Rs *rs = find(socket);
+  if (!rs) return fail(ENOTSOCK);
+  for (auto it = rs->local_maps.begin(); it != rs->local_maps.end(); ++it) {
+    if (it->buf != buf || it->len != len) continue;
+    ibv_dereg_mr(it->mr);
+    rs->local_maps.erase(it);
+    return 0;
+  }
+  return fail(EINVAL);
 }
-RDMACM_EXPORT size_t riowrite(int, const void *, size_t, off_t, int) {
-  errno = ENOSYS;
-  return 0;
+
+// count bytes at `offset` of the peer's riomap'ed memory; what was written, or -1 (as
+// size_t) and errno: EINVAL when no mapping of the peer's covers the offset (or is writable).
+RDMACM_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offset, int flags) {
+  Rs *rs = find(socket);
+  if (!rs) return size_t(fail(ENOTSOCK));
+  if (rs->state != State::kConnected)
+    return size_t(fail(rs->state == State::kFailed ? rs->error : ENOTCONN));
+  if (rs->shut_wr) return size_t(fail(EPIPE));
+  const bool nb = rs->nonblocking || (flags & MSG_DONTWAIT);
+  const auto *p = static_cast<const uint8_t *>(buf);
+  size_t done = 0;
+  while (done < count) {
+    int err = block_until(rs, nb, [&] { return !rs->free_send.empty() || rs->peer_done; });
+    if (rs->peer_done) err = rs->error ? rs->error : EPIPE;
+    const uint64_t at = uint64_t(offset) + done;
+    const IoMapMsg *map = nullptr;
+    for (const IoMapMsg &m : rs->remote_maps)
+      if (m.rkey && at >= m.offset && at - m.offset < m.len) map = &m;
+    if (!err && !map) err = EINVAL;
+    if (err) return done ? done : size_t(fail(err));
+    const uint32_t n = uint32_t(
+        std::min<uint64_t>({count - done, uint64_t(kSlotBytes), map->len - (at - map->offset)}));
+    if (send_chunk(rs, p + done, n, 0, map->addr + (at - map->offset), map->rkey) != 0)
+      return done ? done : size_t(fail(EIO));
+    done += n;
+  }
+  return done;
 }
 
 }  // extern "C"

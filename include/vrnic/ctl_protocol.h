@@ -500,6 +500,9 @@ struct CmConnectReq {
   uint32_t id;
   uint32_t reserved;
   CmAddress dst;
+  // The source rdma_resolve_addr chose, for an id bound to a wildcard (one of the device's
+  // GIDs); an id bound to an address has its own.
+  CmAddress src;
   CmConnParams p;  // ours; private_data is the application's (vrnicd adds the IP header)
 };
 // QP transitions vrnicd makes for the library in the same call as a CM message, just before

@@ -262,15 +262,21 @@ mpi_over_ofi() {
 
 # rstream (rsockets) OPTS: server and client, both must exit 0; with -T v each checks every
 # byte it received.
-rstream_pair() {
-  local port at=${CM_SERVER_ADDR:-127.0.0.1}
+# rsocket_pair PROG ARGS: rstream, or riostream (its data written with riowrite into the
+# peer's riomap'ed buffer, which the peer watches in memory), server and client; -T v: each
+# side checks the data.
+rsocket_pair() {
+  local prog=$1 port at=${CM_SERVER_ADDR:-127.0.0.1}
+  shift
   port=$(next_port)
   # shellcheck disable=SC2086
-  cm_pair "rstream-$port" rstream -b "$at" -p "$port" "$@" -- \
-    rstream -s "$at" ${CM_CLIENT_BIND:+-b $CM_CLIENT_BIND} -p "$port" "$@" || return 1
+  cm_pair "$prog-$port" "$prog" -b "$at" -p "$port" "$@" -- \
+    "$prog" -s "$at" ${CM_CLIENT_BIND:+-b $CM_CLIENT_BIND} -p "$port" "$@" || return 1
   sed -n '/^name/,$p' "$CM_CLIENT_LOG" | sed 's/^/    /'
   CHECK_NOTE=$(awk 'NR == 2 { print $7 " Gb/s" }' "$CM_CLIENT_LOG")
 }
+rstream_pair() { rsocket_pair rstream "$@"; }
+riostream_pair() { rsocket_pair riostream "$@"; }
 
 # A plain TCP program under the system's librspreload.so: iperf (2), server and client, its
 # sockets rsockets on vrnic. vrnicd must have carried at least what iperf says it sent.
@@ -344,6 +350,12 @@ rstream_dead_server() {
 destroy_waits_for_acks() {
   ensure_vrnicd || return 1
   vrnic_fg "${CM_RUN[@]}" timeout 20 "$VRNIC_BUILD_DIR/tests/cm_destroy_wait" "$(next_port)"
+}
+
+# riomap, riowrite and riounmap: errors and data (tests/tools/rio_errors).
+rio_errors() {
+  ensure_vrnicd || return 1
+  vrnic_fg "${CM_RUN[@]}" timeout 30 "$VRNIC_BUILD_DIR/tests/rio_errors" "$(next_port)"
 }
 
 # No listener on the port: REJECTED with reason 8 (rping prints the event and its status), and
@@ -540,8 +552,14 @@ check "rstream -T b -T v -S 4096 -C 10000 (rsockets, blocking, data verified)" \
 check "rstream -T b -T v -S 1048576 -C 100" rstream_pair -T b -T v -S 1048576 -C 100
 check "rstream -T n -T v -S 65536 -C 1000 (non-blocking)" rstream_pair -T n -T v -S 65536 -C 1000
 check "rstream -T a -T v -S 65536 -C 1000 (rpoll)" rstream_pair -T a -T v -S 65536 -C 1000
+check "riostream -T v -S 4096 -C 1000 (riomap, riowrite; data verified)" \
+  riostream_pair -T v -S 4096 -C 1000
+check "riostream -T n -T v -S 1048576 -C 20 (non-blocking; 64 KiB WRITEs)" \
+  riostream_pair -T n -T v -S 1048576 -C 20
+check "riomap/riowrite/riounmap: their errors, and the bytes in the peer's memory" rio_errors
 check "across two vrnicd: rstream -T b -T v -S 65536 -C 1000" \
   across rstream_pair -T b -T v -S 65536 -C 1000
+check "across two vrnicd: riostream -T v -S 65536 -C 100" across riostream_pair -T v -S 65536 -C 100
 check "two namespaces: rstream -T n -T v -S 65536 -C 1000" \
   in_namespaces rstream_pair -T n -T v -S 65536 -C 1000
 check "iperf under LD_PRELOAD=librspreload.so: its TCP sockets rsockets on vrnic" iperf_preloaded
