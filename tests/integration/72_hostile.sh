@@ -137,22 +137,24 @@ management() {
   return "$rc"
 }
 
-# Row 2: another user's QPN, PSN, rkey and address, all known: nothing lands.
-inject() {
-  local vout=$VRNIC_TMP/inject.victim qpn psn rkey addr rc=0
-  rm -f "$VRNIC_TMP/inject.in"
-  mkfifo "$VRNIC_TMP/inject.in" || return 1
-  "${VRUN[@]}" timeout -k 5 60 "$HOSTILE" victim <"$VRNIC_TMP/inject.in" >"$vout" 2>&1 &
+# with_victim TAG ATTACK...: root's victim (`hostile victim`: an RC pair of its own), its QPN,
+# PSN, rkey and address in V_QPN, V_PSN, V_RKEY, V_ADDR; then ATTACK; then the victim checks
+# that its memory and its connection are as it left them.
+with_victim() {
+  local tag=$1 vout=$VRNIC_TMP/$1.victim rc=0
+  shift
+  rm -f "$VRNIC_TMP/$tag.in"
+  mkfifo "$VRNIC_TMP/$tag.in" || return 1
+  "${VRUN[@]}" timeout -k 5 60 "$HOSTILE" victim <"$VRNIC_TMP/$tag.in" >"$vout" 2>&1 &
   local vpid=$!
-  exec {hold}>"$VRNIC_TMP/inject.in"
+  exec {hold}>"$VRNIC_TMP/$tag.in"
   four_lines() { (($(grep -c = "$vout") >= 4)); }
   wait_for 5 "the victim to print its QPN and PSN" four_lines
-  qpn=$(awk -F= '$1 == "qpn" { print $2 }' "$vout")
-  psn=$(awk -F= '$1 == "psn" { print $2 }' "$vout")
-  rkey=$(awk -F= '$1 == "rkey" { print $2 }' "$vout")
-  addr=$(awk -F= '$1 == "addr" { print $2 }' "$vout")
-  echo "root's victim: QPN $qpn, expects PSN $psn, rkey $rkey at $addr"
-  as_attacker "$A_HOSTILE" inject "$qpn" "$psn" "$rkey" "$addr" || rc=1
+  V_QPN=$(awk -F= '$1 == "qpn" { print $2 }' "$vout")
+  V_PSN=$(awk -F= '$1 == "psn" { print $2 }' "$vout")
+  V_RKEY=$(awk -F= '$1 == "rkey" { print $2 }' "$vout")
+  V_ADDR=$(awk -F= '$1 == "addr" { print $2 }' "$vout")
+  "$@" || rc=1
   echo check >&"$hold"
   exec {hold}>&-
   vrnic_wait_exit "$vpid" 20
@@ -161,26 +163,20 @@ inject() {
   return "$rc"
 }
 
+# Row 2: another user's QPN, PSN, rkey and address, all known: nothing lands.
+inject_attack() {
+  echo "root's victim: QPN $V_QPN, expects PSN $V_PSN, rkey $V_RKEY at $V_ADDR"
+  as_attacker "$A_HOSTILE" inject "$V_QPN" "$V_PSN" "$V_RKEY" "$V_ADDR"
+}
+inject() { with_victim inject inject_attack; }
+
 # Row 2 through rdma_cm: a CM call's QP transitions name a QP by QPN; another process's is
 # refused (the root victim's connection still carries its WRITE), the attacker's own is made.
-cm_qp_steps() {
-  local vout=$VRNIC_TMP/cmqp.victim qpn rc=0
-  rm -f "$VRNIC_TMP/cmqp.in"
-  mkfifo "$VRNIC_TMP/cmqp.in" || return 1
-  "${VRUN[@]}" timeout -k 5 60 "$HOSTILE" victim <"$VRNIC_TMP/cmqp.in" >"$vout" 2>&1 &
-  local vpid=$!
-  exec {hold}>"$VRNIC_TMP/cmqp.in"
-  wait_for 5 "the victim to print its QPN" grep -q '^qpn=' "$vout"
-  qpn=$(awk -F= '$1 == "qpn" { print $2 }' "$vout")
-  echo "root's victim: QPN $qpn"
-  as_attacker "$A_HOSTILE" cm-qp "$SOCK" "$qpn" || rc=1
-  echo check >&"$hold"
-  exec {hold}>&-
-  vrnic_wait_exit "$vpid" 20
-  cat "$vout"
-  ((VRNIC_RC == 0)) || { echo "FAIL: the victim's QP was moved"; rc=1; }
-  return "$rc"
+cm_qp_attack() {
+  echo "root's victim: QPN $V_QPN"
+  as_attacker "$A_HOSTILE" cm-qp "$SOCK" "$V_QPN"
 }
+cm_qp_steps() { with_victim cmqp cm_qp_attack; }
 
 # Row 1: the process that registered memory exits and a root process gets its PID.
 pid_reuse() {
