@@ -511,12 +511,9 @@ RDMACM_EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t) {
     rs->state = State::kFailed;
     return fail(rs->error = errno);
   }
-  if (rs->nonblocking) {
-    progress(rs);
-    if (rs->state == State::kConnected) return 0;
-    if (rs->state == State::kFailed) return fail(rs->error);
-    return fail(EINPROGRESS);
-  }
+  // Non-blocking: always in progress, as rdma-core's (its address resolution is asynchronous);
+  // the outcome comes through rpoll and SO_ERROR, even a refusal that is already back.
+  if (rs->nonblocking) return fail(EINPROGRESS);
   block_until(rs, false, [&] { return rs->state != State::kConnecting; });
   return rs->state == State::kConnected ? 0 : fail(rs->error);
 }

@@ -307,11 +307,12 @@ rstream_refused() {
   ensure_vrnicd || return 1
   port=$(next_port)
   out=$("${CM_RUN[@]}" timeout 20 rstream -s 127.0.0.1 -p "$port" -T b -S 64 -C 1 2>&1)
-  echo "$out" | tail -1
+  grep -v '^name' <<<"$out" | sed 's/^/    blocking: /'
   grep -q 'rconnect: Connection refused' <<<"$out" || return 1
-  # Non-blocking: rpoll gives POLLOUT|POLLERR|POLLHUP, as for a TCP socket (rstream stops there).
+  # Non-blocking: rconnect says EINPROGRESS, then rpoll gives POLLOUT|POLLERR|POLLHUP, as for
+  # a TCP socket (rstream stops there).
   out=$("${CM_RUN[@]}" timeout 20 rstream -s 127.0.0.1 -p "$port" -T n -S 64 -C 1 2>&1)
-  echo "$out" | tail -1
+  grep -v '^name' <<<"$out" | sed 's/^/    non-blocking: /'
   grep -q '^rpoll' <<<"$out"
 }
 
