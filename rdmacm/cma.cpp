@@ -593,6 +593,12 @@ RDMACM_EXPORT int rdma_accept(rdma_cm_id *cmid, rdma_conn_param *param) {
     req.p.responder_resources = id->responder_resources;
     req.p.initiator_depth = id->initiator_depth;
   }
+  // Our QP retries as the REQ asked, whatever the accept's parameters say (the kernel's ib_cm
+  // takes both counts from the REQ for the passive side; the REP's RNR retry count is for the
+  // active side's QP). Many servers accept with retry_count 0, copying only what the
+  // CONNECT_REQUEST's parameters hold: taken from them, every sequence NAK would fail the QP.
+  id->retry_count = std::min<uint8_t>(id->remote.retry_count, 7);
+  id->rnr_retry = std::min<uint8_t>(id->remote.rnr_retry_count, 7);
   if (is_ud(id)) {
     req.p.qkey = RDMA_UDP_QKEY;
   } else if (int err = qp_steps(id, {IBV_QPS_RTR, IBV_QPS_RTS}, &req.qp)) {
@@ -827,6 +833,7 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel *channel, rdma_cm_event *
     }
     if (rec.event == ctl::kCmConnectResponse) {
       id->remote = rec.p;
+      id->rnr_retry = std::min<uint8_t>(rec.p.rnr_retry_count, 7);  // the REP's, as ib_cm's
       if (id->id.qp) {
         // As rdma-core: the QP to RTR and RTS, the RTU, then ESTABLISHED for the application.
         if (int err = establish(id)) {

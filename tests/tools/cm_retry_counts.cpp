@@ -1,0 +1,116 @@
+// cm_retry_counts PORT: the retry counts each side's QP gets from rdma_cm, as the kernel's
+// ib_cm sets them: the active side's QP retries as its rdma_connect asked (retry_count) and
+// takes its RNR retry count from the REP (the accept's rnr_retry_count); the passive side's
+// takes both from the REQ, whatever its rdma_accept's retry_count says. Many servers accept
+// with retry_count 0 (a conn_param zeroed but for what they copy), and their QP must still
+// retry. One process, a listener on 127.0.0.1:PORT and a client; prints PASS or FAIL lines,
+// exit 0 when all pass. A plain rdma_cm program (links the system's librdmacm).
+#include <arpa/inet.h>
+#include <rdma/rdma_cma.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace {
+
+int failures = 0;
+
+void expect(bool ok, const char *what) {
+  std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what);
+  failures += !ok;
+}
+
+rdma_cm_event *next_event(rdma_event_channel *ch, rdma_cm_event_type want) {
+  rdma_cm_event *e = nullptr;
+  if (rdma_get_cm_event(ch, &e) != 0 || e->event != want) {
+    std::printf("FAIL: %s, want %s\n", e ? rdma_event_str(e->event) : "no event",
+                rdma_event_str(want));
+    std::exit(1);
+  }
+  return e;
+}
+
+void counts(ibv_qp *qp, int *retry, int *rnr) {
+  ibv_qp_attr a{};
+  ibv_qp_init_attr ia{};
+  *retry = *rnr = -1;
+  if (ibv_query_qp(qp, &a, IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY, &ia) == 0) {
+    *retry = a.retry_cnt;
+    *rnr = a.rnr_retry;
+  }
+}
+
+ibv_qp_init_attr qp_attr() {
+  ibv_qp_init_attr a{};
+  a.qp_type = IBV_QPT_RC;
+  a.cap.max_send_wr = a.cap.max_recv_wr = 4;
+  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: cm_retry_counts PORT\n");
+    return 2;
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(std::atoi(argv[1])));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  rdma_event_channel *lch = rdma_create_event_channel();
+  rdma_event_channel *cch = rdma_create_event_channel();
+  rdma_cm_id *listener = nullptr, *client = nullptr;
+  if (!lch || !cch || rdma_create_id(lch, &listener, nullptr, RDMA_PS_TCP) ||
+      rdma_bind_addr(listener, reinterpret_cast<sockaddr *>(&addr)) || rdma_listen(listener, 4) ||
+      rdma_create_id(cch, &client, nullptr, RDMA_PS_TCP) ||
+      rdma_resolve_addr(client, nullptr, reinterpret_cast<sockaddr *>(&addr), 2000)) {
+    std::perror("set-up");
+    return 2;
+  }
+  rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ADDR_RESOLVED));
+  if (rdma_resolve_route(client, 2000)) return std::perror("rdma_resolve_route"), 2;
+  rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+  ibv_qp_init_attr a = qp_attr();
+  if (rdma_create_qp(client, nullptr, &a)) return std::perror("rdma_create_qp (client)"), 2;
+  rdma_conn_param cp{};
+  cp.retry_count = 5;
+  cp.rnr_retry_count = 6;
+  if (rdma_connect(client, &cp)) return std::perror("rdma_connect"), 2;
+
+  rdma_cm_event *req = next_event(lch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  rdma_cm_id *server = req->id;
+  expect(req->param.conn.retry_count == 5 && req->param.conn.rnr_retry_count == 6,
+         "CONNECT_REQUEST: the REQ's retry_count 5 and rnr_retry_count 6");
+  rdma_ack_cm_event(req);
+  a = qp_attr();
+  if (rdma_create_qp(server, nullptr, &a)) return std::perror("rdma_create_qp (server)"), 2;
+  rdma_conn_param sp{};  // retry_count 0, as a server copying only a few fields leaves it
+  sp.rnr_retry_count = 3;
+  if (rdma_accept(server, &sp)) return std::perror("rdma_accept"), 2;
+  rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ESTABLISHED));
+  rdma_ack_cm_event(next_event(lch, RDMA_CM_EVENT_ESTABLISHED));
+
+  int retry, rnr;
+  counts(server->qp, &retry, &rnr);
+  std::printf("server QP: retry_cnt %d, rnr_retry %d\n", retry, rnr);
+  expect(retry == 5 && rnr == 6, "the passive side's QP: both counts from the REQ (5, 6)");
+  counts(client->qp, &retry, &rnr);
+  std::printf("client QP: retry_cnt %d, rnr_retry %d\n", retry, rnr);
+  expect(retry == 5 && rnr == 3, "the active side's QP: its own retry_count, the REP's RNR (5, 3)");
+
+  // The DREQ, then the server's DREP (its rdma_disconnect), then the client's DISCONNECTED.
+  rdma_disconnect(client);
+  rdma_ack_cm_event(next_event(lch, RDMA_CM_EVENT_DISCONNECTED));
+  rdma_disconnect(server);
+  rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_DISCONNECTED));
+  rdma_destroy_qp(server);
+  rdma_destroy_qp(client);
+  rdma_destroy_id(server);
+  rdma_destroy_id(client);
+  rdma_destroy_id(listener);
+  rdma_destroy_event_channel(cch);
+  rdma_destroy_event_channel(lch);
+  return failures ? 1 : 0;
+}
