@@ -5,30 +5,11 @@
 // with retry_count 0 (a conn_param zeroed but for what they copy), and their QP must still
 // retry. One process, a listener on 127.0.0.1:PORT and a client; prints PASS or FAIL lines,
 // exit 0 when all pass. A plain rdma_cm program (links the system's librdmacm).
-#include <arpa/inet.h>
-#include <rdma/rdma_cma.h>
+#include "cm_tool.h"
 
-#include <cstdio>
-#include <cstdlib>
+using namespace cm_tool;
 
 namespace {
-
-int failures = 0;
-
-void expect(bool ok, const char *what) {
-  std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what);
-  failures += !ok;
-}
-
-rdma_cm_event *next_event(rdma_event_channel *ch, rdma_cm_event_type want) {
-  rdma_cm_event *e = nullptr;
-  if (rdma_get_cm_event(ch, &e) != 0 || e->event != want) {
-    std::printf("FAIL: %s, want %s\n", e ? rdma_event_str(e->event) : "no event",
-                rdma_event_str(want));
-    std::exit(1);
-  }
-  return e;
-}
 
 void counts(ibv_qp *qp, int *retry, int *rnr) {
   ibv_qp_attr a{};
@@ -51,27 +32,8 @@ ibv_qp_init_attr qp_attr() {
 }  // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: cm_retry_counts PORT\n");
-    return 2;
-  }
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(std::atoi(argv[1])));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  rdma_event_channel *lch = rdma_create_event_channel();
-  rdma_event_channel *cch = rdma_create_event_channel();
-  rdma_cm_id *listener = nullptr, *client = nullptr;
-  if (!lch || !cch || rdma_create_id(lch, &listener, nullptr, RDMA_PS_TCP) ||
-      rdma_bind_addr(listener, reinterpret_cast<sockaddr *>(&addr)) || rdma_listen(listener, 4) ||
-      rdma_create_id(cch, &client, nullptr, RDMA_PS_TCP) ||
-      rdma_resolve_addr(client, nullptr, reinterpret_cast<sockaddr *>(&addr), 2000)) {
-    std::perror("set-up");
-    return 2;
-  }
-  rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ADDR_RESOLVED));
-  if (rdma_resolve_route(client, 2000)) return std::perror("rdma_resolve_route"), 2;
-  rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+  sockaddr_in addr = loopback_port(argc, argv, "cm_retry_counts");
+  auto [lch, cch, listener, client] = listen_and_resolve(addr);
   ibv_qp_init_attr a = qp_attr();
   if (rdma_create_qp(client, nullptr, &a)) return std::perror("rdma_create_qp (client)"), 2;
   rdma_conn_param cp{};

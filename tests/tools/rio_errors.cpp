@@ -3,26 +3,20 @@
 // library gives them, and riowrite's bytes arriving in the peer's mapped memory with no call
 // of the peer's. Prints PASS or FAIL lines; exit 0 when all pass. A plain rsockets program:
 // it links the system's librdmacm and runs on vrnic's through LD_LIBRARY_PATH.
-#include <arpa/inet.h>
 #include <rdma/rsocket.h>
 #include <sys/mman.h>
 
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include "cm_tool.h"
+
+using namespace cm_tool;
+
 namespace {
-
-int failures = 0;
-
-void expect(bool ok, const char *what) {
-  std::printf("%s: %s\n", ok ? "PASS" : "FAIL", what);
-  failures += !ok;
-}
 
 // The call failed with -1 (or (size_t)-1) and this errno.
 bool failed_with(long long rc, int err) {
@@ -32,14 +26,7 @@ bool failed_with(long long rc, int err) {
 }  // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: rio_errors PORT\n");
-    return 2;
-  }
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(std::atoi(argv[1])));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  sockaddr_in addr = loopback_port(argc, argv, "rio_errors");
   const size_t len = 256 * 1024;  // four of the library's 64 KiB send buffers
   std::vector<uint8_t> mine(len, 0), src(len);
   for (size_t i = 0; i < len; i++) src[i] = uint8_t(i * 7 + 3);
