@@ -220,16 +220,26 @@ vrnic_install_packages() {
   echo "packages: installed"
 }
 
-# vrnic_build: meson setup (if not configured, or reconfigure a half-configured dir) and ninja.
-# Output goes to a log; its tail is shown when something fails.
+# vrnic_packages_stamp: what decides meson's optional parts -- the version and status of every
+# package the build and the suite use (libopenmpi-dev builds mpi_check, libdpdk-dev the dpdk
+# module), one line each.
+vrnic_packages_stamp() {
+  dpkg-query -W -f='${Package} ${Version} ${Status}\n' "${VRNIC_BUILD_PACKAGES[@]}" \
+    "${VRNIC_TEST_PACKAGES[@]}" 2>/dev/null | LC_ALL=C sort
+}
+
+# vrnic_build: meson setup (if not configured, or reconfigure a half-configured dir, or one
+# configured before the packages changed: perf/demo.sh configures before tests/run.sh installs
+# the test packages) and ninja. Output goes to a log; its tail is shown when something fails.
 vrnic_build() {
-  local log rc start
+  local log rc start stamp_file=$VRNIC_BUILD_DIR/vrnic-packages.stamp stamp
   log=$(mktemp "${TMPDIR:-/tmp}/vrnic-build.XXXXXX")
   start=$(vrnic_now_us)
   rc=0
-  if [[ ! -f $VRNIC_BUILD_DIR/build.ninja ]]; then
+  stamp=$(vrnic_packages_stamp)
+  if [[ ! -f $VRNIC_BUILD_DIR/build.ninja || $(cat "$stamp_file" 2>/dev/null) != "$stamp" ]]; then
     if [[ -f $VRNIC_BUILD_DIR/meson-private/coredata.dat ]]; then
-      echo "build: meson setup --reconfigure ${VRNIC_BUILD_DIR#"$VRNIC_ROOT"/}"
+      echo "build: meson setup --reconfigure ${VRNIC_BUILD_DIR#"$VRNIC_ROOT"/} (new or changed packages)"
       meson setup --reconfigure "$VRNIC_BUILD_DIR" "$VRNIC_ROOT" >>"$log" 2>&1 ||
         meson setup --wipe "$VRNIC_BUILD_DIR" "$VRNIC_ROOT" >>"$log" 2>&1 || rc=$?
     else
@@ -242,6 +252,7 @@ vrnic_build() {
       rm -f -- "$log"
       return 1
     fi
+    printf '%s\n' "$stamp" >"$stamp_file"
   fi
   echo "build: ninja -C ${VRNIC_BUILD_DIR#"$VRNIC_ROOT"/}"
   # ninja re-runs meson by itself when a meson.build changed.
