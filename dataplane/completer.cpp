@@ -92,28 +92,48 @@ void reask(TransportHost &w, QueuePair &qp, uint32_t resp_psn) {
   lost(w, qp, PeerWindow::Loss::kNak, resp_psn, Reask::kYes);
 }
 
-// The responder answers in PSN order, so an acknowledgement of the PSNs of an unfinished read
-// or atomic means its answer went missing: lost, or overtaken on the way (loopback reorders
-// when the sending thread moves between CPUs). The spec's implied NAK: without it the
-// requester waited for the ack timer (17 ms and more, with the window halved).
-void reask_missing_answer(TransportHost &w, QueuePair &qp) {
+// The read or atomic, outstanding and not yet answered, whose request had `psn` among its
+// PSNs; the end index when there is none. The oldest is checked first: answers come in order
+// unless the path reorders them.
+uint32_t unanswered_wqe_at(const QueuePair &qp, uint32_t psn) {
+  for (uint32_t i = qp.comp.wqe; i != qp.req.started; i++) {
+    const WqeMeta &m = const_cast<QueuePair &>(qp).wqe_meta(i);
+    if (psn_diff(psn, m.first_psn) < 0) break;
+    if (psn_diff(psn, m.last_psn) > 0) continue;
+    if (wr::is_read_or_atomic(m.opcode) && !m.resp_done && !m.status) return i;
+    break;
+  }
+  return qp.req.started;
+}
+
+// The responder answers in PSN order, so an answer to a later request -- or an ACK of PSNs
+// past the oldest unfinished read or atomic -- while that one still lacks its answer means the
+// answer went missing: lost, or overtaken on the way (loopback reorders when the sending
+// thread moves between CPUs). The spec's implied NAK: without it the requester waited for the
+// ack timer (17 ms and more, with the window halved). The packet shows that the responder has
+// answered everything before `answered_before`: an answer's own PSN, or one past an ACK's.
+void reask_missing_answer(TransportHost &w, QueuePair &qp, uint32_t answered_before) {
   if (!outstanding(qp)) return;
   const WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
   if (!wr::is_read_or_atomic(meta.opcode) || meta.resp_done || meta.status) return;
+  if (psn_diff(answered_before, meta.last_psn) <= 0) return;  // its own answer, or older
   if (psn_diff(qp.comp.acked_psn, meta.last_psn) < 0) return;
   reask(w, qp, meta.resp_psn);
 }
 
+// A read response for the read at `index` (the oldest, or a later one whose answer overtook
+// an earlier one's): taken in order within the read, dropped otherwise.
 void read_response(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   uint32_t psn = pkt.bth().psn();
   acknowledge(w, qp, psn_add(psn, -1u));
-  reask_missing_answer(w, qp);  // when this answers a later one
-  if (!outstanding(qp)) return;
-  shm::SendWqe &wqe = qp.wqe(qp.comp.wqe);
-  WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
-  if (meta.opcode != IBV_WR_RDMA_READ || meta.resp_done) return;
+  reask_missing_answer(w, qp, psn);
+  uint32_t index = unanswered_wqe_at(qp, psn);
+  if (index == qp.req.started) return;  // a duplicate, or for what has been answered
+  shm::SendWqe &wqe = qp.wqe(index);
+  WqeMeta &meta = qp.wqe_meta(index);
+  if (meta.opcode != IBV_WR_RDMA_READ) return;
   if (psn_diff(psn, meta.resp_psn) > 0) {  // a response went missing
-    reask(w, qp, meta.resp_psn);
+    if (index == qp.comp.wqe) reask(w, qp, meta.resp_psn);
     return;
   }
   if (psn != meta.resp_psn) return;  // a duplicate
@@ -124,13 +144,14 @@ void read_response(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   SgeList list = send_sge_list(wqe, qp.pd);
   SgeCursor cur = sge_seek(list, offset);
   if (int st = sge_scatter(w.dev, list, cur, pkt.payload, pkt.payload_len)) {
-    fail_oldest(w, qp, uint8_t(st));
+    meta.status = uint8_t(st);
+    completer_retire(w, qp);
     return;
   }
   meta.resp_psn = psn_add(psn, 1);
   qp.comp.retry_left = qp.attr.retry_cnt;
   if (last) {
-    answered(qp, qp.comp.wqe);
+    answered(qp, index);
     acknowledge(w, qp, psn);  // the whole read, up to its last PSN
     w.schedule(qp);
     return;
@@ -141,23 +162,23 @@ void read_response(TransportHost &w, QueuePair &qp, const Packet &pkt) {
 void atomic_ack(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   uint32_t psn = pkt.bth().psn();
   acknowledge(w, qp, psn_add(psn, -1u));
-  reask_missing_answer(w, qp);  // when this answers a later one
-  if (!outstanding(qp)) return;
-  shm::SendWqe &wqe = qp.wqe(qp.comp.wqe);
-  WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
-  if (!wr::is_read_or_atomic(meta.opcode) || meta.opcode == IBV_WR_RDMA_READ || meta.resp_done ||
-      psn != meta.first_psn)
-    return;
+  reask_missing_answer(w, qp, psn);
+  uint32_t index = unanswered_wqe_at(qp, psn);
+  if (index == qp.req.started) return;
+  shm::SendWqe &wqe = qp.wqe(index);
+  WqeMeta &meta = qp.wqe_meta(index);
+  if (meta.opcode == IBV_WR_RDMA_READ || psn != meta.first_psn) return;
   uint8_t orig[8];
   uint64_t value = pkt.ext<AtomicAckEth>(pkt.info().atomic_ack_off).orig();
   std::memcpy(orig, &value, 8);  // host order into the application's buffer, as NICs do
   SgeList list{wqe.sge, 1, qp.pd};
   SgeCursor cur;
   if (int st = sge_scatter(w.dev, list, cur, orig, 8)) {
-    fail_oldest(w, qp, uint8_t(st));
+    meta.status = uint8_t(st);
+    completer_retire(w, qp);
     return;
   }
-  answered(qp, qp.comp.wqe);
+  answered(qp, index);
   acknowledge(w, qp, psn);
   w.schedule(qp);
 }
@@ -286,7 +307,7 @@ void completer_receive(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   if (aeth_kind(syndrome) != kAethAck) return nak(w, qp, psn, syndrome);
   if (op == kAtomicAcknowledge) return atomic_ack(w, qp, pkt);
   acknowledge(w, qp, psn);
-  reask_missing_answer(w, qp);
+  reask_missing_answer(w, qp, psn_add(psn, 1));
 }
 
 // A probe resends from the oldest unacknowledged PSN after a few round trips without progress,

@@ -211,6 +211,15 @@ bool send_read_or_atomic(TransportHost &w, QueuePair &qp, shm::SendWqe &wqe, Wqe
 // the responder re-executes reads and replays atomics.
 void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask) {
   RequesterState &req = qp.req;
+  // About to ask again for an unanswered read or atomic before `psn`: a NAK says the
+  // responder took the request, not that its answer arrived, so going on from `psn` would
+  // drop the re-request and leave the answer to the ACK timer. Keep it (and what follows).
+  if (reask == Reask::kNo && req.wqe != req.started) {
+    const WqeMeta &m = qp.wqe_meta(req.wqe);
+    if (wr::is_read_or_atomic(m.opcode) && !m.resp_done && !m.status &&
+        psn_diff(psn, m.last_psn) > 0)
+      return;
+  }
   req.rd_atomic_outstanding = 0;
   req.offset = req.sge = req.sge_offset = 0;
   for (uint32_t i = qp.comp.wqe; i != req.started; i++) {
