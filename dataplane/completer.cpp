@@ -354,6 +354,7 @@ void completer_check_timers(TransportHost &w, QueuePair &qp) {
     }
     comp.retry_left--;
     w.count(qp, kRetransmits);
+    comp.timeout_resend = true;
     lost(w, qp, PeerWindow::Loss::kTimeout, psn_add(comp.acked_psn, 1), Reask::kYes);
     // The next retry's clock starts now, not when the peer window next lets the QP send: a
     // dead peer's QPs must each run out of retries in their own budget, not in turns.

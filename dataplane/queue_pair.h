@@ -66,6 +66,9 @@ struct CompleterState {
   // none).
   uint8_t probes = 0;
   uint64_t probe_deadline = 0;
+  // The ACK timer fired and cost a retry: the first packet of the resend goes out whatever
+  // the peer window says, so that every retry counted was tried on the wire.
+  bool timeout_resend = false;
   uint32_t rtt_psn = 0;
   uint64_t rtt_sent_at = 0;
 };

@@ -297,7 +297,10 @@ uint32_t requester_run(TransportHost &w, QueuePair &qp, uint32_t budget) {
     skip_taken(qp);
     if (req.wqe == producer) break;
     if (qp.type == IBV_QPT_RC && !req.window.allows(psn_diff(req.psn, qp.comp.acked_psn))) break;
-    if (req.peer && !req.peer->allows()) {
+    // Past the window only for the resend a timeout paid for: the other QPs to this peer can
+    // keep a small window full, and a QP that could not send would use up its retries
+    // waiting (a QP failed with RETRY_EXC_ERR having sent nothing in its last 8 timeouts).
+    if (req.peer && !req.peer->allows() && !qp.comp.timeout_resend) {
       w.wait_for_peer(qp);
       break;
     }
@@ -329,6 +332,7 @@ uint32_t requester_run(TransportHost &w, QueuePair &qp, uint32_t budget) {
       break;
     }
     sent++;
+    qp.comp.timeout_resend = false;
     // Kept up to date packet by packet: a rewind further on (skip_taken) lowers req.psn.
     if (psn_diff(req.psn, req.psn_end) > 0) {
       req.psn_end = req.psn;

@@ -168,8 +168,9 @@ QpPair::QpPair(PairOptions o)
       b('B', (const uint8_t[16]){0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 2}, o.type),
       options_(o) {
   // Each device also holds the other's GID, as one vrnicd on the loop port does: no peer
-  // window (that is peer_window_test's), so every retransmission is the IB transport's own.
+  // window (unless the test asks for one), so every retransmission is the IB transport's own.
   for (QpEnd *end : {&a, &b}) {
+    if (o.wire_peer) break;
     QpEnd &peer = end == &a ? b : a;
     end->dev.set_gid(1, peer.dev.info.gids[0].gid, kRoceV2, 0);
   }

@@ -52,6 +52,9 @@ struct PairOptions {
   uint8_t min_rnr_timer = 1;  // 10 us
   uint32_t psn_a = 100, psn_b = 5000;
   uint8_t max_rd_atomic = 16;
+  // The peer is across the wire: each requester gets its worker's window towards it
+  // (peer_window.h), as a udp or dpdk port's QPs do. Off: a loop-port pair, no window.
+  bool wire_peer = false;
 };
 
 // One end: its host, device, QP, CQs and memory.

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "dataplane/peer_window.h"
 #include "dataplane/transport.h"
 #include "transport_harness.h"
 
@@ -163,6 +164,41 @@ TEST_CASE("transport: the local ACK timeout resends, and retries run out", "[tra
     CHECK(flushed.wr_id == 2);
     CHECK(flushed.status == IBV_WC_WR_FLUSH_ERR);
   }
+}
+
+// Across the wire a worker's RC QPs share one window towards the peer (peer_window.h). Other
+// QPs can keep it full -- here, as if they had 4 windows' worth out and stayed silent -- and a
+// timed-out QP that waited for room used up its retries without sending (RETRY_EXC_ERR under
+// corrupt=1 on a busy machine, issue 27). Each timeout's resend goes out past the window: the
+// message gets through, one packet per timeout, and every timeout counted was tried.
+TEST_CASE("transport: a timeout's resend is sent though other QPs fill the peer window",
+          "[transport]") {
+  PairOptions o;
+  o.wire_peer = true;
+  o.retry_cnt = 2;
+  QpPair p(o);
+  REQUIRE(p.a.qp->req.peer != nullptr);
+  PeerWindow &window = *p.a.qp->req.peer;
+  fill(p.a, 0, 3072, 5);
+  p.script = [&window, done = false](const WireRecord &r, Packet &) mutable {
+    if (done || r.from != 'A') return Fate::kDeliver;
+    if (r.psn == 102) {  // the whole first transmission is lost; the others fill the window
+      done = true;
+      window.charge(0, 4 * window.packets());
+    }
+    return Fate::kDrop;
+  };
+  p.a.post_send(write_wqe(1, p.a, 0, 3072, p.b, 0));
+  p.run();
+  // Below its ceiling the window is shared: every packet asks for its ACK.
+  CHECK(p.trace() == Lines{"A WRITE_FIRST 100 ack_req (dropped)",
+                           "A WRITE_MIDDLE 101 ack_req (dropped)",
+                           "A WRITE_LAST 102 ack_req (dropped)", "A WRITE_FIRST 100 ack_req",
+                           "B ACK 100", "A WRITE_MIDDLE 101 ack_req", "B ACK 101",
+                           "A WRITE_LAST 102 ack_req", "B ACK 102"});
+  CHECK(one_send_completion(p.a).status == IBV_WC_SUCCESS);
+  CHECK(same(p.a, 0, p.b, 0, 3072));
+  CHECK(p.a.qp->counters[kTimeouts] == 3);
 }
 
 TEST_CASE("transport: RNR NAK waits the peer's timer and retries", "[transport]") {
