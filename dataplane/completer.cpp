@@ -35,11 +35,10 @@ void restart_ack_timer(TransportHost &w, QueuePair &qp) {
   }
 }
 
-// A read or atomic has its whole answer. The requester counts those it has sent and awaits;
-// if a rewind put it back before this one, it has not counted it (and will skip it).
+// A read or atomic has its whole answer. It stays counted against max_rd_atomic until it
+// retires (see RequesterState::rd_atomic_outstanding).
 void answered(QueuePair &qp, uint32_t index) {
   qp.wqe_meta(index).resp_done = true;
-  if (int32_t(qp.req.wqe - index) > 0) qp.req.rd_atomic_outstanding--;
 }
 
 void fail_oldest(TransportHost &w, QueuePair &qp, uint8_t status) {
@@ -254,6 +253,10 @@ void completer_retire(TransportHost &w, QueuePair &qp) {
     cqe.opcode = wr::rule(meta.opcode).wc_opcode;
     cqe.byte_len = meta.length;
     cqe.qp_num = qp.qpn;
+    // A read or atomic the requester has sent (it is not back before it) no longer counts.
+    if (wr::is_read_or_atomic(meta.opcode) && meta.status == IBV_WC_SUCCESS &&
+        int32_t(qp.req.wqe - comp.wqe) > 0 && qp.req.rd_atomic_outstanding)
+      qp.req.rd_atomic_outstanding--;
     // Free the slot before the completion is visible: a program that sees the completion
     // may post into the slot at once.
     comp.wqe++;

@@ -38,6 +38,11 @@ struct RequesterState {
   uint32_t wqe = 0;                  // WQE being sent (free-running index)
   uint32_t offset = 0;               // bytes of it already sent
   uint32_t sge = 0, sge_offset = 0;  // gather cursor within the WQE
+  // Reads and atomics sent and not yet retired, answered or not: at most max_rd_atomic. Until
+  // the oldest retires, any of them may be asked for again, and the responder remembers only
+  // its last max_dest_rd_atomic atomics' results to replay: counting only the unanswered ones
+  // let newer atomics push an unanswered one's result out, and its every retry then went
+  // unanswered (RETRY_EXC_ERR under corrupt=1).
   uint32_t rd_atomic_outstanding = 0;
   uint32_t started = 0;  // WQEs [completer.wqe, started) have been started
   SendWindow window;

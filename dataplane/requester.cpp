@@ -209,6 +209,23 @@ bool send_read_or_atomic(TransportHost &w, QueuePair &qp, shm::SendWqe &wqe, Wqe
 // middle of a SEND or WRITE if need be (the responder still holds the message's context).
 // An unfinished READ or atomic before that point is asked for again when `reask` says so:
 // the responder re-executes reads and replays atomics.
+namespace {
+
+// Positions the requester at WQE `index`, PSN `psn`, and counts the reads and atomics it has
+// sent before there that have not retired.
+void resume_at(QueuePair &qp, uint32_t index, uint32_t psn) {
+  RequesterState &req = qp.req;
+  req.wqe = index;
+  req.psn = psn;
+  req.rd_atomic_outstanding = 0;
+  for (uint32_t i = qp.comp.wqe; i != index; i++) {
+    const WqeMeta &m = qp.wqe_meta(i);
+    if (wr::is_read_or_atomic(m.opcode) && !m.status) req.rd_atomic_outstanding++;
+  }
+}
+
+}  // namespace
+
 void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask) {
   RequesterState &req = qp.req;
   // About to ask again for an unanswered read or atomic before `psn`: a NAK says the
@@ -220,27 +237,21 @@ void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask) {
         psn_diff(psn, m.last_psn) > 0)
       return;
   }
-  req.rd_atomic_outstanding = 0;
   req.offset = req.sge = req.sge_offset = 0;
   for (uint32_t i = qp.comp.wqe; i != req.started; i++) {
     WqeMeta &m = qp.wqe_meta(i);
     if (wr::is_local(m.opcode) || m.status) continue;
     if (wr::is_read_or_atomic(m.opcode)) {
       if (m.resp_done) continue;
-      if (reask == Reask::kNo && psn_diff(psn, m.last_psn) > 0) {
-        req.rd_atomic_outstanding++;  // still waiting for its answer
-        continue;
-      }
+      if (reask == Reask::kNo && psn_diff(psn, m.last_psn) > 0) continue;  // awaits its answer
       // A read asks again from its first missing response; an atomic is asked again whole.
-      req.wqe = i;
-      req.psn = m.opcode == IBV_WR_RDMA_READ ? m.resp_psn : m.first_psn;
+      resume_at(qp, i, m.opcode == IBV_WR_RDMA_READ ? m.resp_psn : m.first_psn);
       req.offset = uint32_t(psn_diff(req.psn, m.first_psn)) * qp.mtu;
       return;
     }
     if (psn_diff(psn, m.last_psn) > 0) continue;  // all of it was acknowledged
     uint32_t into = uint32_t(std::max(0, psn_diff(psn, m.first_psn)));
-    req.wqe = i;
-    req.psn = psn_add(m.first_psn, into);
+    resume_at(qp, i, psn_add(m.first_psn, into));
     req.offset = into * qp.mtu;
     const shm::SendWqe &wqe = qp.wqe(i);
     if (!(m.flags & shm::kWqeInline)) {
@@ -251,8 +262,7 @@ void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask) {
     return;
   }
   // Everything started has been taken: carry on with new work.
-  req.wqe = req.started;
-  req.psn = req.psn_end;  // the PSN after everything sent
+  resume_at(qp, req.started, req.psn_end);  // the PSN after everything sent
 }
 
 // After a rewind, ACKs and answers may cover what the requester was about to send again

@@ -300,6 +300,37 @@ TEST_CASE("transport: a repeated atomic is answered again, not executed twice", 
   CHECK(cqe.opcode == IBV_WC_FETCH_ADD);
 }
 
+// Until an atomic retires it may be asked for again, and the responder remembers only its last
+// 16 atomics' results. The requester used to count only unanswered reads and atomics against
+// max_rd_atomic, so with the oldest answer lost twice it went on with newer atomics until their
+// results pushed the oldest's out: every later re-ask went unanswered, RETRY_EXC_ERR (seen
+// under corrupt=1). Now reads and atomics count until they retire: the replay is there.
+TEST_CASE("transport: a twice-lost atomic answer is replayed, however many atomics follow",
+          "[transport]") {
+  QpPair p;
+  constexpr int kAtomics = 40;
+  p.script = [lost = 0](const WireRecord &r, Packet &) mutable {
+    bool first = r.from == 'B' && wire::op_operation(r.opcode) == wire::kAtomicAcknowledge &&
+                 r.psn == 100;
+    return first && lost++ < 2 ? Fate::kDrop : Fate::kDeliver;
+  };
+  for (int i = 0; i < kAtomics; i++)
+    p.a.post_send(fetch_add_wqe(uint64_t(i), p.a, 8 * size_t(i), p.b, 4096 + 8 * size_t(i),
+                                uint64_t(i) + 1));
+  p.run();
+  std::vector<shm::Cqe> cqes = p.a.poll_send_cq();
+  REQUIRE(cqes.size() == kAtomics);
+  for (int i = 0; i < kAtomics; i++) {
+    CHECK(cqes[size_t(i)].wr_id == uint64_t(i));
+    CHECK(cqes[size_t(i)].status == IBV_WC_SUCCESS);
+    uint64_t orig, now;
+    std::memcpy(&orig, &p.a.mem[8 * size_t(i)], 8);
+    std::memcpy(&now, &p.b.mem[4096 + 8 * size_t(i)], 8);
+    CHECK(orig == 0);               // the value before: executed once
+    CHECK(now == uint64_t(i) + 1);     // added once
+  }
+}
+
 TEST_CASE("transport: UC drops a message that lost a packet and takes the next", "[transport]") {
   PairOptions o;
   o.type = IBV_QPT_UC;
