@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "dataplane/transport.h"
 #include "errno_status.h"
@@ -115,6 +117,25 @@ int QueueObjects::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::Create
   auto *fresh = static_cast<shm::CqShared *>(map);
   auto *ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
   int st = 0;
+  // The resize comes after the work requests posted before it, as on a NIC that has taken
+  // their doorbells: the completions it counts include those of UD and UC sends still in
+  // their send queues, which complete when sent (an RC completion waits for its peer's ACK,
+  // which nothing here waits for). Without this, what a resize found depended on how far the
+  // worker had got (pyverbs' test_resize_cq failed now and then on the loop port). Bounded:
+  // a worker that has not sent them in 20 ms is not waited for longer.
+  CompletionQueue *target = dev_.cqs.get(req.handle);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  for (bool sending = true; sending && std::chrono::steady_clock::now() < deadline;) {
+    workers_.execute_all([&] {
+      sending = false;
+      for (uint32_t h : s.qps) {
+        QueuePair *qp = dev_.qps.get(h);
+        if (qp && qp->send_cq == target && qp->type != IBV_QPT_RC && requester_has_work(*qp))
+          sending = true;
+      }
+    });
+    if (sending) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
   workers_.execute_all([&] {
     CompletionQueue &cq = *dev_.cqs.get(req.handle);
     uint32_t consumer = cq.shared->ring.consumer.load(std::memory_order_acquire);
