@@ -178,9 +178,11 @@ check "a root vrnicd makes the /dev/infiniband node UCX needs (ucx_info -d lists
 # Without root: one line says UCX will not see the device and what root command fixes it.
 device_node_notice() {
   local dir=/tmp/vrnic-node-$$ out rc=0
-  mkdir -p "$dir" && chmod 0777 "$dir" || return 1
+  # nobody runs a copy: the checkout may be under a directory it cannot enter (a 0700 home).
+  mkdir -p "$dir" && chmod 0777 "$dir" && cp "$VRNICD" "$dir/" && chmod 0755 "$dir/vrnicd" ||
+    return 1
   out=$(setpriv --reuid=nobody --regid=nogroup --clear-groups timeout -s INT 3 \
-    "$VRNICD" --socket "$dir/vrnicd.sock" 2>&1)
+    "$dir/vrnicd" --socket "$dir/vrnicd.sock" 2>&1)
   rm -rf "$dir"
   echo "vrnicd as nobody: $out"
   [[ $(grep -c "UCX will not list the device" <<<"$out") == 1 ]] ||

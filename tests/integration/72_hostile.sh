@@ -10,7 +10,8 @@
 #   daemon      build-asan/control/vrnicd, then build/control/vrnicd, each with
 #               --socket-group <the account's group> --limits ...
 #   victim      build/tests/fuzz/fuzz_traffic server and client (root), until the end
-#   attacker    runs as the account (setpriv), from a copy of the programs it may read
+#   attacker    runs as the account (setpriv), from a copy of the programs it may read (the
+#               checkout itself may be under a directory the account cannot enter)
 #   row 10      a million MRs and an exit, on a vrnicd of its own (of each build)
 #
 # Settings: VRNIC_ASAN_BUILD_DIR (default build-asan).
@@ -36,6 +37,7 @@ as_attacker() {
 }
 A_HOSTILE=$SHARE/tests/hostile
 A_VRNICCTL=$SHARE/control/vrnicctl
+A_VRNICD=$SHARE/control/vrnicd  # the checkout may be where the account cannot go (a 0700 home)
 
 # ms CMD...: runs CMD, prints how long it took in milliseconds (after CMD's own output).
 ms() {
@@ -65,7 +67,7 @@ setup() {
   mkdir -p "$SHARE"/{run,tests,control,provider} && chmod 0755 "$SHARE" "$SHARE"/* || return 1
   cp -a "$VRNIC_PROVIDER_DIR"/libibverbs.so* "$SHARE/provider/" &&
     cp "$HOSTILE" "$SHARE/tests/" &&
-    cp "$VRNICCTL" "$SHARE/control/" || return 1
+    cp "$VRNICCTL" "$VRNICD" "$SHARE/control/" || return 1
 }
 
 # start_daemon asan|release: the shared root vrnicd of that build, and root's traffic on it.
@@ -304,7 +306,7 @@ time.sleep(8)" &
   dir=/tmp/vrnicd-$uid
   rm -rf "$dir" && mkdir -m 0777 "$dir" || return 1
   out=$(setpriv --reuid="$ACCOUNT" --regid="$ACCOUNT" --clear-groups --reset-env \
-    timeout 10 "$VRNICD" 2>&1)
+    timeout 10 "$A_VRNICD" 2>&1)
   echo "account: vrnicd (default socket) with $dir made by root, mode 0777: $out"
   grep -q "is not a directory of this user's own" <<<"$out" ||
     { echo "FAIL: vrnicd used a socket directory that is not its own"; rc=1; }
