@@ -350,6 +350,10 @@ void completer_check_timers(TransportHost &w, QueuePair &qp) {
     comp.ack_deadline = 0;
     comp.probe_deadline = 0;
     if (!outstanding(qp)) return;
+    if (w.delivery_pending(qp)) {  // not lost, only not yet taken: no retry, no resend
+      restart_ack_timer(w, qp);
+      return;
+    }
     w.count(qp, kTimeouts);
     if (comp.retry_left == 0) {
       fail_oldest(w, qp, IBV_WC_RETRY_EXC_ERR);

@@ -84,6 +84,9 @@ class TransportHost {
   void deliver(Packet *pkt);
   void flush_acks();
   void check_timers();
+  // Packets of the QP's that are still inside this NIC, not yet taken by the peer QP's worker
+  // (one vrnicd, another worker): its ACK timer then measures a stalled worker, not a loss.
+  virtual bool delivery_pending(const QueuePair &) const { return false; }
 
  protected:
   // The port cannot take more for now: send work waits for the next turn.

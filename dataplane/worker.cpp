@@ -233,6 +233,18 @@ void Worker::recycle(Packet *pkt) {
   while (!peers_[pkt->home]->returns_[index_]->push(pkt)) sched_yield();
 }
 
+// On the loop port nothing is lost: a packet waits in this worker's loop ring or in the
+// inbox of the worker that owns its QP until that worker runs. A worker the scheduler keeps
+// off its CPU for longer than a QP's ACK timeout (4 ms for timeout 10) has not lost the
+// packets it has not yet taken.
+bool Worker::delivery_pending(const QueuePair &qp) const {
+  if (!dev.is_local_gid(qp.attr.ah.dgid)) return false;
+  if (loop_->in_flight() || loop_tx_.n) return true;
+  const QueuePair *peer = dev.qp_by_qpn(qp.attr.dest_qp_num);
+  if (!peer || peer->worker == index_ || peer->worker >= peers_.size()) return false;
+  return !peers_[peer->worker]->inbox_[index_]->empty();
+}
+
 // Packets other workers handed us, and our own packets they are done with.
 bool Worker::poll_peers() {
   bool any = false;

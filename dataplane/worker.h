@@ -92,6 +92,7 @@ class Worker final : public TransportHost {
   bool receive();
   void check_timers_due();
   bool tx_blocked() const override { return wire_ && wire_->tx_full(); }
+  bool delivery_pending(const QueuePair &qp) const override;
   void flush_tx();
   void drain();
   bool run_commands();

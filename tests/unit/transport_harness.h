@@ -22,7 +22,13 @@ class FakeHost final : public TransportHost {
  public:
   explicit FakeHost(Device &dev, uint8_t home) : TransportHost(dev, 1024, 0, home) {}
   void transmit(QueuePair &, Packet *pkt) override { sent.push_back(pkt); }
+  bool delivery_pending(const QueuePair &) const override {
+    return still_queued && still_queued();
+  }
   std::vector<Packet *> sent;  // not yet on the wire
+  // What a worker answers when the ACK timer expires: are the QP's packets still queued
+  // for the peer's worker (not lost)? Unset: no.
+  std::function<bool()> still_queued;
 };
 
 // One packet as it crossed the wire.

@@ -166,6 +166,27 @@ TEST_CASE("transport: the local ACK timeout resends, and retries run out", "[tra
   }
 }
 
+// One vrnicd, two workers: while the QP's packets still wait for the peer QP's worker (which
+// the scheduler keeps off its CPU), an expired ACK timer is no loss -- no retry used, nothing
+// resent (a 4 ms timeout with retry_cnt 2 ran out of retries on a busy machine, with nothing
+// lost). Here the first two expiries find the packet still queued; the third counts.
+TEST_CASE("transport: an ACK timer expiring while the packets wait for the peer's worker",
+          "[transport]") {
+  PairOptions o;
+  o.retry_cnt = 0;
+  QpPair p(o);
+  int asked = 0;
+  p.a.host.still_queued = [&asked] { return ++asked <= 2; };
+  p.script = [](const WireRecord &, Packet &) { return Fate::kDrop; };
+  p.a.post_send(write_wqe(1, p.a, 0, 100, p.b, 0));
+  p.run();
+  CHECK(p.trace() == Lines{"A WRITE_ONLY 100 ack_req (dropped)"});
+  CHECK(p.now == 3 * p.ack_timeout_ns());
+  CHECK(asked == 3);
+  CHECK(one_send_completion(p.a).status == IBV_WC_RETRY_EXC_ERR);
+  CHECK(p.a.qp->counters[kTimeouts] == 1);
+}
+
 // Across the wire a worker's RC QPs share one window towards the peer (peer_window.h). Other
 // QPs can keep it full -- here, as if they had 4 windows' worth out and stayed silent -- and a
 // timed-out QP that waited for room used up its retries without sending (RETRY_EXC_ERR under
