@@ -207,6 +207,7 @@ for s in "${SCRIPTS[@]}"; do
   ((cap < left)) || cap=$left
   # Each group is its own process (its own vrnicd, temp dir and cleanup); `timeout` is only a
   # safety net: the checks themselves respect the deadline.
+  group_start=$(vrnic_now_us)
   VRNIC_SUITE_DEADLINE=$((EPOCHSECONDS + cap)) timeout -k 15 $((cap + 60)) bash "$s" </dev/null &
   CHILD=$!
   _vrnic_track "$CHILD"
@@ -221,7 +222,8 @@ for s in "${SCRIPTS[@]}"; do
   elif ((after_all == before_all)); then
     record_result FAIL "$g: $s ran no checks"
   fi
-  echo "   $(vrnic_summary "$VRNIC_RESULTS") so far"
+  echo "   $(vrnic_summary "$VRNIC_RESULTS") so far (group: $(vrnic_elapsed "$group_start") s," \
+    "run: $(vrnic_elapsed "$RUN_START") s)"
 done
 
 finish 0
