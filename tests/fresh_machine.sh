@@ -90,6 +90,9 @@ set +e
 unshare --mount --propagation private -- bash -c '
   set -e
   root=$1
+  # The root a mount point of its own, as / is on a machine: `ip netns exec` makes / a
+  # slave mount, which a plain directory cannot be.
+  mount --bind "$root" "$root"
   mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev"
   mount -t proc proc "$root/proc"
   mount --rbind /sys "$root/sys" && mount --make-rslave "$root/sys"
