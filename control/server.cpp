@@ -19,8 +19,10 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 
 #include "absl/strings/str_format.h"
 #include "dataplane/clock.h"
@@ -38,18 +40,26 @@ namespace {
 // A client's /proc/<pid>/mem, and nothing else: vrnicd's workers read and write it in place
 // of process_vm_readv/writev, so it must be a file that answers at once (not a pipe, a
 // socket or a FUSE file the client serves). Whose memory it is does not matter: the client
-// opened it with its own rights.
+// opened it with its own rights. A procfs file named mem in a directory named by a number
+// is one (no one can make files in procfs). Where that procfs is mounted does not matter: a
+// client in a mount namespace or chroot of its own (a container, `ip netns exec`) has a proc
+// mount vrnicd's root does not contain, and the link then reads ".../root/proc/<pid>/mem".
 bool is_proc_mem(int fd) {
   struct statfs fs;
   if (::fstatfs(fd, &fs) < 0 || fs.f_type != PROC_SUPER_MAGIC) return false;
-  char link[64], target[256];
+  char link[64], target[PATH_MAX];
   std::snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
   ssize_t n = ::readlink(link, target, sizeof(target) - 1);
   if (n <= 0) return false;
   target[n] = 0;
-  const size_t len = size_t(n);
-  return len > 4 && std::strcmp(target + len - 4, "/mem") == 0 &&
-         std::strncmp(target, "/proc/", 6) == 0;
+  std::string_view path(target, size_t(n));
+  if (!path.ends_with("/mem")) return false;
+  path.remove_suffix(4);
+  const size_t slash = path.rfind('/');
+  if (slash == std::string_view::npos || slash + 1 == path.size()) return false;
+  for (char c : path.substr(slash + 1))
+    if (c < '0' || c > '9') return false;
+  return true;
 }
 
 }  // namespace

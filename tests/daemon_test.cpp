@@ -318,6 +318,43 @@ TEST_CASE("several devices in one vrnicd: each listed, opened and addressed on i
   ibv_free_device_list(list);
 }
 
+// Hello's second fd is the client's /proc/<pid>/mem, through which vrnicd reaches memory that
+// is not in a memfd: any procfs "mem" file is taken, wherever that procfs is mounted (a client
+// in a chroot or mount namespace of its own shows vrnicd another path), nothing else is.
+TEST_CASE("Hello takes a procfs mem file and nothing else as the client's memory", "[daemon]") {
+  Daemon d;
+  auto hello_with = [&](const char *path) {
+    RawClient raw(d.path());
+    int pipe_fds[2];
+    REQUIRE(::pipe(pipe_fds) == 0);
+    const int mem = ::open(path, O_RDONLY | O_CLOEXEC);
+    INFO(path);
+    REQUIRE(mem >= 0);
+    const int fds[2] = {pipe_fds[1], mem};
+    vrnic::ctl::HelloReq hello{vrnic::ctl::kProtocolVersion, 0};
+    REQUIRE(vrnic::ctl::send_message(raw.sock, vrnic::ctl::Op::kHello, 0, &hello, sizeof(hello),
+                                     fds, 2) == 0);
+    vrnic::ctl::Message m;
+    REQUIRE(vrnic::ctl::recv_message(raw.sock, &m) == 0);
+    m.close_fds();
+    for (int fd : {pipe_fds[0], pipe_fds[1], mem}) ::close(fd);
+    return m.header.status;
+  };
+  CHECK(hello_with("/proc/self/mem") == 0);
+  const std::string task_mem = "/proc/self/task/" + std::to_string(::gettid()) + "/mem";
+  CHECK(hello_with(task_mem.c_str()) == 0);
+  CHECK(hello_with("/proc/self/environ") == EINVAL);  // procfs, not a mem file
+  char dir[] = "/tmp/vrnic-mem.XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string fake = std::string(dir) + "/mem";  // named so, not procfs
+  const int f = ::open(fake.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  REQUIRE(f >= 0);
+  ::close(f);
+  CHECK(hello_with(fake.c_str()) == EINVAL);
+  ::unlink(fake.c_str());
+  ::rmdir(dir);
+}
+
 // Registered memory shared through a memfd must be sealed against shrinking (issue 17, row
 // 4): a client that shrank one under vrnicd would have vrnicd die of SIGBUS at its next access
 // to the pages cut off. A client speaking the protocol itself, without the provider's seals,

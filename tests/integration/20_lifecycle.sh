@@ -194,4 +194,31 @@ device_node_notice() {
 check "vrnicd without root: one line saying UCX will not see the device, with the root command" \
   device_node_notice
 
+# A client in a mount namespace and chroot of its own (as in a container, or under
+# `ip netns exec` on a machine that is itself a chroot): its /proc is a mount vrnicd's root
+# does not hold, so its /proc/self/mem reads to vrnicd as ".../root/proc/<pid>/mem". It opens
+# the device and moves data through memory vrnicd reaches that way (ibv_rc_pingpong's buffers
+# are not memfds). Root only (mount namespace, chroot).
+chrooted_client() {
+  local dir=$VRNIC_TMP/chroot-client sock out rc=0
+  ((EUID == 0)) || { echo "skipped: needs root"; CHECK_NOTE="not root"; return 0; }
+  mkdir -p "$dir/root" && sock=$dir/vrnicd.sock
+  _vrnicd_spawn "$sock" "$dir/vrnicd.log" "$VRNICD" --socket "$sock" || return 1
+  echo "+ unshare -m: / bound at $dir/root, a new proc there, chroot; ibv_devinfo, ibv_rc_pingpong"
+  out=$(unshare --mount --propagation private -- sh -c '
+    mount --rbind / "$1" && mount -t proc proc "$1/proc" || exit 9
+    exec chroot "$1" env VRNIC_SOCKET="$2" LD_LIBRARY_PATH="$3" sh -c "
+      timeout 10 ibv_devinfo -d vrnic0 | grep -c PORT_ACTIVE &&
+      { timeout 20 ibv_rc_pingpong -d vrnic0 -g 0 -p $4 -n 100 & sleep 0.5;
+        timeout 20 ibv_rc_pingpong -d vrnic0 -g 0 -p $4 -n 100 127.0.0.1; c=\$?; wait \$!; s=\$?;
+        echo pingpong client \$c server \$s; [ \$c = 0 ] && [ \$s = 0 ]; }"
+  ' _ "$dir/root" "$sock" "$VRNIC_PROVIDER_DIR" "$(next_port)" 2>&1) || rc=1
+  echo "$out"
+  stop_vrnicd TERM "$sock" || rc=1
+  ((rc == 0)) || echo "FAIL: the chrooted client could not use vrnic0"
+  return "$rc"
+}
+check "a client in a chroot and mount namespace of its own (its /proc elsewhere) opens vrnic0 and moves data" \
+  chrooted_client
+
 vrnic_script_finish
