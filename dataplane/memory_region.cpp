@@ -15,11 +15,13 @@ MemoryRegion::~MemoryRegion() {
   for (const Mapping &m : mappings) ::munmap(m.base, m.length);
 }
 
+// The piece holding va, or nullptr: never one that va lies outside of (issue 28, row 1).
 const MrPieceMap *MemoryRegion::find_piece(uint64_t va) const {
-  if (pieces.size() == 1) return &pieces[0];
   auto it = std::upper_bound(pieces.begin(), pieces.end(), va,
                              [](uint64_t v, const MrPieceMap &p) { return v < p.va; });
-  return it == pieces.begin() ? nullptr : &*(it - 1);
+  if (it == pieces.begin()) return nullptr;
+  const MrPieceMap *p = &*(it - 1);
+  return va - p->va < p->length ? p : nullptr;
 }
 
 namespace {
@@ -28,15 +30,18 @@ alignas(64) uint8_t g_zeros[4096];  // what a null MR reads as (never written)
 
 uint8_t *MemoryRegion::local_span(uint64_t io_addr, uint64_t len) const {
   if (null_mr) return len <= sizeof(g_zeros) ? g_zeros : nullptr;
+  if (!contains(io_addr, len)) return nullptr;
   uint64_t va = addr + (io_addr - iova);
   const MrPieceMap *p = find_piece(va);
-  if (!p || !p->local || va - p->va + len > p->length) return nullptr;
+  if (!p || !p->local || len > p->length - (va - p->va)) return nullptr;
   return p->local + (va - p->va);
 }
 
-// Calls fn(piece, va, len) for each piece-contained chunk of the range.
+// Calls fn(piece, va, len) for each piece-contained chunk of the range; false, touching
+// nothing, for a range outside the region. Callers check bounds first; this is the last line.
 template <typename Fn>
 bool MemoryRegion::for_each_chunk(uint64_t io_addr, size_t len, Fn &&fn) const {
+  if (!contains(io_addr, len)) return false;
   uint64_t va = addr + (io_addr - iova);
   while (len) {
     const MrPieceMap *p = find_piece(va);

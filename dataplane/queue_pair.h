@@ -88,7 +88,9 @@ struct ResponderResource {
   uint32_t packets = 0;
   uint32_t sent = 0;  // read response packets sent
   uint64_t va = 0;
-  uint32_t mr_key = 0;  // the region the rkey resolved to
+  // The rkey as the request gave it: resolved again for every response packet, so that a
+  // rereg, dereg, access change or window invalidation mid-read stops the read there.
+  uint32_t rkey = 0;
   uint32_t length = 0;
   uint64_t atomic_orig = 0;
 };
@@ -108,7 +110,9 @@ struct ResponderState {
   uint32_t recv_sge = 0, recv_sge_offset = 0;
   // WRITE in progress
   bool in_write = false;
-  uint32_t write_mr_key = 0;  // the region the rkey resolved to (directly or via a window)
+  // The rkey as the first packet gave it: every packet is checked against the region (or
+  // window) as it is when that packet lands, bounds, access and PD (issue 28, rows 1, 11).
+  uint32_t write_rkey = 0;
   uint64_t write_va = 0;
   uint32_t write_left = 0;
   uint32_t write_total = 0;

@@ -148,14 +148,17 @@ void receive_write(TransportHost &w, QueuePair &qp, const Packet &pkt, const Opc
                                             : nullptr;
     if (reth.dma_len() && !mr) return fail(w, qp, psn, kNakRemoteAccess);
     r.in_write = true;
-    r.write_mr_key = mr ? mr->key : 0;
+    r.write_rkey = reth.rkey();
     r.write_va = reth.va();
     r.write_left = r.write_total = reth.dma_len();
   }
   if (pkt.payload_len > r.write_left || (last && pkt.payload_len != r.write_left))
     return fail(w, qp, psn, kNakInvalidRequest);
   if (pkt.payload_len) {
-    const MemoryRegion *mr = w.dev.mr_by_key(r.write_mr_key);
+    // The region as it is now: ibv_rereg_mr or an access change may have come between the
+    // first packet and this one.
+    const MemoryRegion *mr = remote_mr(w, qp, r.write_rkey, r.write_va, pkt.payload_len,
+                                       IBV_ACCESS_REMOTE_WRITE);
     if (!mr || !mr->write(r.write_va, pkt.payload, pkt.payload_len))
       return fail(w, qp, psn, kNakRemoteAccess);
   }
@@ -229,7 +232,7 @@ void receive_read(TransportHost &w, QueuePair &qp, const Packet &pkt, const Opco
   res->first_psn = psn;
   res->packets = reth.dma_len() ? (reth.dma_len() + qp.mtu - 1) / qp.mtu : 1;
   res->va = reth.va();
-  res->mr_key = mr ? mr->key : 0;
+  res->rkey = reth.rkey();
   res->length = reth.dma_len();
   if (!duplicate) {
     qp.resp.psn = psn_add(psn, res->packets);
@@ -480,9 +483,12 @@ uint32_t responder_send_reads(TransportHost &w, QueuePair &qp, uint32_t budget) 
                      : first       ? kReadResponseFirst
                      : last        ? kReadResponseLast
                                    : kReadResponseMiddle;
-    const MemoryRegion *mr = chunk ? w.dev.mr_by_key(res.mr_key) : nullptr;
-    if (chunk && (!mr || !mr->contains(res.va + offset, chunk))) {
-      r.res_sending = r.res_head;  // the region went away under the read
+    // The region as it is now (bounds, access, PD, window): it may have changed under the read.
+    const MemoryRegion *mr =
+        chunk ? remote_mr(w, qp, res.rkey, res.va + offset, chunk, IBV_ACCESS_REMOTE_READ)
+              : nullptr;
+    if (chunk && !mr) {
+      r.res_sending = r.res_head;  // the region changed or went away under the read
       fail(w, qp, psn, kNakRemoteAccess);
       return sent;
     }

@@ -275,6 +275,7 @@ bool QpPair::deliver() {
   std::vector<InFlight> batch;
   batch.swap(wire_);
   for (size_t i = 0; i < batch.size(); i++) {
+    if (before_delivery) before_delivery(*batch[i].to, *batch[i].pkt);
     batch[i].to->host.deliver(batch[i].pkt);
     bool again = false;
     for (size_t k = i + 1; k < batch.size(); k++) again |= batch[k].pkt == batch[i].pkt;

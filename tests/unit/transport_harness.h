@@ -21,7 +21,10 @@ namespace vrnic::testing {
 class FakeHost final : public TransportHost {
  public:
   explicit FakeHost(Device &dev, uint8_t home) : TransportHost(dev, 1024, 0, home) {}
-  void transmit(QueuePair &, Packet *pkt) override { sent.push_back(pkt); }
+  void transmit(QueuePair &, Packet *pkt) override {
+    sent.push_back(pkt);
+    if (on_transmit) on_transmit(*pkt);
+  }
   bool delivery_pending(const QueuePair &) const override {
     return still_queued && still_queued();
   }
@@ -29,6 +32,9 @@ class FakeHost final : public TransportHost {
   // What a worker answers when the ACK timer expires: are the QP's packets still queued
   // for the peer's worker (not lost)? Unset: no.
   std::function<bool()> still_queued;
+  // Called as each packet is sent, before the engine builds the next: a test changes the
+  // host's state there, between two packets of one burst (a rereg between read responses).
+  std::function<void(const Packet &)> on_transmit;
 };
 
 // One packet as it crossed the wire.
@@ -100,6 +106,9 @@ class QpPair {
   explicit QpPair(PairOptions o = {});
   QpEnd a, b;
   WireScript script;  // unset: everything is delivered
+  // Called just before each packet reaches its receiver: a test changes the receiver's state
+  // there, between two packets that arrive together (a rereg between WRITE packets).
+  std::function<void(const QpEnd &to, const Packet &)> before_delivery;
   std::vector<WireRecord> log;
   uint64_t now = 0;
 
