@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "client_fds.h"
 #include "errno_status.h"
+#include "vrnic/ctl_io.h"
 
 namespace vrnic {
 namespace {
@@ -131,9 +133,9 @@ int CmService::create_channel(Session &s, const ctl::Message &m, ctl::HandleResp
         return kv.second->session == s.id;
       }) >= long(kMaxChannelsPerSession))
     return ENOMEM;
-  int fd = ::dup(m.fds[0]);
-  if (fd < 0) return errno;
-  ::fcntl(fd, F_SETFL, O_NONBLOCK);  // a client that reads nothing must not block vrnicd
+  // Written only with non-blocking sends: a client that reads nothing must not block vrnicd.
+  int fd = take_event_channel(m.fds[0], s.uid);
+  if (fd < 0) return -fd;
   const uint32_t h = next_handle_++;
   channels_[h] = std::unique_ptr<Channel>(new Channel{s.id, fd, {}});
   resp.handle = h;
@@ -391,9 +393,10 @@ ctl::CmEventRecord CmService::record(uint32_t event, uint32_t handle, const Id &
 
 void CmService::flush(Channel &ch) {
   while (!ch.backlog.empty()) {
-    ssize_t n = ::write(ch.fd, &ch.backlog.front(), sizeof(ctl::CmEventRecord));
-    if (n < 0 && errno == EAGAIN) return;  // later: the client reads its events
-    ch.backlog.pop_front();                // written, or the client is gone
+    if (!ctl::send_event(ch.fd, &ch.backlog.front(), sizeof(ctl::CmEventRecord)) &&
+        errno == EAGAIN)
+      return;               // later: the client reads its events
+    ch.backlog.pop_front();  // written, or the client is gone
   }
 }
 

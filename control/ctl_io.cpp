@@ -122,4 +122,14 @@ int list_devices(const char *path, DeviceListResp *out) {
   return 0;
 }
 
+int make_event_channel(int fds[2]) {
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0) return errno;
+  // Room for as many records as a pipe held (the default send buffer takes ~280): a burst of
+  // events from many CQs on one channel must not be lost while the reader wakes. Capped by
+  // net.core.wmem_max; a smaller buffer only loses records sooner.
+  int bytes = 1 << 20;
+  ::setsockopt(fds[1], SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  return 0;
+}
+
 }  // namespace vrnic::ctl

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "dataplane/transport.h"
+#include "client_fds.h"
 #include "errno_status.h"
 #include "qp_state_machine.h"
 #include "shared_region.h"
@@ -24,12 +25,11 @@ int QueueObjects::create_channel(Session &s, const ctl::Message &m, ctl::HandleR
   if (m.fds.size() != 1) return EINVAL;
   // Each costs vrnicd an fd (issue 17, row 9).
   if (int err = quotas_.charge(s.uid, Quota::kChannels)) return err;
-  int fd = ::dup(m.fds[0]);
+  int fd = take_event_channel(m.fds[0], s.uid);
   if (fd < 0) {
     quotas_.release(s.uid, Quota::kChannels);
-    return errno;
+    return -fd;
   }
-  ::fcntl(fd, F_SETFL, O_NONBLOCK);
   uint32_t h =
       channels_.insert(std::unique_ptr<CompletionChannel>(new CompletionChannel{s.id, fd}));
   if (!h) {

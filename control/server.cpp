@@ -27,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "dataplane/clock.h"
 #include "dataplane/events.h"
+#include "client_fds.h"
 #include "load_balance.h"
 #include "dataplane/transport.h"
 #include "qp_state_machine.h"
@@ -36,31 +37,6 @@
 
 namespace vrnic {
 namespace {
-
-// A client's /proc/<pid>/mem, and nothing else: vrnicd's workers read and write it in place
-// of process_vm_readv/writev, so it must be a file that answers at once (not a pipe, a
-// socket or a FUSE file the client serves). Whose memory it is does not matter: the client
-// opened it with its own rights. A procfs file named mem in a directory named by a number
-// is one (no one can make files in procfs). Where that procfs is mounted does not matter: a
-// client in a mount namespace or chroot of its own (a container, `ip netns exec`) has a proc
-// mount vrnicd's root does not contain, and the link then reads ".../root/proc/<pid>/mem".
-bool is_proc_mem(int fd) {
-  struct statfs fs;
-  if (::fstatfs(fd, &fs) < 0 || fs.f_type != PROC_SUPER_MAGIC) return false;
-  char link[64], target[PATH_MAX];
-  std::snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-  ssize_t n = ::readlink(link, target, sizeof(target) - 1);
-  if (n <= 0) return false;
-  target[n] = 0;
-  std::string_view path(target, size_t(n));
-  if (!path.ends_with("/mem")) return false;
-  path.remove_suffix(4);
-  const size_t slash = path.rfind('/');
-  if (slash == std::string_view::npos || slash + 1 == path.size()) return false;
-  for (char c : path.substr(slash + 1))
-    if (c < '0' || c > '9') return false;
-  return true;
-}
 
 }  // namespace
 
@@ -315,9 +291,9 @@ int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::
   s.shm_fd = region->fd;
   s.shm = static_cast<shm::SessionShared *>(region->map);
   for (auto &ring : s.shm->doorbells) ring.init();
-  s.async_fd = ::dup(m.fds[0]);
+  s.async_fd = take_event_channel(m.fds[0], s.uid);
+  if (s.async_fd < 0) return -s.async_fd;  // the session's close releases the region
   if (m.fds.size() == 2) s.mem_fd = ::dup(m.fds[1]);
-  ::fcntl(s.async_fd, F_SETFL, O_NONBLOCK);
   for (auto &w : workers_.all()) {
     shm::DoorbellRing *ring = &s.shm->doorbells[w->index()];
     w->execute([&] { w->add_session(s.id, ring); });

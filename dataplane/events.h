@@ -1,6 +1,6 @@
 // Events vrnicd raises towards a client: completion-channel and async-event records written
-// to the pipes the provider gave us. Non-blocking: a client that never reads loses events,
-// vrnicd never stalls.
+// to the event channels the provider gave us (ctl::make_event_channel). Non-blocking: a
+// client that never reads loses events, vrnicd never stalls.
 #pragma once
 
 #include <cstdint>

@@ -141,7 +141,7 @@ extern "C" {
 
 VRNIC_EXPORT ibv_comp_channel *ibv_create_comp_channel(ibv_context *context) {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) < 0) return nullptr;
+  if (int err = ctl::make_event_channel(fds)) return fail_null<ibv_comp_channel>(err);
   ctl::CreateChannelReq req{};
   ctl::HandleResp resp{};
   int err = Context::of(context)->conn.call(ctl::Op::kCreateChannel, &req, sizeof(req), &resp,

@@ -198,7 +198,7 @@ VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
   ctx.async_fd = -1;
   ctx.num_comp_vectors = 1;
   pthread_mutex_init(&ctx.mutex, nullptr);
-  int pipefd[2];
+  int event_fds[2];
   int err = c->conn.open(path.c_str());
   if (err) {
     std::fprintf(stderr, "vrnic: cannot reach vrnicd at %s: %s\n", path.c_str(),
@@ -206,13 +206,12 @@ VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
     free_context(c);
     return fail_null<ibv_context>(ENODEV);
   }
-  if (::pipe2(pipefd, O_CLOEXEC) < 0) {
-    err = errno;
+  if ((err = ctl::make_event_channel(event_fds))) {
     free_context(c);
     return fail_null<ibv_context>(err);
   }
-  ctx.async_fd = pipefd[0];
-  c->async_write_fd = pipefd[1];
+  ctx.async_fd = event_fds[0];
+  c->async_write_fd = event_fds[1];
   ctx.cmd_fd = c->conn.sock();
   ctl::HelloReq req{ctl::kProtocolVersion, 0};
   auto resp = std::make_unique<ctl::HelloResp>();

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "internal.h"
+#include "vrnic/ctl_io.h"
 #include "vrnic/verbs_wire.h"
 
 namespace vrnic::rdmacm {
@@ -32,8 +33,9 @@ Channel *new_channel() {
   auto *c = new (std::nothrow) Channel;
   if (!c) return nullptr;
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
+  if (int err = ctl::make_event_channel(fds)) {
     delete c;
+    errno = err;
     return nullptr;
   }
   c->ch.fd = fds[0];
@@ -311,8 +313,8 @@ void raise(Id *id, uint32_t event, int status) {
   rec.status = status;
   rec.id = id->handle;
   rec.cookie = reinterpret_cast<uint64_t>(id);
-  // vrnicd holds the same pipe end and made it non-blocking (for itself: it must never wait
-  // for a client), which holds for our descriptor too: wait for room instead of losing it.
+  // vrnicd writes to the same end with non-blocking sends; ours is the library's own event:
+  // wait for room instead of losing it.
   const int fd = of(id->id.channel)->write_fd;
   while (::write(fd, &rec, sizeof(rec)) < 0) {
     if (errno != EAGAIN && errno != EINTR) return;

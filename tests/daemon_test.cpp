@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -325,19 +326,19 @@ TEST_CASE("Hello takes a procfs mem file and nothing else as the client's memory
   Daemon d;
   auto hello_with = [&](const char *path) {
     RawClient raw(d.path());
-    int pipe_fds[2];
-    REQUIRE(::pipe(pipe_fds) == 0);
+    int event_fds[2];
+    REQUIRE(vrnic::ctl::make_event_channel(event_fds) == 0);
     const int mem = ::open(path, O_RDONLY | O_CLOEXEC);
     INFO(path);
     REQUIRE(mem >= 0);
-    const int fds[2] = {pipe_fds[1], mem};
+    const int fds[2] = {event_fds[1], mem};
     vrnic::ctl::HelloReq hello{vrnic::ctl::kProtocolVersion, 0};
     REQUIRE(vrnic::ctl::send_message(raw.sock, vrnic::ctl::Op::kHello, 0, &hello, sizeof(hello),
                                      fds, 2) == 0);
     vrnic::ctl::Message m;
     REQUIRE(vrnic::ctl::recv_message(raw.sock, &m) == 0);
     m.close_fds();
-    for (int fd : {pipe_fds[0], pipe_fds[1], mem}) ::close(fd);
+    for (int fd : {event_fds[0], event_fds[1], mem}) ::close(fd);
     return m.header.status;
   };
   CHECK(hello_with("/proc/self/mem") == 0);
@@ -362,11 +363,11 @@ TEST_CASE("Hello takes a procfs mem file and nothing else as the client's memory
 TEST_CASE("reg_mr takes only memfds sealed against shrinking", "[daemon]") {
   Daemon d;
   RawClient raw(d.path());
-  int pipe_fds[2];
-  REQUIRE(::pipe(pipe_fds) == 0);
+  int event_fds[2];
+  REQUIRE(vrnic::ctl::make_event_channel(event_fds) == 0);
   vrnic::ctl::HelloReq hello{vrnic::ctl::kProtocolVersion, 0};
   REQUIRE(vrnic::ctl::send_message(raw.sock, vrnic::ctl::Op::kHello, 0, &hello, sizeof(hello),
-                                   &pipe_fds[1], 1) == 0);
+                                   &event_fds[1], 1) == 0);
   vrnic::ctl::Message m;
   REQUIRE(vrnic::ctl::recv_message(raw.sock, &m) == 0);
   m.close_fds();
@@ -406,5 +407,87 @@ TEST_CASE("reg_mr takes only memfds sealed against shrinking", "[daemon]") {
   REQUIRE(::fcntl(sealed, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
   CHECK(reg(sealed) == 0);
   CHECK(::ftruncate(sealed, 0) < 0);  // and it stays so
-  for (int fd : {unsealed, file, sealed, pipe_fds[0], pipe_fds[1]}) ::close(fd);
+  for (int fd : {unsealed, file, sealed, event_fds[0], event_fds[1]}) ::close(fd);
+}
+
+// Event channels are socketpairs vrnicd writes without waiting (issue 28, rows 2 and 3): a
+// pipe, whose O_NONBLOCK the client shares and may clear, is refused wherever an event
+// channel is handed over; a CM channel its client filled and made blocking costs vrnicd
+// nothing (others are answered at once), and its event arrives once the client reads.
+TEST_CASE("event channels: pipes refused; a full, blocking CM channel never stalls vrnicd",
+          "[daemon]") {
+  using vrnic::ctl::Op;
+  Daemon d;
+  auto call = [](int sock, Op op, const void *req, size_t len, int fd, vrnic::ctl::Message *m) {
+    REQUIRE(vrnic::ctl::send_message(sock, op, 0, req, len, &fd, fd >= 0 ? 1 : 0) == 0);
+    REQUIRE(vrnic::ctl::recv_message(sock, m) == 0);
+    m->close_fds();
+    return m->header.status;
+  };
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  vrnic::ctl::Message m;
+  vrnic::ctl::CreateChannelReq chreq{};
+  {
+    RawClient raw(d.path());
+    vrnic::ctl::HelloReq hello{vrnic::ctl::kProtocolVersion, 0};
+    CHECK(call(raw.sock, Op::kHello, &hello, sizeof(hello), pipe_fds[1], &m) == EINVAL);
+  }
+  {
+    RawClient raw(d.path());
+    int ev[2];
+    REQUIRE(vrnic::ctl::make_event_channel(ev) == 0);
+    vrnic::ctl::HelloReq hello{vrnic::ctl::kProtocolVersion, 0};
+    REQUIRE(call(raw.sock, Op::kHello, &hello, sizeof(hello), ev[1], &m) == 0);
+    CHECK(call(raw.sock, Op::kCreateChannel, &chreq, sizeof(chreq), pipe_fds[1], &m) == EINVAL);
+    CHECK(call(raw.sock, Op::kCmCreateChannel, &chreq, sizeof(chreq), pipe_fds[1], &m) == EINVAL);
+    int unconnected = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    CHECK(call(raw.sock, Op::kCreateChannel, &chreq, sizeof(chreq), unconnected, &m) == EINVAL);
+    ::close(unconnected);
+    CHECK(call(raw.sock, Op::kCreateChannel, &chreq, sizeof(chreq), ev[1], &m) == 0);
+    ::close(ev[0]);
+    ::close(ev[1]);
+  }
+  // The attack on the CM channel: filled through the end vrnicd writes, left blocking.
+  RawClient attacker(d.path());
+  int ch_fds[2];
+  REQUIRE(vrnic::ctl::make_event_channel(ch_fds) == 0);
+  REQUIRE(call(attacker.sock, Op::kCmCreateChannel, &chreq, sizeof(chreq), ch_fds[1], &m) == 0);
+  const uint32_t channel = m.as<vrnic::ctl::HandleResp>()->handle;
+  vrnic::ctl::CmEventRecord filler{};
+  filler.event = 0xffff;
+  size_t held = 0;
+  while (vrnic::ctl::send_event(ch_fds[1], &filler, sizeof(filler))) held++;
+  ::fcntl(ch_fds[1], F_SETFL, ::fcntl(ch_fds[1], F_GETFL) & ~O_NONBLOCK);
+  // An event vrnicd must post at once: a connect to a port nobody listens on is rejected.
+  vrnic::ctl::CmCreateIdReq idreq{channel, 0x0106 /* RDMA_PS_TCP */, IBV_QPT_RC, 0, 77};
+  REQUIRE(call(attacker.sock, Op::kCmCreateId, &idreq, sizeof(idreq), -1, &m) == 0);
+  vrnic::ctl::CmConnectReq conn{};
+  conn.id = m.as<vrnic::ctl::HandleResp>()->handle;
+  const uint8_t loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+  std::memcpy(conn.dst.gid, loopback, 16);
+  std::memcpy(conn.src.gid, loopback, 16);
+  conn.dst.port = htons(1);
+  conn.p.qp_num = 0x123;
+  conn.p.retry_count = 1;
+  vrnic::ctl::CmBindReq bind{conn.id, 0, {}};  // the wildcard address, a port vrnicd picks
+  REQUIRE(call(attacker.sock, Op::kCmBind, &bind, sizeof(bind), -1, &m) == 0);
+  CHECK(call(attacker.sock, Op::kCmConnect, &conn, sizeof(conn), -1, &m) == 0);
+  // Meanwhile vrnicd answers everyone.
+  RawClient other(d.path());
+  for (int i = 0; i < 20; i++) {
+    const auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(other.call(Op::kStats, nullptr, 0, &m) == 0);
+    CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+    std::this_thread::sleep_for(20ms);
+  }
+  // The attacker reads its channel: the fillers, then the event vrnicd kept for it.
+  vrnic::ctl::CmEventRecord rec{};
+  for (size_t i = 0; i < held; i++) REQUIRE(::read(ch_fds[0], &rec, sizeof(rec)) == sizeof(rec));
+  pollfd p{ch_fds[0], POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 5000) == 1);
+  REQUIRE(::read(ch_fds[0], &rec, sizeof(rec)) == sizeof(rec));
+  CHECK(rec.cookie == 77);
+  CHECK((rec.event == vrnic::ctl::kCmRejected || rec.event == vrnic::ctl::kCmUnreachable));
+  for (int fd : {pipe_fds[0], pipe_fds[1], ch_fds[0], ch_fds[1]}) ::close(fd);
 }

@@ -173,7 +173,7 @@ struct AllocMwResp {
 
 struct CreateChannelReq {
   uint32_t reserved[2];
-};  // fds: [0] write end of the channel's event pipe
+};  // fds: [0] the end vrnicd writes of the event channel (ctl::make_event_channel)
 
 struct CreateCqReq {
   uint32_t cqe;
@@ -544,7 +544,8 @@ struct CmMigrateReq {
   uint32_t channel;
   uint64_t cookie;  // 0: unchanged
 };
-// kCmCreateChannel: a CreateChannelReq with the write end of the channel's pipe; HandleResp.
+// kCmCreateChannel: a CreateChannelReq with the end vrnicd writes of the event channel
+// (ctl::make_event_channel); HandleResp.
 // kCmDestroyChannel, kCmDestroyId: a HandleReq.
 
 // What vrnicd (and the library, for address and route resolution) writes into a channel's

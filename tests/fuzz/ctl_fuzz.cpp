@@ -211,10 +211,10 @@ void run_connection(const char *path, Stats &st) {
   }
   static uint8_t body[vrnic::ctl::kMaxMessageBytes + 64];
   if (rnd(5)) {  // most connections start as the library does, to get past Hello
-    int pipefd[2];
-    if (::pipe2(pipefd, O_CLOEXEC) == 0) {
-      ::close(pipefd[0]);
-      std::vector<int> fds{pipefd[1]};
+    int event_fds[2];
+    if (vrnic::ctl::make_event_channel(event_fds) == 0) {
+      ::close(event_fds[0]);
+      std::vector<int> fds{event_fds[1]};
       if (rnd(2)) fds.push_back(::open("/proc/self/mem", O_RDWR | O_CLOEXEC));
       vrnic::ctl::HelloReq hello{vrnic::ctl::kProtocolVersion, 0};
       if (!exchange(c, st, uint16_t(Op::kHello), &hello, sizeof(hello), false, fds)) {

@@ -100,13 +100,13 @@ struct RawSession {
   int open(const char *path) {
     sock = vrnic::ctl::connect_daemon(path);
     if (sock < 0) return -sock;
-    int pipefd[2];
-    if (::pipe(pipefd) < 0) return errno;
+    int event_fds[2];
+    if (int err = vrnic::ctl::make_event_channel(event_fds)) return err;
     vrnic::ctl::HelloReq hello{vrnic::ctl::kProtocolVersion, 0};
     auto resp = std::make_unique<vrnic::ctl::HelloResp>();
     int err = call(vrnic::ctl::Op::kHello, &hello, sizeof(hello), resp.get(), sizeof(*resp),
-                   &pipefd[1], 1);
-    ::close(pipefd[1]);
+                   &event_fds[1], 1);
+    ::close(event_fds[1]);
     if (err) return err;
     vrnic::ctl::HandleResp pdr{};
     err = call(vrnic::ctl::Op::kAllocPd, nullptr, 0, &pdr, sizeof(pdr));
@@ -594,12 +594,12 @@ int cm_qp(const char *path, uint32_t foreign_qpn) {
     errno = err;
     die("raw session");
   }
-  int pipefd[2];
-  if (::pipe(pipefd) < 0) die("pipe");
+  int event_fds[2];
+  if (vrnic::ctl::make_event_channel(event_fds)) die("event channel");
   vrnic::ctl::CreateChannelReq chreq{};
   vrnic::ctl::HandleResp ch{}, id{};
   int err = raw.call(vrnic::ctl::Op::kCmCreateChannel, &chreq, sizeof(chreq), &ch, sizeof(ch),
-                     &pipefd[1], 1);
+                     &event_fds[1], 1);
   vrnic::ctl::CmCreateIdReq idreq{ch.handle, 0x0106 /* RDMA_PS_TCP */, IBV_QPT_RC, 0, 1};
   if (!err) err = raw.call(vrnic::ctl::Op::kCmCreateId, &idreq, sizeof(idreq), &id, sizeof(id));
   if (err) {

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "dataplane/transport.h"
+#include "vrnic/ctl_io.h"
 
 namespace vrnic::testing {
 namespace {
@@ -82,7 +83,9 @@ QpEnd::QpEnd(char n, const uint8_t gid[16], uint8_t type)
   key = raw_mr->key = handle << 8 | 0x5a;
   raw_mr->handle = handle;
 
-  if (::pipe2(events_, O_NONBLOCK | O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
+  // The async events' channel, as the provider makes it; read without waiting.
+  if (ctl::make_event_channel(events_) != 0) throw std::runtime_error("event channel");
+  ::fcntl(events_[0], F_SETFL, O_NONBLOCK);
   for (int i = 0; i < 2; i++) {
     auto cq = std::make_unique<CompletionQueue>();
     cq_region_[i] = zeroed_region(shm::cq_region_bytes(kSlots));

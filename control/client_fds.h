@@ -1,0 +1,18 @@
+// What vrnicd accepts as a descriptor from a client: the client's /proc/<pid>/mem, and an
+// event channel of its own making. A descriptor a client hands over is shared with it (one
+// file description), so vrnicd takes only kinds whose use the client cannot turn against it.
+#pragma once
+
+#include <sys/types.h>
+
+namespace vrnic {
+
+// A procfs file named mem in a directory named by a number (any mount of procfs).
+bool is_proc_mem(int fd);
+// A dup of fd if it is an event channel (ctl::make_event_channel) that a process of `uid`
+// made: an AF_UNIX SOCK_SEQPACKET socket whose peer credentials are that user's. Anything
+// else (a pipe, whose O_NONBLOCK the client controls; a socket connected to some service,
+// which would get vrnicd's credentials) is refused. The new fd, or -EINVAL / -errno.
+int take_event_channel(int fd, uid_t uid);
+
+}  // namespace vrnic
