@@ -206,6 +206,10 @@ int CmService::bind(Session &s, const ctl::CmBindReq &req, ctl::CmBindResp &resp
     if (!ours) return EADDRNOTAVAIL;
   }
   uint16_t port = req.addr.port;
+  // Ports below 1024 are privileged, as the kernel's cma_get_port has them (EACCES without
+  // CAP_NET_BIND_SERVICE): here root's only, since vrnicd knows a client's uid, not its
+  // capabilities (issue 28, row 13).
+  if (port != 0 && port < 1024 && s.uid != 0) return EACCES;
   const uint32_t space = uint32_t(id->port_space) << 16;
   if (port == 0) {
     for (uint32_t tries = 0; tries <= kEphemeralLast - kEphemeralFirst; tries++) {

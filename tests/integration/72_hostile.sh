@@ -408,6 +408,8 @@ attacks() {
     quota_objects
   check "$k row 5: a send WQE rewritten before each retransmission: an error completion, vrnicd serves on" \
     sge_rewrite
+  check "$k round 2, row 13: an rdma_cm port below 1024 is refused (EACCES) to another user" \
+    as_attacker "$A_HOSTILE" low-port "$SOCK"
   check "$k rows 4, 12: shrinking, growing or writing the shared regions is refused" regions
   check "$k row 7: 2,000 ibv_open_device/ibv_close_device cycles leave vrnicd's fd count unchanged" \
     open_close

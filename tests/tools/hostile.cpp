@@ -27,6 +27,8 @@
 //   reuse-attacker ADDR DIR  a child registers shared memory at ADDR and exits; the grandchild
 //                            keeps the session and, once DIR/go exists, writes to that MR: the
 //                            write must fail, whoever holds the child's PID by then (row 1)
+//   low-port SOCKET          rdma_bind_addr to port 80: EACCES for a user other than root,
+//                            as the kernel's rdma_cm; port 40000 is bound (issue 28, row 13)
 //   spawn-at-pid PID ADDR DIR  (root) a process with exactly PID holding a pattern at ADDR;
 //                            once DIR/check exists, exits 0 if the pattern is intact
 #include <fcntl.h>
@@ -708,13 +710,43 @@ int spawn_at_pid(pid_t pid, uint64_t addr, const std::string &dir) {
   ::_exit(changed ? 1 : 0);
 }
 
+// Issue 28, row 13: a privileged rdma_cm port is refused to an unprivileged user.
+int low_port(const char *path) {
+  RawSession raw;
+  if (int err = raw.open(path)) {
+    errno = err;
+    die("raw session");
+  }
+  int event_fds[2];
+  if (vrnic::ctl::make_event_channel(event_fds)) die("event channel");
+  vrnic::ctl::CreateChannelReq chreq{};
+  vrnic::ctl::HandleResp ch{};
+  if (raw.call(vrnic::ctl::Op::kCmCreateChannel, &chreq, sizeof(chreq), &ch, sizeof(ch),
+               &event_fds[1], 1))
+    die("CM channel");
+  auto bind = [&](uint16_t port) {
+    vrnic::ctl::CmCreateIdReq idreq{ch.handle, 0x0106 /* RDMA_PS_TCP */, IBV_QPT_RC, 0, 1};
+    vrnic::ctl::HandleResp id{};
+    if (raw.call(vrnic::ctl::Op::kCmCreateId, &idreq, sizeof(idreq), &id, sizeof(id)))
+      die("CM id");
+    vrnic::ctl::CmBindReq req{id.handle, 0, {}};
+    req.addr.port = port;
+    vrnic::ctl::CmBindResp resp{};
+    return raw.call(vrnic::ctl::Op::kCmBind, &req, sizeof(req), &resp, sizeof(resp));
+  };
+  const int low = bind(80), high = bind(40000);
+  std::printf("bind_port_80=%s\nbind_port_40000=%s\n", low ? strerrorname_np(low) : "ok",
+              high ? strerrorname_np(high) : "ok");
+  return low == EACCES && high == 0 ? 0 : 1;
+}
+
 void usage() {
   std::fprintf(stderr,
                "usage: hostile flood SOCKET N | channels | sessions | mr-bytes SOCKET BYTES |\n"
                "       null-mrs N | objects | sge-rewrite SECONDS | doorbells SECONDS |\n"
                "       local-ops SECONDS | victim |\n"
                "       inject QPN PSN RKEY ADDR | cm-qp SOCKET QPN | reuse-attacker ADDR DIR |\n"
-               "       spawn-at-pid PID ADDR DIR\n");
+               "       low-port SOCKET | spawn-at-pid PID ADDR DIR\n");
 }
 
 }  // namespace
@@ -741,6 +773,7 @@ int main(int argc, char **argv) {
     return inject(uint32_t(num(2)), uint32_t(num(3)), uint32_t(num(4)), num(5));
   if (cmd == "cm-qp" && argc == 4) return cm_qp(argv[2], uint32_t(num(3)));
   if (cmd == "reuse-attacker" && argc == 4) return reuse_attacker(num(2), argv[3]);
+  if (cmd == "low-port" && argc == 3) return low_port(argv[2]);
   if (cmd == "spawn-at-pid" && argc == 5) return spawn_at_pid(pid_t(num(2)), num(3), argv[4]);
   usage();
   return 2;
