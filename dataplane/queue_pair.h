@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -145,6 +146,10 @@ class QueuePair {
   uint32_t pd = 0;
   uint8_t type = 0;    // enum ibv_qp_type
   uint8_t worker = 0;  // the worker that owns it (changes only with every worker parked)
+  // A doorbell another worker took for it waits in the owner's inbox: at most one entry per
+  // QP, so forged doorbells cannot fill an inbox (set by the forwarding worker, cleared by
+  // the owner as it takes the entry).
+  std::atomic<bool> doorbell_forwarded{false};
   bool sq_sig_all = false;
   uint64_t cookie = 0;
   int async_fd = -1;

@@ -174,11 +174,20 @@ bool Worker::poll_doorbells() {
       QueuePair *qp = dev.qps.get(handle);
       if (!qp || qp->session != s.id) continue;  // stale or foreign: ignore
       if (qp->worker != index_) {
-        // Rung here before the QP moved: pass it on (it stays pending until the owner looks).
-        if (qp->worker < peers_.size()) {
+        // Rung here before the QP moved (or forged): pass it on, once, and never wait for
+        // the owner. A parked owner does not empty its inbox, and waiting for it kept this
+        // worker from parking: every worker and the control thread stopped for good (issue
+        // 28, row 4). With one entry per QP an inbox (one slot per QP a session may have)
+        // fills only past that; then the ring is dropped and the client rings again at its
+        // next post (doorbell_pending cleared): only the session's own QP waits.
+        if (qp->worker < peers_.size() && !qp->doorbell_forwarded.exchange(true)) {
           Worker &owner = *peers_[qp->worker];
-          while (!owner.doorbells_in_[index_]->push(qp)) sched_yield();
-          owner.wake();
+          if (owner.doorbells_in_[index_]->push(qp)) {
+            owner.wake();
+          } else {
+            qp->doorbell_forwarded.store(false);
+            qp->shared->doorbell_pending.store(0, std::memory_order_seq_cst);
+          }
         }
         continue;
       }
@@ -253,6 +262,7 @@ bool Worker::poll_peers() {
     while (Packet *p = returns_[i]->pop()) pool.free(p);
     while (QueuePair *qp = doorbells_in_[i]->pop()) {
       // (A QP moves only with every worker parked, after this ring was emptied: it is ours.)
+      qp->doorbell_forwarded.store(false);
       qp->shared->doorbell_pending.store(0, std::memory_order_seq_cst);
       qp->prefetch_wqe(qp->req.wqe);
       schedule(*qp);

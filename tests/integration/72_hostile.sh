@@ -282,6 +282,30 @@ attack_with_probe() {
   return "$rc"
 }
 
+# Round 2, row 4: a vrnicd of two workers (of this build); the client's own QPs, one on each
+# worker, rung through the other worker's ring while its registrations park the workers (a
+# worker used to wait for a parked one: every worker and the control thread stopped for good).
+cross_worker_doorbells() {
+  local dir=$VRNIC_TMP/xdb-$1 cmd=("$VRNICD") rc=0
+  [[ $1 == asan ]] && cmd=(env "${SANITIZER_ENV[@]}" "$ASAN_VRNICD")
+  mkdir -p "$dir" || return 1
+  local -x VRNIC_SOCKET=$dir/vrnicd.sock
+  _vrnicd_spawn "$VRNIC_SOCKET" "$dir/vrnicd.log" "${cmd[@]}" --socket "$VRNIC_SOCKET" \
+    --workers 2 || return 1
+  "${VRUN[@]}" timeout -k 5 30 "$HOSTILE" doorbells-cross 3 >"$dir/attack.out" 2>&1 &
+  local apid=$!
+  probe_while "$apid" || rc=1
+  vrnic_wait_exit "$apid" 40
+  cat "$dir/attack.out"
+  ((VRNIC_RC == 0)) || { echo "FAIL: hostile doorbells-cross: $(_vrnic_status_word "$VRNIC_RC")"; rc=1; }
+  VRNIC_DAEMON_STOP_TIMEOUT=20 vrnicd_idle_and_stop || rc=1
+  if grep -qE "$SANITIZER_REPORT" "$dir/vrnicd.log"; then
+    sanitizer_excerpt "$dir/vrnicd.log"
+    rc=1
+  fi
+  return "$rc"
+}
+
 # Row 13: a socket another user bound, and a private directory that is not ours.
 squat() {
   local rc=0 fake=$SHARE/squat/vrnicd.sock out
@@ -414,6 +438,8 @@ attacks() {
   check "$k row 7: 2,000 ibv_open_device/ibv_close_device cycles leave vrnicd's fd count unchanged" \
     open_close
   check "$k root's traffic verified throughout; no objects left; no sanitizer report; exit 0" finish
+  check "$k round 2, row 4: doorbells through the other worker's ring while the workers park" \
+    cross_worker_doorbells "$1"
   check "$k row 10: a client exits holding 1,000,000 MRs: linear teardown, stats within 1 s" \
     million_mrs "$1"
 }

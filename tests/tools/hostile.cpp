@@ -14,6 +14,10 @@
 //   sge-rewrite SECONDS      a SEND held back by RNR NAKs while we rewrite its WQE (num_sge
 //                            255, SGEs of garbage) before each retransmission (row 5)
 //   doorbells SECONDS        forges every cell of our doorbell rings, for SECONDS (row 14)
+//   doorbells-cross SECONDS  (vrnicd with two workers) forges doorbells naming our own QPs,
+//                            one on each worker, into the rings of four sessions, registering memory
+//                            (every registration parks the workers) for SECONDS: each must
+//                            return (issue 28, row 4: a worker waited on a parked one)
 //   local-ops SECONDS        a send queue of local operations with its producer index far
 //                            ahead, rung for SECONDS (row 11)
 //   victim                   an RC pair of our own, waiting on stdin: prints its QPN, PSN,
@@ -458,6 +462,61 @@ int doorbells(double secs) {
   return q ? 1 : 0;
 }
 
+// Issue 28, row 4: doorbells for our QPs on the other worker, while the workers park.
+// Four sessions, each with an RC pair (one QP on each worker); every cell of every ring of a
+// session names one of its two QPs, so a worker's look at the rings forwards more doorbells
+// to the other than its inbox holds.
+int doorbells_cross(double secs) {
+  struct Target {
+    Region session;
+    uint32_t handles[2];
+  };
+  std::vector<Target> targets;
+  std::vector<Loopback> loops;
+  auto handle_of = [](const ibv_qp *qp) {  // vrnicd's QPN: tag << 17 | (handle - 1 + 0x10)
+    return (qp->qp_num & 0x1ffff) - 0x10 + 1;
+  };
+  for (int k = 0; k < 4; k++) {
+    std::vector<Region> before = our_regions("vrnic-session");
+    loops.push_back(open_loopback());
+    for (const Region &r : our_regions("vrnic-session")) {
+      bool old = false;
+      for (const Region &b : before) old |= b.addr == r.addr;
+      if (!old) targets.push_back({r, {handle_of(loops.back().a), handle_of(loops.back().b)}});
+    }
+  }
+  if (targets.size() != 4) die("could not tell the sessions' regions apart");
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> writes{0};
+  std::thread forger([&] {
+    while (!stop.load()) {
+      for (const Target &t : targets) {
+        auto *s = reinterpret_cast<vrnic::shm::SessionShared *>(t.session.addr);
+        for (auto &ring : s->doorbells) {
+          for (uint32_t i = 0; i < vrnic::shm::DoorbellRing::kSlots; i++) {
+            ring.cells[i].qp_handle = t.handles[i & 1];
+            ring.cells[i].seq.store(0x7fffffffu + i, std::memory_order_release);
+          }
+          writes++;
+        }
+      }
+    }
+  });
+  auto t0 = Clock::now();
+  uint64_t regs = 0;
+  std::vector<uint8_t> buf(4096);
+  while (seconds_since(t0) < secs) {
+    ibv_mr *mr = ibv_reg_mr(loops[0].pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    if (!mr) break;
+    ibv_dereg_mr(mr);
+    regs++;
+  }
+  stop = true;
+  forger.join();
+  std::printf("ring_forgeries=%" PRIu64 "\nregistrations=%" PRIu64 "\n", writes.load(), regs);
+  return regs > 0 ? 0 : 1;
+}
+
 // Row 11: a ring of successful local operations, and a producer index 2^31 ahead.
 int local_ops(double secs) {
   Loopback l = open_loopback();
@@ -744,7 +803,7 @@ void usage() {
   std::fprintf(stderr,
                "usage: hostile flood SOCKET N | channels | sessions | mr-bytes SOCKET BYTES |\n"
                "       null-mrs N | objects | sge-rewrite SECONDS | doorbells SECONDS |\n"
-               "       local-ops SECONDS | victim |\n"
+               "       doorbells-cross SECONDS | local-ops SECONDS | victim |\n"
                "       inject QPN PSN RKEY ADDR | cm-qp SOCKET QPN | reuse-attacker ADDR DIR |\n"
                "       low-port SOCKET | spawn-at-pid PID ADDR DIR\n");
 }
@@ -767,6 +826,7 @@ int main(int argc, char **argv) {
   if (cmd == "objects" && argc == 2) return objects();
   if (cmd == "sge-rewrite" && argc == 3) return sge_rewrite(std::atof(argv[2]));
   if (cmd == "doorbells" && argc == 3) return doorbells(std::atof(argv[2]));
+  if (cmd == "doorbells-cross" && argc == 3) return doorbells_cross(std::atof(argv[2]));
   if (cmd == "local-ops" && argc == 3) return local_ops(std::atof(argv[2]));
   if (cmd == "victim" && argc == 2) return victim();
   if (cmd == "inject" && argc == 6)
