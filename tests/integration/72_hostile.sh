@@ -432,6 +432,8 @@ attacks() {
     quota_objects
   check "$k row 5: a send WQE rewritten before each retransmission: an error completion, vrnicd serves on" \
     sge_rewrite
+  check "$k round 2, row 1: ibv_rereg_mr under a WRITE in flight: nothing lands outside the region" \
+    attack_with_probe rereg-write
   check "$k round 2, row 13: an rdma_cm port below 1024 is refused (EACCES) to another user" \
     as_attacker "$A_HOSTILE" low-port "$SOCK"
   check "$k rows 4, 12: shrinking, growing or writing the shared regions is refused" regions

@@ -31,6 +31,10 @@
 //   reuse-attacker ADDR DIR  a child registers shared memory at ADDR and exits; the grandchild
 //                            keeps the session and, once DIR/go exists, writes to that MR: the
 //                            write must fail, whoever holds the child's PID by then (row 1)
+//   rereg-write              a 64 MiB WRITE between our own QPs into an MR whose iova lies
+//                            1 TiB above its buffer, and ibv_rereg_mr onto 4 KiB between
+//                            guard pages once the first bytes landed: nothing may land in
+//                            the new region or its guards; vrnicd serves on (issue 28, row 1)
 //   low-port SOCKET          rdma_bind_addr to port 80: EACCES for a user other than root,
 //                            as the kernel's rdma_cm; port 40000 is bound (issue 28, row 13)
 //   spawn-at-pid PID ADDR DIR  (root) a process with exactly PID holding a pattern at ADDR;
@@ -769,6 +773,42 @@ int spawn_at_pid(pid_t pid, uint64_t addr, const std::string &dir) {
   ::_exit(changed ? 1 : 0);
 }
 
+// Issue 28, row 1: a region moved under a WRITE in flight.
+int rereg_write() {
+  Loopback l = open_loopback();
+  const uint32_t psn = 0x4242;
+  connect_qp(l.ctx, l.a, l.b->qp_num, psn, psn);
+  connect_qp(l.ctx, l.b, l.a->qp_num, psn, psn);
+  const size_t len = 64 << 20;
+  const int remote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  ibv_mr *src = page_mr(l.pd, len, 0xa5, IBV_ACCESS_LOCAL_WRITE);
+  void *dst = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (dst == MAP_FAILED) die("mmap");
+  const uint64_t iova = reinterpret_cast<uint64_t>(dst) + (1ull << 40);
+  ibv_mr *mr = ibv_reg_mr_iova(l.pd, dst, len, iova, remote);
+  if (!mr) die("reg_mr_iova");
+  auto *landing = static_cast<uint8_t *>(
+      ::mmap(nullptr, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (landing == MAP_FAILED) die("mmap");
+  std::memset(landing, 0, 3 * 4096);
+  if (post_write(l.a, src, uint32_t(len), iova, mr->rkey)) die("post_send");
+  auto *first = static_cast<volatile uint8_t *>(dst);
+  auto t = Clock::now();
+  while (*first != 0xa5 && seconds_since(t) < 10) {
+  }
+  int rr = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, landing + 4096, 4096, remote);
+  int wc = wait_completion(l.cq, 20);
+  size_t touched = 0;
+  for (size_t i = 0; i < 3 * 4096; i++) touched += landing[i] != 0;
+  ibv_device_attr da{};
+  int q = ibv_query_device(l.ctx, &da);
+  std::printf("rereg=%s\nwrite=%s\nbytes_in_new_region_or_guards=%zu\nquery_device_after=%s\n",
+              rr ? std::strerror(rr) : "ok",
+              wc < 0 ? "no completion" : ibv_wc_status_str(ibv_wc_status(wc)), touched,
+              q ? std::strerror(q) : "ok");
+  return rr == 0 && wc >= 0 && touched == 0 && q == 0 ? 0 : 1;
+}
+
 // Issue 28, row 13: a privileged rdma_cm port is refused to an unprivileged user.
 int low_port(const char *path) {
   RawSession raw;
@@ -805,7 +845,7 @@ void usage() {
                "       null-mrs N | objects | sge-rewrite SECONDS | doorbells SECONDS |\n"
                "       doorbells-cross SECONDS | local-ops SECONDS | victim |\n"
                "       inject QPN PSN RKEY ADDR | cm-qp SOCKET QPN | reuse-attacker ADDR DIR |\n"
-               "       low-port SOCKET | spawn-at-pid PID ADDR DIR\n");
+               "       rereg-write | low-port SOCKET | spawn-at-pid PID ADDR DIR\n");
 }
 
 }  // namespace
@@ -833,6 +873,7 @@ int main(int argc, char **argv) {
     return inject(uint32_t(num(2)), uint32_t(num(3)), uint32_t(num(4)), num(5));
   if (cmd == "cm-qp" && argc == 4) return cm_qp(argv[2], uint32_t(num(3)));
   if (cmd == "reuse-attacker" && argc == 4) return reuse_attacker(num(2), argv[3]);
+  if (cmd == "rereg-write" && argc == 2) return rereg_write();
   if (cmd == "low-port" && argc == 3) return low_port(argv[2]);
   if (cmd == "spawn-at-pid" && argc == 5) return spawn_at_pid(pid_t(num(2)), num(3), argv[4]);
   usage();
