@@ -123,6 +123,24 @@ struct RawSession {
     pd = pdr.handle;
     return err;
   }
+  // A raw session on `path` with an rdma_cm event channel; the channel's handle (dies on error).
+  uint32_t open_with_cm_channel(const char *path) {
+    if (int err = open(path)) {
+      errno = err;
+      die("raw session");
+    }
+    int event_fds[2];
+    if (vrnic::ctl::make_event_channel(event_fds)) die("event channel");
+    vrnic::ctl::CreateChannelReq req{};
+    vrnic::ctl::HandleResp ch{};
+    if (int err = call(vrnic::ctl::Op::kCmCreateChannel, &req, sizeof(req), &ch, sizeof(ch),
+                       &event_fds[1], 1)) {
+      errno = err;
+      die("CM channel");
+    }
+    ::close(event_fds[1]);
+    return ch.handle;
+  }
 };
 
 // Row 6: a client that never reads. vrnicd must stay responsive for others and drop it.
@@ -655,21 +673,12 @@ int inject(uint32_t qpn, uint32_t psn, uint32_t rkey, uint64_t addr) {
 int cm_qp(const char *path, uint32_t foreign_qpn) {
   Loopback l = open_loopback();  // our QPs, on the provider's session of this process
   RawSession raw;
-  if (int err = raw.open(path)) {
+  const uint32_t channel = raw.open_with_cm_channel(path);
+  vrnic::ctl::HandleResp id{};
+  vrnic::ctl::CmCreateIdReq idreq{channel, 0x0106 /* RDMA_PS_TCP */, IBV_QPT_RC, 0, 1};
+  if (int err = raw.call(vrnic::ctl::Op::kCmCreateId, &idreq, sizeof(idreq), &id, sizeof(id))) {
     errno = err;
-    die("raw session");
-  }
-  int event_fds[2];
-  if (vrnic::ctl::make_event_channel(event_fds)) die("event channel");
-  vrnic::ctl::CreateChannelReq chreq{};
-  vrnic::ctl::HandleResp ch{}, id{};
-  int err = raw.call(vrnic::ctl::Op::kCmCreateChannel, &chreq, sizeof(chreq), &ch, sizeof(ch),
-                     &event_fds[1], 1);
-  vrnic::ctl::CmCreateIdReq idreq{ch.handle, 0x0106 /* RDMA_PS_TCP */, IBV_QPT_RC, 0, 1};
-  if (!err) err = raw.call(vrnic::ctl::Op::kCmCreateId, &idreq, sizeof(idreq), &id, sizeof(id));
-  if (err) {
-    errno = err;
-    die("CM channel and id");
+    die("CM id");
   }
   auto to_err = [&](uint32_t qpn, uint32_t count) {
     vrnic::ctl::CmIdStepsReq req{};
@@ -812,19 +821,9 @@ int rereg_write() {
 // Issue 28, row 13: a privileged rdma_cm port is refused to an unprivileged user.
 int low_port(const char *path) {
   RawSession raw;
-  if (int err = raw.open(path)) {
-    errno = err;
-    die("raw session");
-  }
-  int event_fds[2];
-  if (vrnic::ctl::make_event_channel(event_fds)) die("event channel");
-  vrnic::ctl::CreateChannelReq chreq{};
-  vrnic::ctl::HandleResp ch{};
-  if (raw.call(vrnic::ctl::Op::kCmCreateChannel, &chreq, sizeof(chreq), &ch, sizeof(ch),
-               &event_fds[1], 1))
-    die("CM channel");
+  const uint32_t channel = raw.open_with_cm_channel(path);
   auto bind = [&](uint16_t port) {
-    vrnic::ctl::CmCreateIdReq idreq{ch.handle, 0x0106 /* RDMA_PS_TCP */, IBV_QPT_RC, 0, 1};
+    vrnic::ctl::CmCreateIdReq idreq{channel, 0x0106 /* RDMA_PS_TCP */, IBV_QPT_RC, 0, 1};
     vrnic::ctl::HandleResp id{};
     if (raw.call(vrnic::ctl::Op::kCmCreateId, &idreq, sizeof(idreq), &id, sizeof(id)))
       die("CM id");

@@ -95,6 +95,22 @@ bool all_zero(const uint8_t *p, size_t n) {
   return true;
 }
 
+// Posts the WQE (through the window when there is one), runs the pair; the one completion.
+shm::Cqe run_one(QpPair &p, shm::SendWqe wqe, uint32_t window) {
+  if (window) wqe.rkey = window;
+  p.a.post_send(wqe);
+  p.run();
+  const std::vector<shm::Cqe> cqes = p.a.poll_send_cq();
+  REQUIRE(cqes.size() == 1);
+  return cqes[0];
+}
+
+// `to` holds the first k packets' worth of `from`'s bytes and nothing after them.
+bool holds_only_first(const QpEnd &to, const QpEnd &from, uint32_t k) {
+  return std::memcmp(to.mem.data(), from.mem.data(), k * kMtu) == 0 &&
+         all_zero(to.mem.data() + k * kMtu, to.mem.size() - k * kMtu);
+}
+
 const char *name(Change how) {
   return how == Change::kTranslation ? "translation" : how == Change::kAccess ? "access" : "window";
 }
@@ -109,21 +125,15 @@ TEST_CASE("region change: a WRITE's packets after a rereg or invalidation are re
       Landing landing;
       for (uint32_t i = 0; i < kLength; i++) p.a.mem[i] = uint8_t(1 + i % 251);
       uint32_t window = how == Change::kWindow ? bind_window(p.b) : 0;
-      shm::SendWqe wqe = write_wqe(1, p.a, 0, kLength, p.b, 0);
-      if (window) wqe.rkey = window;
       uint32_t landed = 0;
       p.before_delivery = [&](const QpEnd &to, const Packet &pkt) {
         if (&to != &p.b || !(pkt.info().flags & kOpWrite)) return;
         if (landed++ == k) change(p.b, how, landing, window, IBV_ACCESS_REMOTE_WRITE);
       };
-      p.a.post_send(wqe);
-      p.run();
-      const std::vector<shm::Cqe> cqes = p.a.poll_send_cq();
-      REQUIRE(cqes.size() == 1);
-      CHECK(cqes[0].status == IBV_WC_REM_ACCESS_ERR);
+      CHECK(run_one(p, write_wqe(1, p.a, 0, kLength, p.b, 0), window).status ==
+            IBV_WC_REM_ACCESS_ERR);
       // What arrived before the change is there, nothing after it, nothing elsewhere.
-      CHECK(std::memcmp(p.b.mem.data(), p.a.mem.data(), k * kMtu) == 0);
-      CHECK(all_zero(p.b.mem.data() + k * kMtu, p.b.mem.size() - k * kMtu));
+      CHECK(holds_only_first(p.b, p.a, k));
       CHECK(landing.untouched());
       CHECK(p.b.qp->state() == IBV_QPS_ERR);
     }
@@ -137,23 +147,16 @@ TEST_CASE("region change: a READ's responses after a rereg or invalidation stop"
       QpPair p;
       Landing landing;
       for (uint32_t i = 0; i < kLength; i++) p.b.mem[i] = uint8_t(1 + i % 251);
-      // The translation's landing holds bytes of its own: none of them may be read out.
       uint32_t window = how == Change::kWindow ? bind_window(p.b) : 0;
-      shm::SendWqe wqe = read_wqe(1, p.a, 0, kLength, p.b, 0);
-      if (window) wqe.rkey = window;
       uint32_t responses = 0;
       p.b.host.on_transmit = [&](const Packet &pkt) {
         if (!(pkt.info().flags & kOpReadResponse)) return;
         if (++responses == k) change(p.b, how, landing, window, IBV_ACCESS_REMOTE_READ);
       };
-      p.a.post_send(wqe);
-      p.run();
-      const std::vector<shm::Cqe> cqes = p.a.poll_send_cq();
-      REQUIRE(cqes.size() == 1);
-      CHECK(cqes[0].status == IBV_WC_REM_ACCESS_ERR);
+      CHECK(run_one(p, read_wqe(1, p.a, 0, kLength, p.b, 0), window).status ==
+            IBV_WC_REM_ACCESS_ERR);
       CHECK(responses == k);  // no response built from the region as it is after the change
-      CHECK(std::memcmp(p.a.mem.data(), p.b.mem.data(), k * kMtu) == 0);
-      CHECK(all_zero(p.a.mem.data() + k * kMtu, p.a.mem.size() - k * kMtu));
+      CHECK(holds_only_first(p.a, p.b, k));
       CHECK(landing.untouched());
     }
   }
