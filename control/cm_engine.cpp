@@ -5,6 +5,7 @@
 #include "cm_engine.h"
 
 #include <cerrno>
+#include <cstdlib>
 
 #include "errno_status.h"
 
@@ -17,16 +18,20 @@ void put_private(Mad &m, Bytes where, const std::vector<uint8_t> &pd) {
 
 }  // namespace
 
-Engine::Engine(uint64_t ca_guid, Hooks hooks, Timing timing, uint32_t seed)
-    : ca_guid_(ca_guid), hooks_(std::move(hooks)), timing_(timing), next_id_(seed | 1) {}
+Engine::Engine(uint64_t ca_guid, Hooks hooks, Timing timing, std::function<uint32_t()> random)
+    : ca_guid_(ca_guid), hooks_(std::move(hooks)), timing_(timing), random_(std::move(random)) {
+  if (!random_) random_ = [] { return uint32_t(::arc4random()); };
+}
 
 uint32_t Engine::new_id() {
-  // A communication ID a peer cannot confuse with one we used before: an odd-step walk from
-  // a random start, skipping 0 and IDs in use.
+  // A communication ID nobody can predict: a forged DREQ or REJ needs the victim's, and IDs
+  // that stepped by a constant from a random start gave away every later one with the first
+  // (issue 28). Random, never 0, never one in use (timewait included).
+  uint32_t id;
   do {
-    next_id_ += 0x9e3779b9u;
-  } while (next_id_ == 0 || conns_.contains(next_id_));
-  return next_id_;
+    id = random_();
+  } while (id == 0 || conns_.contains(id));
+  return id;
 }
 
 Engine::Conn *Engine::in_state(uint32_t conn, State want) {

@@ -100,7 +100,10 @@ class Engine {
   // More connections than this (a flood of REQs) are refused with REJ "no resources".
   static constexpr size_t kMaxConnections = 1u << 16;
 
-  Engine(uint64_t ca_guid, Hooks hooks, Timing timing = {}, uint32_t seed = 1);
+  // random: where communication IDs come from (default: arc4random, which no number of
+  // observed IDs predicts; tests give a seeded one).
+  Engine(uint64_t ca_guid, Hooks hooks, Timing timing = {},
+         std::function<uint32_t()> random = nullptr);
 
   // Passive side: REQs and SIDR_REQs for service_id go to `owner`. EADDRINUSE if taken.
   absl::Status listen(uint64_t service_id, uint64_t owner);
@@ -213,7 +216,7 @@ class Engine {
   uint64_t ca_guid_;
   Hooks hooks_;
   Timing timing_;
-  uint32_t next_id_;
+  std::function<uint32_t()> random_;
   uint64_t next_tid_ = 1;
   Counters counters_;
   std::map<uint32_t, Conn> conns_;  // by our ID

@@ -26,10 +26,6 @@ constexpr uint16_t kEphemeralFirst = 32768, kEphemeralLast = 60999;
 constexpr size_t kReqUserData = cm::req::kPrivateData.len - cm::kIpHeaderBytes;
 constexpr size_t kSidrUserData = cm::sidr_req::kPrivateData.len - cm::kIpHeaderBytes;
 constexpr uint32_t kRdmaUdpQkey = 0x01234567;  // RDMA_UDP_QKEY
-// What one connection may hold: rdma_cm needs no Hello, so these bound what any local
-// process of the user can make vrnicd keep (issue 17's rule: no unbounded growth).
-constexpr size_t kMaxIdsPerSession = 65536;
-constexpr size_t kMaxChannelsPerSession = 4096;
 
 // The header carries IPv4 addresses in the last 4 of 16 bytes, the rest zero (not ::ffff).
 void to_header_address(const uint8_t gid[16], uint8_t out[16]) {
@@ -104,22 +100,20 @@ absl::Status CmService::start() {
                             on_event(e);
                           }};
   engine_ =
-      std::make_unique<cm::Engine>(dev_.info.node_guid, std::move(hooks), timing(), ::arc4random());
+      std::make_unique<cm::Engine>(dev_.info.node_guid, std::move(hooks), timing());
   next_port_ = uint16_t(kEphemeralFirst + ::arc4random_uniform(kEphemeralLast - kEphemeralFirst));
   return absl::OkStatus();
 }
 
-size_t CmService::ids_of(uint32_t session) const {
-  auto it = ids_per_session_.find(session);
-  return it == ids_per_session_.end() ? 0 : it->second;
-}
-
-CmService::Id &CmService::new_id(uint32_t session, uint32_t *handle) {
+// rdma_cm needs no Hello: the user's quotas (cm_ids, channels) bound what any local process
+// of the user, and any peer connecting to the user's listeners, can make vrnicd keep.
+CmService::Id *CmService::new_id(uint32_t session, uid_t uid, uint32_t *handle) {
+  if (quotas_.charge(uid, Quota::kCmIds)) return nullptr;
   *handle = next_handle_++;
-  ids_per_session_[session]++;
   Id &id = ids_[*handle];
   id.session = session;
-  return id;
+  id.uid = uid;
+  return &id;
 }
 
 CmService::Id *CmService::owned(Session &s, uint32_t handle) {
@@ -129,15 +123,15 @@ CmService::Id *CmService::owned(Session &s, uint32_t handle) {
 
 int CmService::create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp) {
   if (m.fds.size() != 1) return EINVAL;
-  if (std::count_if(channels_.begin(), channels_.end(), [&](const auto &kv) {
-        return kv.second->session == s.id;
-      }) >= long(kMaxChannelsPerSession))
-    return ENOMEM;
+  // An fd in vrnicd, as a completion channel is: the same quota (issue 28, row 5).
+  QuotaCharge charge(quotas_, s.uid, Quota::kChannels);
+  if (charge.status()) return charge.status();
   // Written only with non-blocking sends: a client that reads nothing must not block vrnicd.
   int fd = take_event_channel(m.fds[0], s.uid);
   if (fd < 0) return -fd;
+  charge.keep();
   const uint32_t h = next_handle_++;
-  channels_[h] = std::unique_ptr<Channel>(new Channel{s.id, fd, {}});
+  channels_[h] = std::unique_ptr<Channel>(new Channel{s.id, s.uid, fd, {}});
   resp.handle = h;
   return 0;
 }
@@ -147,6 +141,7 @@ int CmService::destroy_channel(Session &s, uint32_t handle) {
   if (it == channels_.end() || it->second->session != s.id) return EINVAL;
   for (const auto &[h, id] : ids_)
     if (id.channel == handle) return EBUSY;  // rdma_destroy_event_channel: ids first
+  quotas_.release(s.uid, Quota::kChannels);
   channels_.erase(it);
   return 0;
 }
@@ -159,9 +154,10 @@ int CmService::create_id(Session &s, const ctl::CmCreateIdReq &req, ctl::HandleR
     return EPROTONOSUPPORT;
   if (req.qp_type != IBV_QPT_RC && req.qp_type != IBV_QPT_UC && req.qp_type != IBV_QPT_UD)
     return EINVAL;
-  if (ids_of(s.id) >= kMaxIdsPerSession) return ENOMEM;
   uint32_t h;
-  Id &id = new_id(s.id, &h);
+  Id *made = new_id(s.id, s.uid, &h);
+  if (!made) return ENOMEM;
+  Id &id = *made;
   id.channel = req.channel;
   id.cookie = req.cookie;
   id.port_space = req.port_space;
@@ -186,7 +182,7 @@ void CmService::drop_id(uint32_t handle) {
     engine_->abandon(id.conn, now_);
   }
   unbind(id);
-  if (--ids_per_session_[id.session] == 0) ids_per_session_.erase(id.session);
+  quotas_.release(id.uid, Quota::kCmIds);
   ids_.erase(it);
 }
 
@@ -382,7 +378,8 @@ void CmService::release(Session &s) {
   for (const auto &[h, id] : ids_)
     if (id.session == s.id) gone.push_back(h);
   for (uint32_t h : gone) drop_id(h);
-  std::erase_if(channels_, [&](const auto &kv) { return kv.second->session == s.id; });
+  quotas_.release(s.uid, Quota::kChannels,
+                  std::erase_if(channels_, [&](const auto &kv) { return kv.second->session == s.id; }));
 }
 
 ctl::CmEventRecord CmService::record(uint32_t event, uint32_t handle, const Id &id) const {
@@ -415,16 +412,24 @@ void CmService::on_request(Id &listener, uint32_t listen_handle, const cm::Event
   const bool ud = e.type == cm::EventType::kSidrReqReceived;
   const uint8_t *pd = ud ? e.mad->at(cm::sidr_req::kPrivateData) : e.mad->at(cm::req::kPrivateData);
   cm::IpServiceHeader h{};
-  if (!h.read(pd)) {  // not from rdma_cm: refused, as Linux's rdma_cm does
+  auto refuse = [&](auto rej_reason) {
     if (ud) {
       (void)engine_->sidr_reply(e.conn, cm::kSidrRejected, 0, 0, {});
     } else {
-      (void)engine_->reject(e.conn, cm::kRejConsumerDefined, {}, now_);
+      (void)engine_->reject(e.conn, rej_reason, {}, now_);
     }
+  };
+  if (!h.read(pd)) {  // not from rdma_cm: refused, as Linux's rdma_cm does
+    refuse(cm::kRejConsumerDefined);
     return;
   }
   uint32_t handle;
-  Id &id = new_id(listener.session, &handle);
+  Id *made = new_id(listener.session, listener.uid, &handle);
+  if (!made) {  // the listener's user holds all the ids it may: as a full accept queue
+    refuse(cm::kRejNoResources);
+    return;
+  }
+  Id &id = *made;
   id.channel = listener.channel;
   id.port_space = listener.port_space;
   id.qp_type = listener.qp_type;

@@ -18,6 +18,7 @@
 #include "cm_engine.h"
 #include "dataplane/device.h"
 #include "gsi_qp.h"
+#include "quota.h"
 #include "session.h"
 #include "worker_group.h"
 
@@ -25,7 +26,8 @@ namespace vrnic {
 
 class CmService {
  public:
-  CmService(Device &dev, WorkerGroup &workers) : dev_(dev), gsi_(dev, workers) {}
+  CmService(Device &dev, WorkerGroup &workers, UserQuotas &quotas)
+      : dev_(dev), quotas_(quotas), gsi_(dev, workers) {}
   absl::Status start();
   // Before the workers stop: QP1 off the device.
   void stop() { gsi_.stop(); }
@@ -65,12 +67,14 @@ class CmService {
  private:
   struct Channel {
     uint32_t session;
+    uid_t uid;  // whose channels quota it counts in
     int fd;                                  // the pipe's write end (ours)
     std::deque<ctl::CmEventRecord> backlog;  // written when the pipe has room
     ~Channel();
   };
   struct Id {
     uint32_t session;
+    uid_t uid;  // whose cm_ids quota it counts in (a listener's, for an id a REQ made)
     uint32_t channel;
     uint64_t cookie;
     uint16_t port_space;
@@ -83,8 +87,8 @@ class CmService {
   };
 
   Id *owned(Session &s, uint32_t handle);
-  size_t ids_of(uint32_t session) const;
-  Id &new_id(uint32_t session, uint32_t *handle);
+  // nullptr when the user's cm_ids quota is used up.
+  Id *new_id(uint32_t session, uid_t uid, uint32_t *handle);
   void post(uint32_t channel, const ctl::CmEventRecord &rec);
   void flush(Channel &ch);
   void on_event(const cm::Event &e);
@@ -101,13 +105,13 @@ class CmService {
   bool trace_ = false;
 
   Device &dev_;
+  UserQuotas &quotas_;
   GsiQp gsi_;
   std::unique_ptr<cm::Engine> engine_;
   std::map<uint32_t, std::unique_ptr<Channel>> channels_;
   std::map<uint32_t, Id> ids_;
   absl::flat_hash_map<uint32_t, uint32_t> conn_ids_;  // engine connection -> id
   std::map<uint32_t, uint32_t> ports_;                // port space << 16 | port -> id
-  absl::flat_hash_map<uint32_t, size_t> ids_per_session_;
   uint32_t next_handle_ = 1;
   uint16_t next_port_ = 0;
 };

@@ -29,8 +29,11 @@ uint8_t random_key_step() {
 
 int MemoryObjects::alloc_pd(Session &s, ctl::HandleResp &resp) {
   if (pds_.size() >= dev_.info.max_pd) return ENOMEM;  // the limits ibv_query_device reports
+  QuotaCharge charge(quotas_, s.uid, Quota::kPds);
+  if (charge.status()) return charge.status();
   uint32_t h = pds_.insert(std::make_unique<ProtectionDomain>(ProtectionDomain{s.id}));
   if (!h) return ENOMEM;
+  charge.keep();
   s.pds.insert(h);
   resp.handle = h;
   return 0;
@@ -42,6 +45,7 @@ int MemoryObjects::dealloc_pd(Session &s, uint32_t handle) {
   if (pd->refs) return EBUSY;
   pds_.remove(handle);
   s.pds.erase(handle);
+  quotas_.release(s.uid, Quota::kPds);
   return 0;
 }
 
@@ -67,6 +71,12 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
   mr->addr = req->addr;
   mr->iova = req->iova;
   mr->length = req->length;
+  // Each memfd piece is a mapping in vrnicd: one-byte pieces on pages of their own took
+  // vrnicd to the kernel's mapping limit for 65 KB of mr_bytes (issue 28, row 7).
+  uint64_t maps = 0;
+  for (uint32_t i = 0; i < req->npieces; i++) maps += req->pieces[i].kind == uint32_t(ctl::PieceKind::kMemfd);
+  QuotaCharge map_charge(quotas_, s.uid, Quota::kMappings, maps);
+  if (map_charge.status()) return map_charge.status();
   uint64_t expect = req->addr;
   for (uint32_t i = 0; i < req->npieces; i++) {
     const ctl::MrPiece &p = req->pieces[i];
@@ -101,17 +111,19 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
   if (expect != req->addr + req->length) return EINVAL;
   // Charged like the kernel's pinned memory (RLIMIT_MEMLOCK): what vrnicd maps or reaches
   // for the user, so that sparse memfds cannot take vrnicd's address space (issue 17, row 8).
-  if (int err = quotas_.charge(s.uid, Quota::kMrBytes, req->length)) return err;
+  QuotaCharge byte_charge(quotas_, s.uid, Quota::kMrBytes, req->length);
+  if (byte_charge.status()) return byte_charge.status();
   if (int err = req->replaces ? replace_mr(s, req->replaces, std::move(mr), resp)
-                              : insert_mr(s, std::move(mr), resp)) {
-    quotas_.release(s.uid, Quota::kMrBytes, req->length);
+                              : insert_mr(s, std::move(mr), resp))
     return err;
-  }
+  map_charge.keep();
+  byte_charge.keep();
   return 0;
 }
 
 int MemoryObjects::insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp) {
-  if (int err = quotas_.charge(s.uid, Quota::kMrs)) return err;
+  QuotaCharge charge(quotas_, s.uid, Quota::kMrs);
+  if (charge.status()) return charge.status();
   uint32_t handle = 0, key = 0, pd = mr->pd;
   MemoryRegion *raw = mr.get();
   workers_.execute_all([&] {
@@ -121,10 +133,8 @@ int MemoryObjects::insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::
     raw->handle = handle;
     raw->key = key;
   });
-  if (!handle) {
-    quotas_.release(s.uid, Quota::kMrs);
-    return ENOMEM;
-  }
+  if (!handle) return ENOMEM;
+  charge.keep();
   pds_.get(pd)->refs++;
   s.mrs.insert(handle);
   resp.handle = handle;
@@ -154,6 +164,7 @@ int MemoryObjects::replace_mr(Session &s, uint32_t handle, std::unique_ptr<Memor
   });
   if (st) return st;
   quotas_.release(s.uid, Quota::kMrBytes, old->length);
+  quotas_.release(s.uid, Quota::kMappings, old->mappings.size());
   if (ProtectionDomain *p = pds_.get(old->pd)) p->refs--;
   pds_.get(new_pd)->refs++;
   resp.handle = handle;
@@ -189,6 +200,8 @@ int MemoryObjects::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMw
   ProtectionDomain *pd = pds_.get(req.pd);
   if (!pd || pd->session != s.id) return EINVAL;
   if (req.type != IBV_MW_TYPE_1 && req.type != IBV_MW_TYPE_2) return EINVAL;
+  QuotaCharge charge(quotas_, s.uid, Quota::kMws);
+  if (charge.status()) return charge.status();
   auto mw = std::make_unique<MemoryWindow>();
   mw->pd = req.pd;
   mw->session = s.id;
@@ -203,6 +216,7 @@ int MemoryObjects::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMw
     resp.rkey = raw->key;
   });
   if (!handle) return ENOMEM;
+  charge.keep();
   pd->refs++;
   s.mws.insert(handle);
   resp.handle = handle;
@@ -215,6 +229,7 @@ int MemoryObjects::dealloc_mw(Session &s, uint32_t handle) {
   workers_.execute_all([&] { pd = remove_mw(handle); });
   if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
   s.mws.erase(handle);
+  quotas_.release(s.uid, Quota::kMws);
   return 0;
 }
 
@@ -232,6 +247,7 @@ uint32_t MemoryObjects::remove_mr(Session &s, uint32_t handle) {
   std::unique_ptr<MemoryRegion> mr = dev_.mrs.remove(handle);
   if (!mr) return 0;
   quotas_.release(s.uid, Quota::kMrs);
+  quotas_.release(s.uid, Quota::kMappings, mr->mappings.size());
   if (!mr->null_mr) quotas_.release(s.uid, Quota::kMrBytes, mr->length);
   return mr->pd;
 }
@@ -243,6 +259,8 @@ void MemoryObjects::release_dataplane(Session &s) {
 
 void MemoryObjects::release(Session &s) {
   for (uint32_t h : s.pds) pds_.remove(h);
+  quotas_.release(s.uid, Quota::kPds, s.pds.size());
+  quotas_.release(s.uid, Quota::kMws, s.mws.size());
 }
 
 }  // namespace vrnic

@@ -24,18 +24,14 @@ namespace vrnic {
 int QueueObjects::create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp) {
   if (m.fds.size() != 1) return EINVAL;
   // Each costs vrnicd an fd (issue 17, row 9).
-  if (int err = quotas_.charge(s.uid, Quota::kChannels)) return err;
+  QuotaCharge charge(quotas_, s.uid, Quota::kChannels);
+  if (charge.status()) return charge.status();
   int fd = take_event_channel(m.fds[0], s.uid);
-  if (fd < 0) {
-    quotas_.release(s.uid, Quota::kChannels);
-    return -fd;
-  }
+  if (fd < 0) return -fd;
   uint32_t h =
       channels_.insert(std::unique_ptr<CompletionChannel>(new CompletionChannel{s.id, fd}));
-  if (!h) {
-    quotas_.release(s.uid, Quota::kChannels);
-    return ENOMEM;
-  }
+  if (!h) return ENOMEM;
+  charge.keep();
   s.channels.insert(h);
   resp.handle = h;
   return 0;
@@ -60,6 +56,8 @@ int QueueObjects::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::Create
     ch = channels_.get(req.channel);
     if (!ch || ch->session != s.id) return EINVAL;
   }
+  QuotaCharge charge(quotas_, s.uid, Quota::kCqs), map_charge(quotas_, s.uid, Quota::kMappings);
+  if (charge.status() || map_charge.status()) return ENOMEM;
   uint32_t slots = std::bit_ceil(req.cqe);
   size_t bytes = shm::cq_region_bytes(slots);
   absl::StatusOr<SharedRegion> region = make_shared_region("vrnic-cq", bytes);
@@ -84,6 +82,8 @@ int QueueObjects::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::Create
     region->release();
     return ENOMEM;
   }
+  charge.keep();
+  map_charge.keep();
   if (ch) ch->refs++;
   s.cqs.insert(handle);
   resp.handle = handle;
@@ -100,6 +100,8 @@ int QueueObjects::destroy_cq(Session &s, uint32_t handle) {
     return st;
   if (CompletionChannel *ch = channels_.get(channel)) ch->refs--;
   s.cqs.erase(handle);
+  quotas_.release(s.uid, Quota::kCqs);
+  quotas_.release(s.uid, Quota::kMappings);
   return 0;
 }
 
@@ -108,6 +110,9 @@ int QueueObjects::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::Create
                             std::vector<int> &fds) {
   if (!owns(s.cqs, req.handle)) return EINVAL;
   if (req.cqe < 1 || req.cqe > dev_.info.max_cqe) return EINVAL;
+  // The new ring is mapped before the old one goes: for that moment, one mapping more.
+  QuotaCharge map_charge(quotas_, s.uid, Quota::kMappings);
+  if (map_charge.status()) return map_charge.status();
   uint32_t slots = std::bit_ceil(req.cqe);
   size_t bytes = shm::cq_region_bytes(slots);
   absl::StatusOr<SharedRegion> region = make_shared_region("vrnic-cq", bytes);
@@ -182,15 +187,13 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
       c.max_inline_data > shm::kMaxInline)
     return EINVAL;
   if (s.qps.size() >= shm::kMaxQpsPerSession || dev_.qps.size() >= device_max_qp_) return ENOMEM;
-  if (int err = quotas_.charge(s.uid, Quota::kQps)) return err;
+  QuotaCharge charge(quotas_, s.uid, Quota::kQps), map_charge(quotas_, s.uid, Quota::kMappings);
+  if (charge.status() || map_charge.status()) return ENOMEM;
   uint32_t sq_slots = std::bit_ceil(std::max(c.max_send_wr, 1u));
   uint32_t rq_slots = std::bit_ceil(std::max(c.max_recv_wr, 1u));
   size_t bytes = shm::qp_region_bytes(sq_slots, rq_slots);
   absl::StatusOr<SharedRegion> region = make_shared_region("vrnic-qp", bytes);
-  if (!region.ok()) {
-    quotas_.release(s.uid, Quota::kQps);
-    return errno_of(region.status());
-  }
+  if (!region.ok()) return errno_of(region.status());
   void *map = region->map;
   const int fd = region->fd;
   auto qp = std::make_unique<QueuePair>();
@@ -216,9 +219,10 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
   });
   if (!handle) {
     region->release();
-    quotas_.release(s.uid, Quota::kQps);
     return ENOMEM;
   }
+  charge.keep();
+  map_charge.keep();
   pd->refs++;
   s.qps.insert(handle);
   qp_owners_[handle] = {req.pd, req.send_cq, req.recv_cq, req.srq};
@@ -249,7 +253,7 @@ int QueueObjects::modify_qp_steps(Session &s, uint32_t handle, const ctl::CmQpSt
     QueuePair &qp = *dev_.qps.get(handle);
     for (uint32_t i = 0; i < n && !st; i++) {
       bool resolve = false;
-      st = modify_step(qp, steps[i].attr, steps[i].attr_mask, &resolve);
+      st = modify_step(qp, steps[i].attr, steps[i].attr_mask, s.uid == 0, &resolve);
       if (!st && resolve) {
         resolve_on = qp.worker;
         std::memcpy(peer, qp.attr.ah.dgid, sizeof(peer));
@@ -262,13 +266,17 @@ int QueueObjects::modify_qp_steps(Session &s, uint32_t handle, const ctl::CmQpSt
 
 // One ibv_modify_qp, inside execute_all: the checks the kernel makes (EINVAL), then the change.
 int QueueObjects::modify_step(QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask,
-                              bool *resolve) {
+                              bool privileged, bool *resolve) {
   uint32_t cur = qp.attr.qp_state;
   if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) return EINVAL;
   uint32_t next = (mask & IBV_QP_STATE) ? a.qp_state : cur;
   if (int st = check_qp_transition(qp.type, cur, next, mask)) return st;
   // RoCE has no alternate paths (no automatic path migration): refused as Linux does.
   if (mask & IBV_QP_ALT_PATH) return EINVAL;
+  // A controlled Q_Key (high bit set: the GSI's 0x80010000 among them) only for a privileged
+  // user, as Linux's uverbs allows it only with CAP_NET_RAW: with one, any UD QP could pass
+  // datagrams to QP1s as the CM (issue 28, row 8). EPERM, as the kernel answers.
+  if ((mask & IBV_QP_QKEY) && (a.qkey & 0x80000000u) && !privileged) return EPERM;
   // Attribute values (EINVAL as the kernel answers them).
   if (((mask & IBV_QP_PORT) && a.port_num != 1) ||
       ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) ||
@@ -304,10 +312,12 @@ int QueueObjects::query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp) 
 
 int QueueObjects::destroy_qp(Session &s, uint32_t handle) {
   if (!owns(s.qps, handle)) return EINVAL;
-  workers_.execute_all([&] { remove_qp(s, handle); });
+  workers_.execute_all([&] { remove_qp(handle); });
   if (ProtectionDomain *pd = memory_.pds().get(qp_owners_[handle].pd)) pd->refs--;
   qp_owners_.erase(handle);
   s.qps.erase(handle);
+  quotas_.release(s.uid, Quota::kQps);
+  quotas_.release(s.uid, Quota::kMappings);
   return 0;
 }
 
@@ -320,6 +330,8 @@ int QueueObjects::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::Crea
       a.srq_limit > a.max_wr)
     return EINVAL;
   if (dev_.srqs.size() >= dev_.info.max_srq) return ENOMEM;
+  QuotaCharge charge(quotas_, s.uid, Quota::kSrqs), map_charge(quotas_, s.uid, Quota::kMappings);
+  if (charge.status() || map_charge.status()) return ENOMEM;
   uint32_t slots = std::bit_ceil(a.max_wr);
   size_t bytes = shm::srq_region_bytes(slots);
   absl::StatusOr<SharedRegion> region = make_shared_region("vrnic-srq", bytes);
@@ -347,6 +359,8 @@ int QueueObjects::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::Crea
     region->release();
     return ENOMEM;
   }
+  charge.keep();
+  map_charge.keep();
   pd->refs++;
   s.srqs.insert(handle);
   resp.handle = handle;
@@ -396,6 +410,8 @@ int QueueObjects::destroy_srq(Session &s, uint32_t handle) {
     return st;
   if (ProtectionDomain *p = memory_.pds().get(pd)) p->refs--;
   s.srqs.erase(handle);
+  quotas_.release(s.uid, Quota::kSrqs);
+  quotas_.release(s.uid, Quota::kMappings);
   return 0;
 }
 
@@ -409,8 +425,11 @@ int QueueObjects::create_ah(Session &s, const ctl::CreateAhReq &req, ctl::Handle
       dev_.info.gids[req.av.sgid_index].type == ctl::kGidEmpty)
     return EINVAL;
   if (ahs_.size() >= dev_.info.max_ah) return ENOMEM;
+  QuotaCharge charge(quotas_, s.uid, Quota::kAhs);
+  if (charge.status()) return charge.status();
   uint32_t h = ahs_.insert(std::make_unique<AddressHandle>(AddressHandle{s.id, req.pd, req.av}));
   if (!h) return ENOMEM;
+  charge.keep();
   pd->refs++;
   s.ahs.insert(h);
   resp.handle = h;
@@ -424,13 +443,13 @@ int QueueObjects::destroy_ah(Session &s, uint32_t handle) {
   if (ProtectionDomain *pd = memory_.pds().get(ah->pd)) pd->refs--;
   ahs_.remove(handle);
   s.ahs.erase(handle);
+  quotas_.release(s.uid, Quota::kAhs);
   return 0;
 }
 
 // The dataplane side of destroying each object: called where every worker is stopped or is
 // the caller (inside execute_all). Each returns what the control side must release.
-void QueueObjects::remove_qp(Session &s, uint32_t handle) {
-  quotas_.release(s.uid, Quota::kQps);
+void QueueObjects::remove_qp(uint32_t handle) {
   QueuePair *qp = dev_.qps.get(handle);
   qp_release(workers_[qp->worker], *qp);
   workers_.qp_removed(qp->worker);
@@ -455,7 +474,7 @@ uint32_t QueueObjects::remove_cq(uint32_t handle) {
 }
 
 void QueueObjects::release_dataplane(Session &s) {
-  for (uint32_t h : s.qps) remove_qp(s, h);
+  for (uint32_t h : s.qps) remove_qp(h);
   for (uint32_t h : s.srqs) remove_srq(h);
   for (uint32_t h : s.cqs) remove_cq(h);
 }
@@ -464,7 +483,13 @@ void QueueObjects::release(Session &s) {
   for (uint32_t h : s.qps) qp_owners_.erase(h);
   for (uint32_t h : s.ahs) ahs_.remove(h);
   for (uint32_t h : s.channels) channels_.remove(h);
+  // What the session still held, charged when it was made.
   quotas_.release(s.uid, Quota::kChannels, s.channels.size());
+  quotas_.release(s.uid, Quota::kQps, s.qps.size());
+  quotas_.release(s.uid, Quota::kCqs, s.cqs.size());
+  quotas_.release(s.uid, Quota::kSrqs, s.srqs.size());
+  quotas_.release(s.uid, Quota::kAhs, s.ahs.size());
+  quotas_.release(s.uid, Quota::kMappings, s.qps.size() + s.cqs.size() + s.srqs.size());
 }
 
 }  // namespace vrnic

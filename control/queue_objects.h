@@ -59,8 +59,10 @@ class QueueObjects {
  private:
   // The dataplane side of destroying one object, inside execute_all; each returns what the
   // control side still has to release (the PD, the channel).
-  void remove_qp(Session &s, uint32_t handle);
-  int modify_step(QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask, bool *resolve);
+  void remove_qp(uint32_t handle);
+  // privileged: root's session, which may give a QP a controlled Q_Key.
+  int modify_step(QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask, bool privileged,
+                  bool *resolve);
   uint32_t remove_srq(uint32_t handle);
   uint32_t remove_cq(uint32_t handle);
 

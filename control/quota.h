@@ -1,42 +1,38 @@
-// What each user may hold in vrnicd, and what each holds now: connections, completion
-// channels (an fd each in vrnicd), MRs, QPs and registered bytes. A kernel driver has the
-// process's RLIMIT_MEMLOCK and fd limit to stop one user from taking the NIC's memory and
-// descriptors from everyone else; vrnicd serves every process of the host from one address
-// space and one fd table, so it keeps the account itself (issue 17, rows 8 and 9).
+// What each user may hold in vrnicd, and what each holds now (the kinds: vrnic/quotas.h). A
+// kernel driver has the process's RLIMIT_MEMLOCK, its fd limit and the kernel's own memory
+// accounting to stop one user from taking the NIC's memory, descriptors and objects from
+// everyone else; vrnicd serves every process of the host from one address space, one fd
+// table and one set of object tables, so it keeps the account itself (issue 17, rows 8 and 9;
+// issue 28, rows 5, 7 and 9).
 #pragma once
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "vrnic/quotas.h"
 
 namespace vrnic {
 
 // Quotas per user (uid), summed over the user's sessions. Set with
 // --limits KEY=VALUE[,KEY=VALUE...]; 0 for mr_bytes means the machine's RAM.
 struct UserLimits {
-  uint32_t sessions = 1024;  // connections to the socket (vrnicctl's count too)
-  uint32_t channels = 4096;
-  uint32_t mrs = 1u << 20;
-  uint32_t qps = 1u << 16;
-  uint64_t mr_bytes = 0;
+  std::array<uint64_t, kQuotaCount> max;
 
+  UserLimits();
+  uint64_t operator[](Quota q) const { return max[uint32_t(q)]; }
   static absl::StatusOr<UserLimits> parse(const std::string &spec);
   std::string to_string() const;
 };
 
-enum class Quota { kSessions, kChannels, kMrs, kQps, kMrBytes };
-
 struct UserUsage {
-  uint64_t sessions = 0;
-  uint64_t channels = 0;
-  uint64_t mrs = 0;
-  uint64_t qps = 0;
-  uint64_t mr_bytes = 0;
+  std::array<uint64_t, kQuotaCount> used{};
   uint64_t refusals = 0;  // requests refused for a quota
+  uint64_t operator[](Quota q) const { return used[uint32_t(q)]; }
 };
 
 class UserQuotas {
@@ -44,16 +40,41 @@ class UserQuotas {
   explicit UserQuotas(UserLimits limits);
   const UserLimits &limits() const { return limits_; }
   // Takes `amount` of `what` for `uid`; ENOMEM (as a kernel driver past RLIMIT_MEMLOCK or out
-  // of objects) when that would go past the limit, which is then counted as a refusal.
+  // of objects) when that would go past the user's limit, or for mappings past what the whole
+  // device may hold, which is then counted as a refusal.
   int charge(uid_t uid, Quota what, uint64_t amount = 1);
   void release(uid_t uid, Quota what, uint64_t amount = 1);
   UserUsage usage(uid_t uid) const;
 
  private:
-  static uint64_t &used(UserUsage &u, Quota what);
-  uint64_t limit(Quota what) const;
   UserLimits limits_;
+  uint64_t device_mappings_ = 0;      // every user's together
+  uint64_t device_mapping_limit_;     // below vm.max_map_count, with room for vrnicd's own
   std::map<uid_t, UserUsage> users_;  // users with anything charged (or refused)
+};
+
+// A charge that is given back unless the object it pays for was made: every early return of
+// a create path releases it, and keep() hands it to the object once it exists.
+class QuotaCharge {
+ public:
+  QuotaCharge(UserQuotas &quotas, uid_t uid, Quota what, uint64_t amount = 1)
+      : quotas_(quotas), uid_(uid), what_(what), amount_(amount),
+        status_(quotas.charge(uid, what, amount)) {}
+  QuotaCharge(const QuotaCharge &) = delete;
+  QuotaCharge &operator=(const QuotaCharge &) = delete;
+  ~QuotaCharge() {
+    if (!status_ && !kept_) quotas_.release(uid_, what_, amount_);
+  }
+  int status() const { return status_; }  // 0, or ENOMEM: nothing was charged
+  void keep() { kept_ = true; }
+
+ private:
+  UserQuotas &quotas_;
+  uid_t uid_;
+  Quota what_;
+  uint64_t amount_;
+  int status_;
+  bool kept_ = false;
 };
 
 }  // namespace vrnic

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -85,6 +86,9 @@ class Server {
   static const Command *command(ctl::Op op);
 
   void accept_client();
+  // Closes the connections past their user's session quota that had their second to hear so.
+  void close_refused(uint64_t now);
+  int poll_timeout_ms(uint64_t now) const;
   // Returns false when the session must close.
   bool handle(Session &s);
   void close_session(uint32_t id);
@@ -116,11 +120,15 @@ class Server {
   std::map<uint32_t, std::unique_ptr<Session>> sessions_;
   uint32_t next_session_ = 1;
   UserQuotas quotas_;
+  // Connections past their user's session quota, waiting to be answered ENOMEM: (deadline,
+  // session), oldest first; at most kMaxRefusedWaiting of them per user.
+  std::deque<std::pair<uint64_t, uint32_t>> refused_;
+  std::map<uid_t, uint32_t> refused_per_user_;
   // After dev_, workers_ and quotas_, which they use (and before the constructor sets the
   // per-user limits in dev_.info: they keep the device's own).
   MemoryObjects memory_{dev_, workers_, quotas_};
   QueueObjects queues_{dev_, workers_, quotas_, memory_};
-  CmService cm_{dev_, workers_};
+  CmService cm_{dev_, workers_, quotas_};
 };
 
 }  // namespace vrnic

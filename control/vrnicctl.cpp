@@ -42,19 +42,6 @@ int stats(int sock) {
       {"wire_link_up", r->wire_link_up},
       {"workers", r->workers},
       {"qp_moves", r->qp_moves},
-      // The asking user's quota account (vrnicd --limits).
-      {"user_uid", r->user_uid},
-      {"user_sessions", r->user_sessions},
-      {"user_channels", r->user_channels},
-      {"user_mrs", r->user_mrs},
-      {"user_qps", r->user_qps},
-      {"user_mr_bytes", r->user_mr_bytes},
-      {"user_quota_refusals", r->user_quota_refusals},
-      {"limit_sessions", r->limit_sessions},
-      {"limit_channels", r->limit_channels},
-      {"limit_mrs", r->limit_mrs},
-      {"limit_qps", r->limit_qps},
-      {"limit_mr_bytes", r->limit_mr_bytes},
       {"cm_ids", r->cm_ids},
       {"cm_listeners", r->cm_listeners},
       {"cm_connections", r->cm_connections},
@@ -64,6 +51,13 @@ int stats(int sock) {
       {"cm_mads_resent", r->cm_mads_resent},
   };
   for (const auto &c : others) std::printf("%s=%llu\n", c.name, u(c.value));
+  // The asking user's quota account (vrnicd --limits).
+  std::printf("user_uid=%llu\n", u(r->user_uid));
+  for (uint32_t i = 0; i < vrnic::kQuotaCount; i++)
+    std::printf("user_%s=%llu\n", vrnic::kQuotaKinds[i].name, u(r->user_used[i]));
+  for (uint32_t i = 0; i < vrnic::kQuotaCount; i++)
+    std::printf("limit_%s=%llu\n", vrnic::kQuotaKinds[i].name, u(r->user_limit[i]));
+  std::printf("user_quota_refusals=%llu\n", u(r->user_quota_refusals));
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace vrnic {
@@ -45,7 +46,11 @@ uint32_t kernel_interface_of(const uint8_t gid[16]) {
 
 Device::Device(uint32_t index) {
   std::snprintf(info.name, sizeof(info.name), "vrnic%u", index);
-  info.node_guid = 0x0276726e69630001ull + index;  // locally administered: "vrnic" 0001 + index
+  // Random per device and run, in the locally administered EUI-64 space (0x02 in the top
+  // octet): the CM's REQs carry it, and a constant one was half of what a forged "stale" REQ
+  // needed to tear another user's connection down (issue 28, row 8).
+  info.node_guid = 0x0200000000000000ull |
+                   ((uint64_t(::arc4random()) << 32 | ::arc4random()) & 0x00ffffffffffffffull);
   info.sys_image_guid = info.node_guid;
   info.vendor_id = 0x5652;  // not a registered OUI: vrnic is a software device
   info.vendor_part_id = 1;

@@ -117,12 +117,16 @@ bool Worker::quiescent() const {
   return !loop_->in_flight() && !loop_tx_.n && !wire_tx_.n && (!wire_ || !wire_->in_flight());
 }
 
-void Worker::add_session(uint32_t id, shm::DoorbellRing *ring) {
-  sessions_.push_back({id, shm::DoorbellConsumer{ring}});
+void Worker::add_session(uint32_t id, uid_t uid, shm::DoorbellRing *ring) {
+  sessions_.push_back({id, doorbell_budget_.join(uid), shm::DoorbellConsumer{ring}});
 }
 
 void Worker::remove_session(uint32_t id) {
-  std::erase_if(sessions_, [id](const SessionRings &s) { return s.id == id; });
+  std::erase_if(sessions_, [&](const SessionRings &s) {
+    if (s.id != id) return false;
+    doorbell_budget_.leave(s.user);
+    return true;
+  });
 }
 
 void Worker::move_qp(QueuePair &qp, Worker &to) {
@@ -165,12 +169,20 @@ void Worker::flush(Port &port, TxBatch &batch) {
 
 bool Worker::poll_doorbells() {
   bool any = false;
-  for (SessionRings &s : sessions_) {
+  const uint32_t n = uint32_t(sessions_.size());
+  const uint32_t start = doorbell_budget_.new_look(n);
+  for (uint32_t k = 0; k < n; k++) {
+    SessionRings &s = sessions_[(start + k) % n];
     uint32_t handle;
-    // At most one lap of the ring per look: the cells are client memory, and a client that
-    // keeps forging them must not hold the worker here (issue 17, row 14).
-    for (uint32_t budget = shm::DoorbellRing::kSlots; budget && s.doorbells.pop(&handle);
-         budget--) {
+    // A bounded share of the look per user: the cells are client memory, and a client that
+    // keeps forging them must not hold the worker here (issue 17, row 14), however many
+    // sessions it opens (issue 28, row 12).
+    for (;;) {
+      if (!doorbell_budget_.take(s.user)) {
+        any = true;  // what is left waits for the next look, which must come soon
+        break;
+      }
+      if (!s.doorbells.pop(&handle)) break;
       QueuePair *qp = dev.qps.get(handle);
       if (!qp || qp->session != s.id) continue;  // stale or foreign: ignore
       if (qp->worker != index_) {
@@ -203,9 +215,19 @@ bool Worker::poll_doorbells() {
 bool Worker::receive() {
   Packet *pkts[kBurst];
   uint16_t n = loop_->rx_burst(pkts, kBurst);
+  const uint16_t from_loop = n;
   if (wire_ && n < kBurst) n += wire_->rx_burst(pkts + n, uint16_t(kBurst - n));
   for (uint16_t i = 0; i < n; i++) {
     Packet *pkt = pkts[i];
+    // vrnicd sends to its own addresses through the loop port, never the wire: from the wire,
+    // a packet with one of them as its source is forged (any local user's UDP socket on
+    // 127.0.0.1 sends from vrnicd's loopback address), and would pass for the loop port's
+    // peer of a local connection, whose packets carry no source QPN (issue 28, row 8).
+    if (i >= from_loop && dev.is_local_gid(pkt->src_gid)) {
+      counters[kPacketsDropped]++;
+      recycle(pkt);
+      continue;
+    }
     QueuePair *qp = dev.qp_by_qpn(pkt->bth().dest_qp());
     if (qp && qp->worker != index_ && qp->worker < peers_.size()) {
       // Another worker's QP: handed over whole, in arrival order.

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "device.h"
+#include "doorbell_budget.h"
 #include "packet.h"
 #include "port.h"
 #include "spsc_ring.h"
@@ -31,6 +32,7 @@ namespace vrnic {
 
 struct SessionRings {
   uint32_t id;
+  uint32_t user;                    // its user's slot in the worker's DoorbellBudget
   shm::DoorbellConsumer doorbells;  // this worker's ring in the session's shared memory
 };
 
@@ -74,7 +76,7 @@ class Worker final : public TransportHost {
   void attach_wire_port(std::unique_ptr<Port> port) { wire_ = std::move(port); }
   Port *wire_port() const { return wire_.get(); }
 
-  void add_session(uint32_t id, shm::DoorbellRing *ring);  // worker thread only
+  void add_session(uint32_t id, uid_t uid, shm::DoorbellRing *ring);  // worker thread only
   void remove_session(uint32_t id);                        // worker thread only
   // Moves a QP to worker `to` with every worker parked: its place in run queue, ACK and timer
   // lists goes with it, and `to` looks at its send queue at once.
@@ -110,6 +112,7 @@ class Worker final : public TransportHost {
   std::atomic<bool> running_{false};
 
   std::vector<SessionRings> sessions_;
+  DoorbellBudget doorbell_budget_;
   uint64_t next_timer_check_ = 0;
   uint64_t contended_until_ = 0;  // nap rather than yield when idle until then
   struct TxBatch {

@@ -17,10 +17,12 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tools/raw_session.h"
 #include "vrnic/ctl_io.h"
 #include "vrnic/ctl_protocol.h"
 
@@ -280,16 +282,19 @@ TEST_CASE("several devices in one vrnicd: each listed, opened and addressed on i
   REQUIRE(n == 2);
   CHECK(list[2] == nullptr);
   const char *kGids[] = {"::ffff:127.0.0.31", "::ffff:127.0.0.32"};
+  std::set<uint64_t> guids;
   for (int i = 0; i < 2; i++) {
     INFO("device " << i);
     CHECK(std::string(ibv_get_device_name(list[i])) == "vrnic" + std::to_string(i));
     CHECK(ibv_get_device_index(list[i]) == i);
-    CHECK(be64toh(ibv_get_device_guid(list[i])) == 0x0276726e69630001ull + uint64_t(i));
+    const uint64_t guid = be64toh(ibv_get_device_guid(list[i]));
+    CHECK(guid >> 56 == 0x02);  // random, locally administered, one per device
+    guids.insert(guid);
     ibv_context *ctx = ibv_open_device(list[i]);
     REQUIRE(ctx);
     ibv_device_attr attr;
     REQUIRE(ibv_query_device(ctx, &attr) == 0);
-    CHECK(be64toh(attr.node_guid) == 0x0276726e69630001ull + uint64_t(i));
+    CHECK(be64toh(attr.node_guid) == guid);
     ibv_gid gid;
     REQUIRE(ibv_query_gid(ctx, 1, 0, &gid) == 0);
     char text[64];
@@ -308,6 +313,7 @@ TEST_CASE("several devices in one vrnicd: each listed, opened and addressed on i
     CHECK(ibv_dealloc_pd(pd) == 0);
     CHECK(ibv_close_device(ctx) == 0);
   }
+  CHECK(guids.size() == 2);
   CHECK(ibv_get_device_index(nullptr) == -1);
   // The daemon gone, a listed device fails to open with ENODEV, not a crash or a hang.
   CHECK(d.stop(SIGTERM) == 0);
@@ -462,14 +468,7 @@ TEST_CASE("event channels: pipes refused; a full, blocking CM channel never stal
   // An event vrnicd must post at once: a connect to a port nobody listens on is rejected.
   vrnic::ctl::CmCreateIdReq idreq{channel, 0x0106 /* RDMA_PS_TCP */, IBV_QPT_RC, 0, 77};
   REQUIRE(call(attacker.sock, Op::kCmCreateId, &idreq, sizeof(idreq), -1, &m) == 0);
-  vrnic::ctl::CmConnectReq conn{};
-  conn.id = m.as<vrnic::ctl::HandleResp>()->handle;
-  const uint8_t loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
-  std::memcpy(conn.dst.gid, loopback, 16);
-  std::memcpy(conn.src.gid, loopback, 16);
-  conn.dst.port = htons(1);
-  conn.p.qp_num = 0x123;
-  conn.p.retry_count = 1;
+  const vrnic::ctl::CmConnectReq conn = connect_to_nobody(m.as<vrnic::ctl::HandleResp>()->handle);
   vrnic::ctl::CmBindReq bind{conn.id, 0, {}};  // the wildcard address, a port vrnicd picks
   REQUIRE(call(attacker.sock, Op::kCmBind, &bind, sizeof(bind), -1, &m) == 0);
   CHECK(call(attacker.sock, Op::kCmConnect, &conn, sizeof(conn), -1, &m) == 0);

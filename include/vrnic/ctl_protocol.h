@@ -8,11 +8,12 @@
 #include <cstdint>
 
 #include "vrnic/counters.h"
+#include "vrnic/quotas.h"
 
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 6;
+inline constexpr uint32_t kProtocolVersion = 7;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -349,20 +350,12 @@ struct StatsResp {
   uint64_t wire_link_up;  // 1 up, 0 down (1 without a wire port)
   uint64_t qp_moves;      // QPs moved between workers (rebalancing and vrnicctl move)
   uint64_t workers;
-  // The asking user's account (control/quota.h): what it holds, what it may hold, and how
-  // many of its requests a quota refused.
+  // The asking user's account (control/quota.h), by vrnic/quotas.h's kinds: what it holds,
+  // what it may hold, and how many of its requests a quota refused.
   uint64_t user_uid;
-  uint64_t user_sessions;
-  uint64_t user_channels;
-  uint64_t user_mrs;
-  uint64_t user_qps;
-  uint64_t user_mr_bytes;
+  uint64_t user_used[kQuotaCount];
+  uint64_t user_limit[kQuotaCount];
   uint64_t user_quota_refusals;
-  uint64_t limit_sessions;
-  uint64_t limit_channels;
-  uint64_t limit_mrs;
-  uint64_t limit_qps;
-  uint64_t limit_mr_bytes;
   // rdma_cm (control/cm_service.h): ids, listening ids, CM connections (and SIDR requests)
   // open, and QP1's MADs.
   uint64_t cm_ids;

@@ -3,6 +3,7 @@
 // owner got and when, for the connection's whole life and its failures.
 #include <catch2/catch.hpp>
 #include <deque>
+#include <random>
 #include <functional>
 #include <map>
 #include <memory>
@@ -66,8 +67,13 @@ struct Wire {
   std::function<bool(const std::string &)> drop;
   std::function<void(const Seen &)> on_event;
   Timing timing;
-  Engine a{0x0276726e69630001ull, hooks('A'), timing, 11};
-  Engine b{0x0276726e69630002ull, hooks('B'), timing, 22};
+  Engine a{0x0276726e69630001ull, hooks('A'), timing, seeded(11)};
+  Engine b{0x0276726e69630002ull, hooks('B'), timing, seeded(22)};
+
+  // Communication IDs from a seeded generator: the same run every time.
+  static std::function<uint32_t()> seeded(uint32_t seed) {
+    return [rng = std::mt19937(seed)]() mutable { return uint32_t(rng()); };
+  }
 
   Engine::Hooks hooks(char self) {
     return {[this, self](const Gid &to, const Mad &m) {
@@ -458,4 +464,19 @@ TEST_CASE("CM: an owner that goes away leaves nothing behind", "[cm]") {
   CHECK(w.types('A').size() == events_before);
   CHECK(w.a.connections() == 0);
   CHECK(w.b.connections() == 0);
+}
+
+TEST_CASE("CM: communication IDs are random, not a walk one observed ID predicts", "[cm]") {
+  // vrnicd's engine (the default generator): a forged DREQ or REJ needs the victim's ID.
+  Engine e{0x0276726e69630001ull, {[](const Gid &, const Mad &) {}, [](const Event &) {}}};
+  std::vector<uint32_t> ids;
+  for (int i = 0; i < 4; i++) {
+    auto id = e.connect(kOwnerA, kGidB, connect_params(), 0);
+    REQUIRE(id.ok());
+    CHECK(*id != 0);
+    ids.push_back(*id);
+  }
+  // A constant step (the old walk) makes every difference equal; random IDs (one chance in
+  // 2^32 per pair) do not.
+  CHECK(!(ids[1] - ids[0] == ids[2] - ids[1] && ids[2] - ids[1] == ids[3] - ids[2]));
 }

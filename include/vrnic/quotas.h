@@ -1,0 +1,39 @@
+// What a user's quota account in vrnicd counts: one row per kind of thing a client can make
+// vrnicd hold for it, with the name that `vrnicd --limits` takes and `vrnicctl stats` prints
+// (user_<name>, limit_<name>) and its default limit. One table for vrnicd and vrnicctl.
+#pragma once
+
+#include <cstdint>
+
+namespace vrnic {
+
+enum class Quota : uint32_t {
+  kSessions,  // connections to vrnicd's socket (vrnicctl's too)
+  kChannels,  // completion channels and rdma_cm event channels: an fd each in vrnicd
+  kPds,
+  kMrs,
+  kMws,
+  kCqs,
+  kQps,
+  kSrqs,
+  kAhs,
+  kCmIds,     // rdma_cm ids, those a listener's requests make included
+  kMappings,  // vrnicd's mappings for the user: session page, CQ, QP and SRQ rings, MR pieces
+  kMrBytes,   // registered bytes, as RLIMIT_MEMLOCK counts pinned memory
+};
+inline constexpr uint32_t kQuotaCount = uint32_t(Quota::kMrBytes) + 1;
+
+struct QuotaKind {
+  const char *name;
+  uint64_t default_limit;  // 0 for mr_bytes: the machine's RAM
+};
+
+// vm.max_map_count is 65530 by default: the mappings default leaves vrnicd room for its own
+// and for other users' (the device-wide bound is in UserQuotas).
+inline constexpr QuotaKind kQuotaKinds[kQuotaCount] = {
+    {"sessions", 1024}, {"channels", 4096},   {"pds", 1u << 16},  {"mrs", 1u << 20},
+    {"mws", 1u << 20},  {"cqs", 1u << 16},    {"qps", 1u << 16},  {"srqs", 1u << 16},
+    {"ahs", 1u << 16},  {"cm_ids", 1u << 16}, {"mappings", 32768}, {"mr_bytes", 0},
+};
+
+}  // namespace vrnic
