@@ -22,11 +22,13 @@ source "$VRNIC_ROOT/tests/lib_asan.sh"
 vrnic_script_init hostile
 
 HOSTILE=$VRNIC_BUILD_DIR/tests/hostile
+QUOTA_FILL=$VRNIC_BUILD_DIR/tests/quota_fill
 FUZZ_TRAFFIC=$VRNIC_BUILD_DIR/tests/fuzz/fuzz_traffic
 ACCOUNT=vrnic-hostile-$$
 SHARE=/tmp/vrnic-hostile-$$  # what the account may read: its programs, the socket
 SOCK=$SHARE/run/vrnicd.sock
-LIMITS=sessions=32,channels=64,mrs=2000,qps=64,mr_bytes=1073741824
+LIMITS=sessions=32,channels=64,mrs=2000,qps=64,mr_bytes=1073741824,pds=100,cqs=100,srqs=50
+LIMITS+=,ahs=200,mws=200,cm_ids=300,mappings=2000
 D_PID='' D_LOG='' SRV='' CLI=''
 
 # as_attacker CMD...: CMD as the throw-away account (its own uid and group, no others),
@@ -36,6 +38,8 @@ as_attacker() {
     env VRNIC_SOCKET="$SOCK" LD_LIBRARY_PATH="$SHARE/provider" HOME=/ "$@"
 }
 A_HOSTILE=$SHARE/tests/hostile
+A_QUOTA_FILL=$SHARE/tests/quota_fill
+A_FORGE=$SHARE/tests/forge_udp_write.py
 A_VRNICCTL=$SHARE/control/vrnicctl
 A_VRNICD=$SHARE/control/vrnicd  # the checkout may be where the account cannot go (a 0700 home)
 
@@ -60,13 +64,14 @@ cleanup_account() {
 
 setup() {
   ((EUID == 0)) || { echo "the hostile group needs root (a second user, a root vrnicd)"; return 1; }
-  build_asan "$HOSTILE" "$FUZZ_TRAFFIC" || return 1
+  build_asan "$HOSTILE" "$QUOTA_FILL" "$FUZZ_TRAFFIC" || return 1
   echo "+ useradd --system --user-group --no-create-home $ACCOUNT"
   useradd --system --user-group --no-create-home --shell /usr/sbin/nologin "$ACCOUNT" || return 1
   vrnic_on_cleanup cleanup_account
   mkdir -p "$SHARE"/{run,tests,control,provider} && chmod 0755 "$SHARE" "$SHARE"/* || return 1
   cp -a "$VRNIC_PROVIDER_DIR"/libibverbs.so* "$SHARE/provider/" &&
-    cp "$HOSTILE" "$SHARE/tests/" &&
+    cp "$HOSTILE" "$QUOTA_FILL" "$VRNIC_ROOT"/tests/tools/{forge_udp_write,roce_pcap_check}.py \
+      "$SHARE/tests/" &&
     cp "$VRNICCTL" "$VRNICD" "$SHARE/control/" || return 1
 }
 
@@ -271,6 +276,66 @@ open_close() {
   ((before == after))
 }
 
+# fill_and_hold TAG CHECK CMD...: CMD (a quota_fill of the account's) runs until it prints
+# "full", then CHECK runs while it holds what it made (its output so far in FILL_OUT); then
+# CMD is let go and must exit 0.
+fill_and_hold() {
+  local tag=$1 check_fn=$2 out=$VRNIC_TMP/$1.out rc=0 hold
+  FILL_OUT=$out
+  shift 2
+  rm -f "$VRNIC_TMP/$tag.in" && mkfifo "$VRNIC_TMP/$tag.in" || return 1
+  "$@" <"$VRNIC_TMP/$tag.in" >"$out" 2>&1 &
+  local apid=$!
+  exec {hold}>"$VRNIC_TMP/$tag.in"
+  wait_for 60 "the account's $tag to be made" grep -q '^full$' "$out"
+  grep -q '^full$' "$out" || { echo "FAIL: $tag never filled"; rc=1; }
+  echo "account, holding: $(grep -v '^full$' "$out" | tr '\n' ' ')"
+  "$check_fn" || rc=1
+  echo go >&"$hold"
+  exec {hold}>&-
+  vrnic_wait_exit "$apid" 30
+  echo "account, after: $(tail -n +2 "$out" | grep -v '^full$' | tail -n 1)"
+  ((VRNIC_RC == 0)) || { echo "FAIL: $tag: $(_vrnic_status_word "$VRNIC_RC")"; rc=1; }
+  return "$rc"
+}
+
+# Round 2, rows 5, 7 and 9: quota_hold KIND QUOTA N: the account makes KIND until refused
+# (N made: its QUOTA; ENOMEM) and holds them while root makes one object of every kind and
+# vrnicd answers within a second; freed, they are given back (one more is made).
+quota_hold() {
+  HOLD_KEY=$2 HOLD_WANT=$3
+  fill_and_hold "fill-$1" while_full as_attacker timeout -k 5 120 "$A_QUOTA_FILL" fill "$1" "$SOCK"
+}
+while_full() {
+  local rc=0 used
+  grep -q "^made=$HOLD_WANT\$" "$FILL_OUT" || { echo "FAIL: want made=$HOLD_WANT (--limits $LIMITS)"; rc=1; }
+  grep -q '^refused_errno=ENOMEM$' "$FILL_OUT" || { echo "FAIL: not refused with ENOMEM"; rc=1; }
+  used=$(account_stat "user_$HOLD_KEY")
+  echo "account: user_$HOLD_KEY=$used limit_$HOLD_KEY=$(account_stat "limit_$HOLD_KEY")"
+  local root_rc=0
+  ms vrun timeout 20 "$QUOTA_FILL" one-of-each "$SOCK" >"$VRNIC_TMP/one-of-each.out" 2>&1 || root_rc=1
+  echo "root, meanwhile (${LAST_MS} ms): $(tr '\n' ' ' <"$VRNIC_TMP/one-of-each.out")"
+  ((root_rc == 0)) || { echo "FAIL: root could not make one of each"; rc=1; }
+  ms timeout 5 "$VRNICCTL" stats >/dev/null || { echo "FAIL: vrnicctl stats failed"; rc=1; }
+  ((LAST_MS < 1000)) || { echo "FAIL: vrnicctl stats took ${LAST_MS} ms"; rc=1; }
+  return "$rc"
+}
+
+# Round 2, row 6: a thousand connections that never speak hold no more of vrnicd's fds than
+# the account's session quota and the few past it waiting to be told ENOMEM (8).
+idle_connections() {
+  IDLE_BEFORE=$(ls "/proc/$D_PID/fd" | wc -l)
+  fill_and_hold idle idle_fds as_attacker timeout -k 5 60 "$A_QUOTA_FILL" idle "$SOCK" 1000
+}
+idle_fds() {
+  local during allowed
+  during=$(ls "/proc/$D_PID/fd" | wc -l)
+  allowed=$((32 + 8))
+  echo "vrnicd's fds: $IDLE_BEFORE before, $during with 1,000 idle connections (allowed: +$allowed)"
+  CHECK_NOTE="+$((during - IDLE_BEFORE)) fds for 1,000 idle connections"
+  ((during - IDLE_BEFORE <= allowed))
+}
+
 # Rows 11 and 14: work the client makes up in shared memory, while others are served.
 attack_with_probe() {
   as_attacker "$A_HOSTILE" "$@" >"$VRNIC_TMP/attack.out" 2>&1 &
@@ -282,27 +347,90 @@ attack_with_probe() {
   return "$rc"
 }
 
+# Round 2, row 12: forged rings in 24 of the account's sessions for 4 s (a user's share of a
+# look is one session's, however many it has): vrnicd answers within 1 s, and root's
+# ibv_rc_pingpong meanwhile passes, its data checked (-c); its latency is printed, not judged
+# (before: 8 ms an iteration with 169 sessions; now microseconds).
+doorbells_sessions() {
+  as_attacker "$A_HOSTILE" doorbells 4 24 >"$VRNIC_TMP/db24.out" 2>&1 &
+  local apid=$! rc=0 port
+  port=$(next_port)
+  sessions_open() { (($(account_stat user_sessions) >= 25)); }  # and vrnicctl's own
+  wait_for 10 "the account's 24 sessions" sessions_open
+  verbs_pair "db24-pingpong" "$port" ibv_rc_pingpong -d vrnic0 -g 0 -c -n 2000 || rc=1
+  echo "root's ibv_rc_pingpong meanwhile: $(grep -h 'usec/iter' "$CLIENT_LOG" | tail -n 1)"
+  CHECK_NOTE="root's pingpong: $(grep -ho '[0-9.]* usec/iter' "$CLIENT_LOG" | tail -n 1)"
+  probe_while "$apid" || rc=1
+  vrnic_wait_exit "$apid" 30
+  cat "$VRNIC_TMP/db24.out"
+  ((VRNIC_RC == 0)) || { echo "FAIL: hostile doorbells: $(_vrnic_status_word "$VRNIC_RC")"; rc=1; }
+  grep -q '^sessions=24$' "$VRNIC_TMP/db24.out" || { echo "FAIL: want 24 sessions forged"; rc=1; }
+  return "$rc"
+}
+
+# own_vrnicd asan|release DIR ARGS...: a vrnicd of that build for one check, its socket
+# DIR/vrnicd.sock (in VRNIC_SOCKET, which the caller makes local) and log DIR/vrnicd.log.
+own_vrnicd() {
+  local cmd=("$VRNICD")
+  [[ $1 == asan ]] && cmd=(env "${SANITIZER_ENV[@]}" "$ASAN_VRNICD")
+  mkdir -p "$2" || return 1
+  VRNIC_SOCKET=$2/vrnicd.sock
+  _vrnicd_spawn "$VRNIC_SOCKET" "$2/vrnicd.log" "${cmd[@]}" --socket "$VRNIC_SOCKET" "${@:3}"
+}
+# own_vrnicd_stop DIR: that vrnicd idle and stopped, and no sanitizer report in its log.
+own_vrnicd_stop() {
+  local rc=0
+  VRNIC_DAEMON_STOP_TIMEOUT=20 vrnicd_idle_and_stop || rc=1
+  if grep -qE "$SANITIZER_REPORT" "$1/vrnicd.log"; then
+    sanitizer_excerpt "$1/vrnicd.log"
+    rc=1
+  fi
+  return "$rc"
+}
+
 # Round 2, row 4: a vrnicd of two workers (of this build); the client's own QPs, one on each
 # worker, rung through the other worker's ring while its registrations park the workers (a
 # worker used to wait for a parked one: every worker and the control thread stopped for good).
 cross_worker_doorbells() {
-  local dir=$VRNIC_TMP/xdb-$1 cmd=("$VRNICD") rc=0
-  [[ $1 == asan ]] && cmd=(env "${SANITIZER_ENV[@]}" "$ASAN_VRNICD")
-  mkdir -p "$dir" || return 1
-  local -x VRNIC_SOCKET=$dir/vrnicd.sock
-  _vrnicd_spawn "$VRNIC_SOCKET" "$dir/vrnicd.log" "${cmd[@]}" --socket "$VRNIC_SOCKET" \
-    --workers 2 || return 1
+  local dir=$VRNIC_TMP/xdb-$1 rc=0
+  local -x VRNIC_SOCKET
+  own_vrnicd "$1" "$dir" --workers 2 || return 1
   "${VRUN[@]}" timeout -k 5 30 "$HOSTILE" doorbells-cross 3 >"$dir/attack.out" 2>&1 &
   local apid=$!
   probe_while "$apid" || rc=1
   vrnic_wait_exit "$apid" 40
   cat "$dir/attack.out"
   ((VRNIC_RC == 0)) || { echo "FAIL: hostile doorbells-cross: $(_vrnic_status_word "$VRNIC_RC")"; rc=1; }
-  VRNIC_DAEMON_STOP_TIMEOUT=20 vrnicd_idle_and_stop || rc=1
-  if grep -qE "$SANITIZER_REPORT" "$dir/vrnicd.log"; then
-    sanitizer_excerpt "$dir/vrnicd.log"
-    rc=1
-  fi
+  own_vrnicd_stop "$dir" || rc=1
+  return "$rc"
+}
+
+# Round 2, row 8: on a --udp vrnicd (of this build) root's victim connects over the loop port;
+# the account, with no access to vrnicd's socket, forges WRITEs into it from a UDP socket on
+# 127.0.0.1 (vrnicd's own address: the loop peer's). They reach the udp port whole (no ICRC
+# error) and are dropped there; nothing lands, the victim's connection carries on.
+udp_forgery() {
+  local dir=$VRNIC_TMP/forge-$1 rc=0
+  local -x VRNIC_SOCKET
+  FORGE_PORT=$(free_udp_port) && own_vrnicd "$1" "$dir" --udp 127.0.0.1 --udp-port "$FORGE_PORT" ||
+    return 1
+  with_victim "forge-$1" forge_attack || rc=1
+  own_vrnicd_stop "$dir" || rc=1
+  return "$rc"
+}
+forge_attack() {
+  local rx0 icrc0 drop0 rc=0
+  rx0=$(vrnic_stat wire_rx_packets) icrc0=$(vrnic_stat wire_rx_icrc_errors)
+  drop0=$(vrnic_stat packets_dropped)
+  echo "root's victim: QPN $V_QPN, expects PSN $V_PSN, rkey $V_RKEY at $V_ADDR"
+  as_attacker /usr/bin/python3 "$A_FORGE" --port "$FORGE_PORT" --qpn "$V_QPN" --psn "$V_PSN" \
+    --rkey "$V_RKEY" --addr "$V_ADDR" --count 16 || rc=1
+  wait_for 5 "vrnicd to take the 16 datagrams" stat_over wire_rx_packets $((rx0 + 15))
+  echo "vrnicd: wire_rx_packets +$(($(vrnic_stat wire_rx_packets) - rx0))," \
+    "wire_rx_icrc_errors +$(($(vrnic_stat wire_rx_icrc_errors) - icrc0))," \
+    "packets_dropped +$(($(vrnic_stat packets_dropped) - drop0))"
+  [[ $(vrnic_stat wire_rx_icrc_errors) == "$icrc0" ]] ||
+    { echo "FAIL: the forged packets were not whole (an ICRC error): the test proves nothing"; rc=1; }
   return "$rc"
 }
 
@@ -427,6 +555,8 @@ attacks() {
     attack_with_probe local-ops 3
   check "$k row 14: forged doorbell rings for 3 s: vrnicd answers within 1 s" \
     attack_with_probe doorbells 3
+  check "$k round 2, row 12: forged doorbells in 24 sessions: vrnicd answers, root's ping-pong runs" \
+    doorbells_sessions
   check "$k row 13: a daemon of another user is refused; a socket directory not our own is refused" squat
   check "$k quotas: QPs and MRs past the user's limits: ENOMEM; ibv_query_device reports the limits" \
     quota_objects
@@ -436,12 +566,27 @@ attacks() {
     attack_with_probe rereg-write
   check "$k round 2, row 13: an rdma_cm port below 1024 is refused (EACCES) to another user" \
     as_attacker "$A_HOSTILE" low-port "$SOCK"
+  check "$k round 2, row 5: rdma_cm event channels past the user's channel quota: ENOMEM; root unaffected" \
+    quota_hold cm-channels channels 64
+  check "$k round 2, row 6: 1,000 idle connections hold at most the session quota's fds (+8)" \
+    idle_connections
+  check "$k round 2, row 7: MRs of one-byte pieces on pages of their own: the mapping quota, ENOMEM" \
+    quota_hold mappings mappings 15
+  local kind
+  for kind in "pds pds 99" "cqs cqs 100" "srqs srqs 50" "ahs ahs 200" "mws mws 200" \
+    "cm-ids cm_ids 300"; do
+    # shellcheck disable=SC2086 # KIND QUOTA N
+    check "$k round 2, row 9: ${kind%% *} past the user's quota: ENOMEM, held; root makes its own" \
+      quota_hold $kind
+  done
   check "$k rows 4, 12: shrinking, growing or writing the shared regions is refused" regions
   check "$k row 7: 2,000 ibv_open_device/ibv_close_device cycles leave vrnicd's fd count unchanged" \
     open_close
   check "$k root's traffic verified throughout; no objects left; no sanitizer report; exit 0" finish
   check "$k round 2, row 4: doorbells through the other worker's ring while the workers park" \
     cross_worker_doorbells "$1"
+  check "$k round 2, row 8: WRITEs forged from 127.0.0.1 by a user without the socket: dropped" \
+    udp_forgery "$1"
   check "$k row 10: a client exits holding 1,000,000 MRs: linear teardown, stats within 1 s" \
     million_mrs "$1"
 }

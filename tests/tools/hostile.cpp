@@ -13,7 +13,8 @@
 //                            ibv_query_device reports (max_qp, max_mr, max_mr_size)
 //   sge-rewrite SECONDS      a SEND held back by RNR NAKs while we rewrite its WQE (num_sge
 //                            255, SGEs of garbage) before each retransmission (row 5)
-//   doorbells SECONDS        forges every cell of our doorbell rings, for SECONDS (row 14)
+//   doorbells SECONDS [N]    forges every cell of our doorbell rings, in N sessions of ours
+//                            (default 1), for SECONDS (row 14; N: issue 28, row 12)
 //   doorbells-cross SECONDS  (vrnicd with two workers) forges doorbells naming our own QPs,
 //                            one on each worker, into the rings of four sessions, registering memory
 //                            (every registration parks the workers) for SECONDS: each must
@@ -66,17 +67,13 @@
 #include <vector>
 
 #include "first_device.h"
+#include "raw_session.h"
 #include "vrnic/ctl_io.h"
 #include "vrnic/shm_layout.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-[[noreturn]] void die(const char *what) {
-  std::printf("setup_error=%s (%s)\n", what, std::strerror(errno));
-  std::exit(2);
-}
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -91,57 +88,6 @@ void wait_for_file(const std::string &path, int seconds) {
   for (int i = 0; i < seconds * 100 && !exists(path); i++) ::usleep(10000);
 }
 
-// --- the control protocol, spoken directly ------------------------------------------------
-
-struct RawSession {
-  int sock = -1;
-  uint32_t pd = 0;
-  int call(vrnic::ctl::Op op, const void *req, size_t len, void *resp, size_t resp_len,
-           const int *fds = nullptr, size_t nfds = 0) {
-    int err = vrnic::ctl::send_message(sock, op, 0, req, len, fds, nfds);
-    auto m = std::make_unique<vrnic::ctl::Message>();
-    if (!err) err = vrnic::ctl::recv_message(sock, m.get());
-    if (!err) err = m->header.status;
-    if (!err && resp_len) std::memcpy(resp, m->body, std::min<size_t>(resp_len, m->header.length));
-    m->close_fds();
-    return err;
-  }
-  // Hello and a PD: what registering memory needs.
-  int open(const char *path) {
-    sock = vrnic::ctl::connect_daemon(path);
-    if (sock < 0) return -sock;
-    int event_fds[2];
-    if (int err = vrnic::ctl::make_event_channel(event_fds)) return err;
-    vrnic::ctl::HelloReq hello{vrnic::ctl::kProtocolVersion, 0};
-    auto resp = std::make_unique<vrnic::ctl::HelloResp>();
-    int err = call(vrnic::ctl::Op::kHello, &hello, sizeof(hello), resp.get(), sizeof(*resp),
-                   &event_fds[1], 1);
-    ::close(event_fds[1]);
-    if (err) return err;
-    vrnic::ctl::HandleResp pdr{};
-    err = call(vrnic::ctl::Op::kAllocPd, nullptr, 0, &pdr, sizeof(pdr));
-    pd = pdr.handle;
-    return err;
-  }
-  // A raw session on `path` with an rdma_cm event channel; the channel's handle (dies on error).
-  uint32_t open_with_cm_channel(const char *path) {
-    if (int err = open(path)) {
-      errno = err;
-      die("raw session");
-    }
-    int event_fds[2];
-    if (vrnic::ctl::make_event_channel(event_fds)) die("event channel");
-    vrnic::ctl::CreateChannelReq req{};
-    vrnic::ctl::HandleResp ch{};
-    if (int err = call(vrnic::ctl::Op::kCmCreateChannel, &req, sizeof(req), &ch, sizeof(ch),
-                       &event_fds[1], 1)) {
-      errno = err;
-      die("CM channel");
-    }
-    ::close(event_fds[1]);
-    return ch.handle;
-  }
-};
 
 // Row 6: a client that never reads. vrnicd must stay responsive for others and drop it.
 int flood(const char *path, long n) {
@@ -457,8 +403,15 @@ ibv_mr *page_mr(ibv_pd *pd, size_t len, uint8_t fill, int access) {
 }
 
 // Row 14: our own doorbell rings, forged as fast as we can.
-int doorbells(double secs) {
+int doorbells(double secs, int sessions) {
   Loopback l = open_loopback();
+  // More sessions of ours: more rings to forge, but no more of the worker (issue 28, row 12).
+  int n = 0;
+  ibv_device **list = ibv_get_device_list(&n);
+  if (!list || n < 1) die("no device");
+  for (int i = 1; i < sessions; i++)
+    if (!ibv_open_device(list[0])) die("ibv_open_device");
+  ibv_free_device_list(list);
   std::vector<Region> rings = our_regions("vrnic-session");
   if (rings.empty()) die("no session region among our mappings");
   auto t = Clock::now();
@@ -475,7 +428,7 @@ int doorbells(double secs) {
       }
     }
   }
-  std::printf("ring_forgeries=%" PRIu64 "\n", writes);
+  std::printf("sessions=%zu\nring_forgeries=%" PRIu64 "\n", rings.size(), writes);
   // Our own QPs still answer to the control plane.
   ibv_qp_attr qa;
   ibv_qp_init_attr qi;
@@ -864,7 +817,8 @@ int main(int argc, char **argv) {
   if (cmd == "null-mrs" && argc == 3) return null_mrs(long(num(2)));
   if (cmd == "objects" && argc == 2) return objects();
   if (cmd == "sge-rewrite" && argc == 3) return sge_rewrite(std::atof(argv[2]));
-  if (cmd == "doorbells" && argc == 3) return doorbells(std::atof(argv[2]));
+  if (cmd == "doorbells" && (argc == 3 || argc == 4))
+    return doorbells(std::atof(argv[2]), argc == 4 ? int(num(3)) : 1);
   if (cmd == "doorbells-cross" && argc == 3) return doorbells_cross(std::atof(argv[2]));
   if (cmd == "local-ops" && argc == 3) return local_ops(std::atof(argv[2]));
   if (cmd == "victim" && argc == 2) return victim();
