@@ -10,7 +10,11 @@
 //   - a truthful request sequence: Hello, PD, CQ, QP, MR over a memfd, with random values;
 // with descriptors of every kind attached at random: pipe ends, a regular file, a socket,
 // an eventfd, /dev/null, memfds of wrong sizes (empty, one byte, sparse and huge), sealed
-// or not. Never SetFaults (an admin's right to break the device is by design).
+// or not. Never SetFaults (an admin's right to break the device is by design). And event
+// channels played against vrnicd (issue 28, rows 2 and 3): the fuzzer keeps the end it handed
+// over (the very file description vrnicd writes), changes its file status flags (O_NONBLOCK
+// off, O_APPEND, O_ASYNC), its send buffer and its shutdown state, fills it, and makes vrnicd
+// post to it (a connect rejected at once).
 //
 // Every message must get its reply, or the connection closed, within a second: a hang fails
 // the run. Prints key=value lines (messages, replies by status, connections closed by
@@ -19,6 +23,7 @@
 //   ctl_fuzz --socket PATH --seconds N [--seed S]
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -35,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "../tools/raw_session.h"
 #include "vrnic/ctl_io.h"
 
 namespace {
@@ -97,6 +103,7 @@ uint64_t edge_value() {
 
 struct Stats {
   uint64_t messages = 0, replies = 0, ok = 0, errors = 0, closed_by_vrnicd = 0, hangs = 0;
+  uint64_t channel_steps = 0, events_provoked = 0;  // channel_step: steps, connects made
   std::map<int, uint64_t> by_status;
 };
 
@@ -104,12 +111,18 @@ struct Conn {
   int sock = -1;
   bool hello = false;
   std::vector<uint32_t> handles{1, 2, 3};  // handles seen in replies, for later requests
+  // Event channel ends handed to vrnicd and kept (closed with the connection), and the
+  // rdma_cm channels among them.
+  std::vector<int> shared_ends;
+  std::vector<uint32_t> cm_channels;
 };
 
 // Sends one message; waits for its reply or the close. False when the connection is over.
 // fds: sent (and closed); random ones of every kind are added now and then.
+// got: the handle a successful reply carries, if any (else 0).
 bool exchange(Conn &c, Stats &st, uint16_t op, const void *body, size_t len, bool raw_header,
-              std::vector<int> fds = {}) {
+              std::vector<int> fds = {}, uint32_t *got = nullptr) {
+  if (got) *got = 0;
   size_t nfds = rnd(4) == 0 ? rnd(5) : 0;
   for (size_t i = 0; i < nfds; i++)
     if (int fd = random_fd(); fd >= 0) fds.push_back(fd);
@@ -146,6 +159,7 @@ bool exchange(Conn &c, Stats &st, uint16_t op, const void *body, size_t len, boo
       uint32_t h;
       std::memcpy(&h, m->body, 4);
       if (h && c.handles.size() < 64) c.handles.push_back(h);
+      if (got) *got = h;
     }
     if (op == uint16_t(Op::kHello)) c.hello = true;
   } else {
@@ -201,6 +215,73 @@ size_t plausible_body(const Conn &c, uint16_t op, uint8_t *body) {
   return len;
 }
 
+// What a client can do to a channel end it shares with vrnicd: the file status flags, the
+// socket's send buffer and shutdown state are those of vrnicd's end too.
+void mess_with(int fd) {
+  switch (rnd(5)) {
+    case 0: {
+      int flags = (rnd(2) ? O_NONBLOCK : 0) | (rnd(2) ? O_APPEND : 0) | (rnd(2) ? O_ASYNC : 0);
+      ::fcntl(fd, F_SETOWN, ::getpid());  // SIGIO, if any, is ours (ignored)
+      ::fcntl(fd, F_SETFL, flags);
+      break;
+    }
+    case 1: {
+      int bytes = rnd(2) ? 1 : 1 << 22;
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+      break;
+    }
+    case 2:
+      ::shutdown(fd, int(rnd(3)));  // SHUT_RD, SHUT_WR, SHUT_RDWR
+      break;
+    default: {  // full, then blocking: the trap a pipe was
+      ::fcntl(fd, F_SETFL, O_NONBLOCK);
+      vrnic::ctl::CmEventRecord filler{};
+      filler.event = 0xffff;
+      for (int i = 0; i < 100000 && vrnic::ctl::send_event(fd, &filler, sizeof(filler)); i++) {
+      }
+      ::fcntl(fd, F_SETFL, 0);
+    }
+  }
+}
+
+// One event channel step: a new channel (completion or rdma_cm) whose end we keep, or a
+// change to one we kept; then an event vrnicd must post at once, to a channel of ours: a
+// connect to a loopback port nobody listens on is rejected.
+void channel_step(Conn &c, Stats &st) {
+  st.channel_steps++;
+  if (c.shared_ends.empty() || rnd(4) == 0) {
+    int ev[2];
+    if (vrnic::ctl::make_event_channel(ev) != 0) return;
+    const int keep = ::dup(ev[1]);
+    const bool cm = !c.hello || rnd(2);
+    vrnic::ctl::CreateChannelReq req{};
+    uint32_t handle;
+    if (!exchange(c, st, uint16_t(cm ? Op::kCmCreateChannel : Op::kCreateChannel), &req,
+                  sizeof(req), false, {ev[1]}, &handle)) {
+      ::close(ev[0]);
+      ::close(keep);
+      return;
+    }
+    ::close(ev[0]);  // nobody reads: vrnicd's records have nowhere to go but a full buffer
+    c.shared_ends.push_back(keep);
+    if (cm && handle) c.cm_channels.push_back(handle);
+  } else {
+    mess_with(c.shared_ends[rnd(c.shared_ends.size())]);
+  }
+  if (c.cm_channels.empty()) return;
+  const uint32_t channel = c.cm_channels[rnd(c.cm_channels.size())];
+  vrnic::ctl::CmCreateIdReq idreq{channel, 0x0106 /* RDMA_PS_TCP */, 2 /* IBV_QPT_RC */, 0, 0};
+  uint32_t id;
+  if (!exchange(c, st, uint16_t(Op::kCmCreateId), &idreq, sizeof(idreq), false, {}, &id) || !id)
+    return;
+  vrnic::ctl::CmBindReq bind{id, 0, {}};
+  if (!exchange(c, st, uint16_t(Op::kCmBind), &bind, sizeof(bind), false)) return;
+  const vrnic::ctl::CmConnectReq conn = connect_to_nobody(id);
+  const uint64_t ok = st.ok;
+  if (exchange(c, st, uint16_t(Op::kCmConnect), &conn, sizeof(conn), false) && st.ok > ok)
+    st.events_provoked++;
+}
+
 void run_connection(const char *path, Stats &st) {
   Conn c;
   c.sock = vrnic::ctl::connect_daemon(path);
@@ -226,6 +307,10 @@ void run_connection(const char *path, Stats &st) {
   const uint64_t n = 1 + rnd(200);
   for (uint64_t i = 0; i < n; i++) {
     const uint64_t kind = rnd(10);
+    if (kind == 1) {
+      channel_step(c, st);
+      continue;
+    }
     if (kind == 0) {  // raw bytes, maybe not even a header
       size_t len = rnd(sizeof(body));
       for (size_t j = 0; j < len; j++) body[j] = uint8_t(rng());
@@ -245,6 +330,7 @@ void run_connection(const char *path, Stats &st) {
     if (!exchange(c, st, op, body, len, false)) break;
   }
   ::close(c.sock);  // objects left behind are vrnicd's to reclaim
+  for (int fd : c.shared_ends) ::close(fd);
 }
 
 }  // namespace
@@ -267,6 +353,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   rng.seed(seed);
+  ::signal(SIGIO, SIG_IGN);  // channel ends we set O_ASYNC on signal us
   Stats st;
   uint64_t connections = 0;
   auto t0 = Clock::now();
@@ -276,9 +363,9 @@ int main(int argc, char **argv) {
   }
   std::printf("seed=%" PRIu64 "\nconnections=%" PRIu64 "\nmessages=%" PRIu64 "\nreplies=%" PRIu64
               "\nreplies_ok=%" PRIu64 "\nreplies_error=%" PRIu64 "\nclosed_by_vrnicd=%" PRIu64
-              "\nhangs=%" PRIu64 "\n",
+              "\nhangs=%" PRIu64 "\nchannel_steps=%" PRIu64 "\nevents_provoked=%" PRIu64 "\n",
               seed, connections, st.messages, st.replies, st.ok, st.errors, st.closed_by_vrnicd,
-              st.hangs);
+              st.hangs, st.channel_steps, st.events_provoked);
   for (auto &[status, n] : st.by_status)
     std::printf("status_%s=%" PRIu64 "\n", status ? strerrorname_np(status) ?: "?" : "0", n);
   return st.hangs ? 1 : 0;
