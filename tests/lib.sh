@@ -27,6 +27,8 @@ VRNIC_BUILD_DIR=${VRNIC_BUILD_DIR:-$VRNIC_ROOT/build}
 VRNICD=$VRNIC_BUILD_DIR/control/vrnicd
 VRNICCTL=$VRNIC_BUILD_DIR/control/vrnicctl
 VRNIC_PROVIDER_DIR=$VRNIC_BUILD_DIR/provider
+# An LD_PRELOAD shim that runs $VRNIC_CM_GATE before each rdma_resolve_addr (tests/tools).
+CM_GATE_SO=$VRNIC_BUILD_DIR/tests/libcm_connect_gate.so
 export VRNIC_ROOT VRNIC_BUILD_DIR VRNICD VRNICCTL VRNIC_PROVIDER_DIR
 
 # Debian packages. Build: what meson needs plus the real verbs clients the demo runs.

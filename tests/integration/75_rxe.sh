@@ -293,7 +293,6 @@ cm_rxe() {
 # waits, through tests/tools/cm_connect_gate, until the VM's rdma_cm lists a listener on the
 # port: the first listener is gone by the client's second connect (the server destroys it
 # before the exchange the client waits for), so the one it sees is the second.
-CM_GATE_SO=$VRNIC_BUILD_DIR/tests/libcm_connect_gate.so
 # cm_gate_script PORT: a script that returns once the VM lists an rdma_cm listener on PORT
 # (30 s at most): a VM job, as rxe_run submits one, from a shell with none of our functions.
 cm_gate_script() {
