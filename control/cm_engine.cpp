@@ -84,7 +84,14 @@ void Engine::set_deadline(Conn &c, uint64_t deadline) {
 void Engine::forget(uint32_t id) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
+  const Conn &c = it->second;
   set_deadline(it->second, 0);
+  // Only the entries that are still this connection's (a newer one may have taken a key).
+  if (auto r = by_remote_id_.find({c.peer, c.remote_id}); r != by_remote_id_.end() && r->second == id)
+    by_remote_id_.erase(r);
+  if (auto q = by_remote_qp_.find({c.peer, c.remote_ca_guid, c.remote_qpn});
+      q != by_remote_qp_.end() && q->second == id)
+    by_remote_qp_.erase(q);
   conns_.erase(it);
 }
 
@@ -105,9 +112,23 @@ void Engine::send_rej_to(const Gid &to, uint64_t tid, uint32_t remote_id, uint8_
 }
 
 Engine::Conn *Engine::by_remote(const Gid &peer, uint32_t remote_id) {
-  for (auto &[id, c] : conns_)
-    if (c.remote_id == remote_id && c.peer == peer) return &c;
-  return nullptr;
+  auto it = by_remote_id_.find({peer, remote_id});
+  return it == by_remote_id_.end() ? nullptr : &conns_.at(it->second);
+}
+
+Engine::Conn *Engine::by_remote_qp(const Gid &peer, uint64_t ca_guid, uint32_t qpn) {
+  auto it = by_remote_qp_.find({peer, ca_guid, qpn});
+  return it == by_remote_qp_.end() ? nullptr : &conns_.at(it->second);
+}
+
+void Engine::learn_remote(Conn &c, uint32_t remote_id, uint64_t ca_guid, uint32_t qpn) {
+  c.remote_id = remote_id;
+  by_remote_id_[{c.peer, remote_id}] = c.local_id;
+  if (ca_guid || qpn) {
+    c.remote_ca_guid = ca_guid;
+    c.remote_qpn = qpn;
+    by_remote_qp_[{c.peer, ca_guid, qpn}] = c.local_id;
+  }
 }
 
 Engine::Conn *Engine::by_local(const Mad &mad, Field our_id_field) {

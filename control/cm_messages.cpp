@@ -71,11 +71,10 @@ void Engine::on_req(const Gid &from, const Mad &mad, uint64_t now) {
     return send_rej_to(from, mad.tid(), remote_id, 0, kRejInvalidTransportType);
   const uint64_t remote_guid = mad[req::kLocalCaGuid];
   const uint32_t remote_qpn = uint32_t(mad[req::kLocalQpn]);
-  for (auto &[id, c] : conns_) {
-    if (c.remote_ca_guid != remote_guid || c.remote_qpn != remote_qpn || c.peer != from) continue;
+  if (Conn *c = by_remote_qp(from, remote_guid, remote_qpn)) {
     // The peer's QP is connected to us already: that connection is stale (IBTA 12.9.8.3.1).
     send_rej_to(from, mad.tid(), remote_id, 0, kRejStaleConnection);
-    if (c.state == State::kEstablished) (void)disconnect(id, {}, now);
+    if (c->state == State::kEstablished) (void)disconnect(c->local_id, {}, now);
     return;
   }
   auto listener = listeners_.find(mad[req::kServiceId]);
@@ -85,9 +84,7 @@ void Engine::on_req(const Gid &from, const Mad &mad, uint64_t now) {
     return send_rej_to(from, mad.tid(), remote_id, 0, kRejNoResources);
   Conn &c = add(State::kReqReceived, listener->second, false, from);
   const uint32_t id = c.local_id;
-  c.remote_id = remote_id;
-  c.remote_ca_guid = remote_guid;
-  c.remote_qpn = remote_qpn;
+  learn_remote(c, remote_id, remote_guid, remote_qpn);
   c.service_id = mad[req::kServiceId];
   c.tid = mad.tid();
   c.received = mad;
@@ -156,9 +153,8 @@ void Engine::on_rep(const Gid &from, const Mad &mad, uint64_t) {
   }
   c->state = State::kRepReceived;
   set_deadline(*c, 0);
-  c->remote_id = uint32_t(mad[rep::kLocalCommId]);
-  c->remote_qpn = uint32_t(mad[rep::kLocalQpn]);
-  c->remote_ca_guid = mad[rep::kLocalCaGuid];
+  learn_remote(*c, uint32_t(mad[rep::kLocalCommId]), mad[rep::kLocalCaGuid],
+               uint32_t(mad[rep::kLocalQpn]));
   c->received = mad;
   emit({EventType::kRepReceived, c->local_id, c->owner, 0, false, from, &c->received});
 }
@@ -249,7 +245,7 @@ void Engine::on_sidr_req(const Gid &from, const Mad &mad, uint64_t) {
   }
   Conn &c = add(State::kSidrReqReceived, listener->second, false, from);
   const uint32_t id = c.local_id;
-  c.remote_id = request;
+  learn_remote(c, request);
   c.service_id = mad[sidr_req::kServiceId];
   c.tid = mad.tid();
   c.received = mad;

@@ -397,6 +397,28 @@ TEST_CASE("CM: a second REQ from a connected QP is a stale connection", "[cm]") 
   CHECK(rej->reason == kRejStaleConnection);
 }
 
+TEST_CASE("CM: among 2,000 connections, the stale one is the one from the same peer QP", "[cm]") {
+  Wire w;
+  listen_and_connect(w);
+  for (uint32_t i = 0; i < 2000; i++) {
+    ConnectParams p = connect_params();
+    p.qpn = 0x1000 + i;
+    REQUIRE(w.a.connect(kOwnerA, kGidB, p, w.now).ok());
+  }
+  w.run();
+  CHECK(w.types('B').size() == 4000);  // a request and an establishment each
+  w.on_event = nullptr;
+  w.log.clear();
+  ConnectParams again = connect_params();
+  again.qpn = 0x1000 + 1234;  // that QP is connected already
+  REQUIRE(w.a.connect(kOwnerA, kGidB, again, w.now).ok());
+  w.run(1);
+  CHECK(w.log == std::vector<std::string>{"A>B REQ", "B>A REJ", "B>A DREQ"});
+  const Seen *rej = w.last('A', EventType::kRejected);
+  REQUIRE(rej);
+  CHECK(rej->reason == kRejStaleConnection);
+}
+
 TEST_CASE("CM: SIDR resolves a UD service, or says there is none", "[cm]") {
   Wire w;
   REQUIRE(w.b.listen(kService, kOwnerB).ok());
