@@ -101,12 +101,19 @@ void Engine::enter_timewait(Conn &c, uint64_t now) {
 }
 
 void Engine::send_rej_to(const Gid &to, uint64_t tid, uint32_t remote_id, uint8_t msg_rejected,
-                         uint16_t reason) {
+                         uint16_t reason, uint32_t local_id) {
   Mad rej;
   rej.init(Attr::kRej, tid);
+  rej.put(rej::kLocalCommId, local_id);
   rej.put(rej::kRemoteCommId, remote_id);
   rej.put(rej::kMessageRejected, msg_rejected);
   rej.put(rej::kReason, reason);
+  if (reason == kRejTimeout) {  // IBTA: the ARI of a "timeout" REJ is the sender's CA GUID
+    uint8_t guid[8];
+    for (int i = 0; i < 8; i++) guid[i] = uint8_t(ca_guid_ >> (56 - 8 * i));
+    rej.put(rej::kRejectedInfoLength, sizeof(guid));
+    rej.put(rej::kAri, guid, sizeof(guid));
+  }
   counters_.sent++;
   hooks_.send(to, rej);
 }
@@ -288,16 +295,17 @@ void Engine::abandon(uint32_t conn, uint64_t now) {
   switch (c.state) {
     case State::kReqSent:
     case State::kMraReceived:
-      // As Linux: the REQ is withdrawn with REJ "timeout".
-      send_rej_to(c.peer, c.last_sent.tid(), 0, 0, kRejTimeout);
+      // As Linux: the REQ is withdrawn with REJ "timeout", naming our ID (the peer, holding
+      // the REQ, knows us by it) and the message as "other", as ib_cm's cm_format_rej does.
+      send_rej_to(c.peer, c.last_sent.tid(), 0, 2, kRejTimeout, c.local_id);
       return forget(conn);
     case State::kRepReceived:
-      send_rej_to(c.peer, c.received.tid(), c.remote_id, 1, kRejConsumerDefined);
+      send_rej_to(c.peer, c.received.tid(), c.remote_id, 1, kRejConsumerDefined, c.local_id);
       return forget(conn);
     case State::kReqReceived:
     case State::kRepSent:
       send_rej_to(c.peer, c.tid, c.remote_id, c.state == State::kReqReceived ? 0 : 2,
-                  kRejConsumerDefined);
+                  kRejConsumerDefined, c.local_id);
       return forget(conn);
     case State::kEstablished:
     case State::kDreqReceived:

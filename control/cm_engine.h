@@ -198,8 +198,9 @@ class Engine {
   }
   void forget(uint32_t id);
   void enter_timewait(Conn &c, uint64_t now);
+  // local_id: ours, when the REJ ends a connection of ours the peer may know of (0: none).
   void send_rej_to(const Gid &to, uint64_t tid, uint32_t remote_id, uint8_t msg_rejected,
-                   uint16_t reason);
+                   uint16_t reason, uint32_t local_id = 0);
   Conn *by_remote(const Gid &peer, uint32_t remote_id);
   // The connection whose peer QP (CA GUID and QPN, at that address) is this one, if any.
   Conn *by_remote_qp(const Gid &peer, uint64_t ca_guid, uint32_t qpn);

@@ -113,6 +113,12 @@ void Engine::on_mra(const Gid &from, const Mad &mad, uint64_t now) {
 
 void Engine::on_rej(const Gid &from, const Mad &mad) {
   Conn *c = by_local(mad, rej::kRemoteCommId);
+  // A REQ withdrawn by its sender, who may never have learnt our ID: the request we hold is
+  // found by the sender's (else it waited for an answer nobody would take, for ever).
+  if (!c && mad[rej::kRemoteCommId] == 0) {
+    c = by_remote(from, uint32_t(mad[rej::kLocalCommId]));
+    if (c && c->state != State::kReqReceived) c = nullptr;
+  }
   if (!c || c->peer != from) {
     counters_.dropped++;
     return;
@@ -122,6 +128,7 @@ void Engine::on_rej(const Gid &from, const Mad &mad) {
     case State::kMraReceived:
     case State::kRepReceived:
     case State::kRepSent:
+    case State::kReqReceived:  // withdrawn before the owner answered
       break;
     default:
       counters_.dropped++;

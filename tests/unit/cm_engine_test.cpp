@@ -419,6 +419,26 @@ TEST_CASE("CM: among 2,000 connections, the stale one is the one from the same p
   CHECK(rej->reason == kRejStaleConnection);
 }
 
+TEST_CASE("CM: a REQ withdrawn before the listener answers ends the request there", "[cm]") {
+  Wire w;
+  REQUIRE(w.b.listen(kService, kOwnerB).ok());  // B's owner never answers
+  auto id = w.a.connect(kOwnerA, kGidB, connect_params(), 0);
+  REQUIRE(id.ok());
+  w.run(1);  // the REQ is delivered; nothing is due yet
+  const Seen *req = w.last('B', EventType::kReqReceived);
+  REQUIRE(req);
+  const uint32_t request = req->conn;  // (events grows: no pointer into it kept)
+  w.a.abandon(*id, w.now);  // rdma_destroy_id on the connecting side
+  w.run(1);
+  CHECK(w.log == std::vector<std::string>{"A>B REQ", "A>B REJ"});
+  const Seen *rej = w.last('B', EventType::kRejected);
+  REQUIRE(rej);  // B's request is over: its owner hears so, and B holds nothing
+  CHECK(rej->conn == request);
+  CHECK(rej->reason == kRejTimeout);
+  CHECK(rej->mad[rej::kLocalCommId] == *id);
+  CHECK(!w.b.accept(request, accept_params(), w.now).ok());
+}
+
 TEST_CASE("CM: SIDR resolves a UD service, or says there is none", "[cm]") {
   Wire w;
   REQUIRE(w.b.listen(kService, kOwnerB).ok());
