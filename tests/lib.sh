@@ -113,6 +113,22 @@ wait_for() {
   done
 }
 
+# vrnicd_fds PID: that vrnicd's fd count once it holds still (two counts 100 ms apart agree,
+# 5 s at most): the connection of a vrnicctl call just made (a readiness probe's, say) is
+# closed on vrnicd's side only when its loop sees the end, and a count before that is one
+# more (the lifecycle group's fd check lost a fresh-machine run that way: 11 before, 10 after).
+vrnicd_fds() {
+  local a b i
+  b=$(find "/proc/$1/fd" -mindepth 1 | wc -l)
+  for ((i = 0; i < 50; i++)); do
+    a=$b
+    sleep 0.1
+    b=$(find "/proc/$1/fd" -mindepth 1 | wc -l)
+    ((a == b)) && break
+  done
+  echo "$b"
+}
+
 # stat_over KEY N [SOCKET]: the vrnicd counter KEY is above N.
 stat_over() {
   local v

@@ -100,10 +100,10 @@ open_close_fds() {
   local before after
   # shellcheck disable=SC2119 # the default vrnicd
   ensure_vrnicd || return 1
-  before=$(find "/proc/$VRNICD_PID/fd" -mindepth 1 | wc -l)
+  before=$(vrnicd_fds "$VRNICD_PID")
   vrnic_fg "${VRUN[@]}" timeout -k 5 120 "$VRNIC_BUILD_DIR/tests/open_close" 10000 || return 1
   wait_objects_zero 10 || return 1
-  after=$(find "/proc/$VRNICD_PID/fd" -mindepth 1 | wc -l)
+  after=$(vrnicd_fds "$VRNICD_PID")
   echo "vrnicd's open fds: $before before, $after after"
   ((after == before)) || { echo "FAIL: vrnicd leaked $((after - before)) fds"; return 1; }
   CHECK_NOTE="$before fds before and after"

@@ -265,7 +265,7 @@ regions() {
 # Row 7: open and close, and vrnicd's descriptors stay as they were.
 open_close() {
   local before after
-  before=$(ls "/proc/$D_PID/fd" | wc -l)
+  before=$(vrnicd_fds "$D_PID")
   vrun timeout 120 "$VRNIC_BUILD_DIR/tests/open_close" 2000 || return 1
   # vrnicd closes a session's descriptors when it sees the connection end
   fds_back() { (($(ls "/proc/$D_PID/fd" | wc -l) == before)); }
@@ -324,7 +324,7 @@ while_full() {
 # Round 2, row 6: a thousand connections that never speak hold no more of vrnicd's fds than
 # the account's session quota and the few past it waiting to be told ENOMEM (8).
 idle_connections() {
-  IDLE_BEFORE=$(ls "/proc/$D_PID/fd" | wc -l)
+  IDLE_BEFORE=$(vrnicd_fds "$D_PID")
   fill_and_hold idle idle_fds as_attacker timeout -k 5 60 "$A_QUOTA_FILL" idle "$SOCK" 1000
 }
 idle_fds() {
