@@ -130,6 +130,10 @@ class Engine {
   }
   // The owner is gone: whatever the state needs (REJ, DREQ, DREP), then forgotten.
   void abandon(uint32_t conn, uint64_t now);
+  // A request (REQ or SIDR_REQ) its listener has no room for: forgotten without an answer,
+  // as ib_cm does when the listener's backlog is full, so that the sender's next try of the
+  // same request may find room.
+  void drop_request(uint32_t conn) { forget(conn); }
 
   // UD: a SIDR_REQ and its answer.
   absl::StatusOr<uint32_t> sidr_request(uint64_t owner, const Gid &peer, uint64_t service_id,

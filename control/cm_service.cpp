@@ -26,6 +26,8 @@ constexpr uint16_t kEphemeralFirst = 32768, kEphemeralLast = 60999;
 constexpr size_t kReqUserData = cm::req::kPrivateData.len - cm::kIpHeaderBytes;
 constexpr size_t kSidrUserData = cm::sidr_req::kPrivateData.len - cm::kIpHeaderBytes;
 constexpr uint32_t kRdmaUdpQkey = 0x01234567;  // RDMA_UDP_QKEY
+// A listen backlog of 0, or of more than this, is this (ucma's max_backlog default).
+constexpr uint32_t kMaxBacklog = 1024;
 
 // The header carries IPv4 addresses in the last 4 of 16 bytes, the rest zero (not ::ffff).
 void to_header_address(const uint8_t gid[16], uint8_t out[16]) {
@@ -182,6 +184,7 @@ void CmService::drop_id(uint32_t handle) {
     engine_->abandon(id.conn, now_);
   }
   unbind(id);
+  mark_fetched(id);
   quotas_.release(id.uid, Quota::kCmIds);
   ids_.erase(it);
 }
@@ -231,6 +234,8 @@ int CmService::bind(Session &s, const ctl::CmBindReq &req, ctl::CmBindResp &resp
 int CmService::listen(Session &s, const ctl::CmListenReq &req) {
   Id *id = owned(s, req.id);
   if (!id || !id->bound || id->conn) return EINVAL;
+  // As ucma's: a backlog of 0 or past the maximum is the maximum; listening again sets it.
+  id->backlog = req.backlog > 0 && req.backlog < kMaxBacklog ? req.backlog : kMaxBacklog;
   if (id->listening) return 0;
   absl::Status st = engine_->listen(cm::service_id(id->port_space, id->local.port), req.id);
   if (!st.ok()) return errno_of(st);
@@ -357,7 +362,15 @@ int CmService::migrate(Session &s, const ctl::CmMigrateReq &req) {
   if (!id || ch == channels_.end() || ch->second->session != s.id) return EINVAL;
   id->channel = req.channel;
   if (req.cookie) id->cookie = req.cookie;
+  mark_fetched(*id);  // the library names a request's id as it hands its event out
   return 0;
+}
+
+void CmService::mark_fetched(Id &id) {
+  if (id.fetched) return;
+  id.fetched = true;
+  auto listener = ids_.find(id.listen_id);
+  if (listener != ids_.end() && listener->second.unfetched) listener->second.unfetched--;
 }
 
 void CmService::stats(ctl::StatsResp &resp) const {
@@ -423,6 +436,13 @@ void CmService::on_request(Id &listener, uint32_t listen_handle, const cm::Event
     refuse(cm::kRejConsumerDefined);
     return;
   }
+  if (listener.unfetched >= listener.backlog) {
+    // Its backlog is full of requests the application has not fetched: as ucma's full
+    // backlog, no answer (the sender tries again), and nothing kept (issue 28, row 10: a
+    // flood of REQs filled one table for every user).
+    engine_->drop_request(e.conn);
+    return;
+  }
   uint32_t handle;
   Id *made = new_id(listener.session, listener.uid, &handle);
   if (!made) {  // the listener's user holds all the ids it may: as a full accept queue
@@ -434,6 +454,8 @@ void CmService::on_request(Id &listener, uint32_t listen_handle, const cm::Event
   id.port_space = listener.port_space;
   id.qp_type = listener.qp_type;
   id.listen_id = listen_handle;
+  id.fetched = false;
+  listener.unfetched++;
   id.conn = e.conn;
   id.local.port = listener.local.port;
   id.peer.port = h.src_port;

@@ -84,6 +84,11 @@ class CmService {
     bool listening = false;
     uint32_t conn = 0;       // the engine's connection (or SIDR request), 0 for none
     uint32_t listen_id = 0;  // an id made for a REQ: its listener
+    // A listener's backlog, as ucma's: how many of its requests may wait with their
+    // CONNECT_REQUEST not yet fetched by the application (unfetched counts them; the
+    // library's kCmMigrate, made as it hands the event out, is the fetch).
+    uint32_t backlog = 0, unfetched = 0;
+    bool fetched = true;  // an id made for a REQ: its event was handed out
   };
 
   Id *owned(Session &s, uint32_t handle);
@@ -95,6 +100,9 @@ class CmService {
   void on_request(Id &listener, uint32_t listen_handle, const cm::Event &e);
   ctl::CmEventRecord record(uint32_t event, uint32_t handle, const Id &id) const;
   void unbind(Id &id);
+  // The request id's CONNECT_REQUEST was handed out (or will never be): its listener's
+  // backlog gets the place back.
+  void mark_fetched(Id &id);
   void drop_id(uint32_t handle);
   int step_qp(Session &s, const ctl::CmQpSteps &steps);
   // The QP of steps to ERR: the CM message after its transitions could not go (as rdma-core's

@@ -367,6 +367,13 @@ destroy_waits_for_acks() {
   vrnic_fg "${CM_RUN[@]}" timeout 20 "$VRNIC_BUILD_DIR/tests/cm_destroy_wait" "$(next_port)"
 }
 
+# rdma_listen's backlog counts the requests whose CONNECT_REQUEST the application has not
+# fetched, as ucma's; past it a request gets no answer and is sent again (tests/tools/cm_backlog).
+listen_backlog() {
+  ensure_vrnicd || return 1
+  vrnic_fg "${CM_RUN[@]}" timeout 60 "$VRNIC_BUILD_DIR/tests/cm_backlog" "$(next_port)"
+}
+
 # The retry counts each side's QP gets, as ib_cm sets them (tests/tools/cm_retry_counts).
 retry_counts() {
   ensure_vrnicd || return 1
@@ -539,6 +546,8 @@ check "rdma_destroy_id waits until the id's events are acknowledged (as rdma-cor
   destroy_waits_for_acks
 check "QP retry counts as ib_cm sets them: the passive side's from the REQ, not its accept's" \
   retry_counts
+check "rdma_listen's backlog: requests not yet fetched past it get no answer, then come again" \
+  listen_backlog
 for t in "ib_write_bw -n 1000" "ib_read_bw -n 1000" "ib_send_bw -n 1000" "ib_send_bw -c UD -n 1000" \
   "ib_write_lat -n 1000"; do
   read -ra cmd <<<"$t"
