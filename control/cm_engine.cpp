@@ -4,6 +4,7 @@
 // received are cm_messages.cpp's.
 #include "cm_engine.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -377,9 +378,22 @@ void Engine::expire(Conn &c, uint64_t now) {
     enter_timewait(c, now);
     return emit({EventType::kDisconnected, c.local_id, c.owner, 0, true, c.peer, nullptr});
   }
+  // A request the owner never answered: its sender has stopped waiting. It hears so, in
+  // case it has not (as an abandoned one would), and the owner's request is over.
+  if (c.state == State::kReqReceived)
+    send_rej_to(c.peer, c.tid, c.remote_id, 0, kRejTimeout, c.local_id);
   Conn gone = c;
   forget(gone.local_id);
   emit({EventType::kUnreachable, gone.local_id, gone.owner, 0, true, gone.peer, nullptr});
+}
+
+uint64_t Engine::sender_patience(uint8_t response_timeout, uint8_t retries) const {
+  // Each try waits the response timeout, or the service timeout of the MRA we send once,
+  // whichever is longer, plus the way there and back.
+  const uint64_t try_ns = std::max(Timing::ns(response_timeout & 31),
+                                   Timing::ns(timing_.cm_response_timeout)) +
+                          2 * Timing::ns(timing_.packet_life_time);
+  return std::min(kMaxPendingNs, (uint64_t(retries & 15) + 1) * try_ns);  // no overflow: < 2^48
 }
 
 void Engine::tick(uint64_t now) {

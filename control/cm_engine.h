@@ -98,8 +98,12 @@ class Engine {
     uint64_t duplicates = 0;
   };
 
-  // More connections than this (a flood of REQs) are refused with REJ "no resources".
-  static constexpr size_t kMaxConnections = 1u << 16;
+  // A device-wide bound, behind the per-user cm_ids quota and each listener's backlog (which
+  // are what a flood of connects or REQs meets first): past it REJ "no resources".
+  static constexpr size_t kMaxConnections = 1u << 20;
+  // A request nobody answers is given up this long after it came, at the most: by then its
+  // sender has stopped waiting (sender_patience), however long its REQ says it waits.
+  static constexpr uint64_t kMaxPendingNs = 600'000'000'000;
 
   // random: where communication IDs come from (default: arc4random, which no number of
   // observed IDs predicts; tests give a seeded one).
@@ -224,6 +228,9 @@ class Engine {
   void on_sidr_req(const Gid &from, const Mad &mad, uint64_t now);
   void on_sidr_rep(const Gid &from, const Mad &mad);
   void expire(Conn &c, uint64_t now);
+  // How long a sender whose REQ says `response_timeout` and `retries` keeps asking, our MRA
+  // included: a request we hold unanswered past that is answered by nobody.
+  uint64_t sender_patience(uint8_t response_timeout, uint8_t retries) const;
 
   uint64_t ca_guid_;
   Hooks hooks_;

@@ -88,6 +88,10 @@ void Engine::on_req(const Gid &from, const Mad &mad, uint64_t now) {
   c.service_id = mad[req::kServiceId];
   c.tid = mad.tid();
   c.received = mad;
+  // Kept only while its sender may still take an answer (issue 28, row 10: a request whose
+  // sender vanished without a REJ waited for ever).
+  set_deadline(c, now + sender_patience(uint8_t(mad[req::kRemoteCmResponseTimeout]),
+                                        uint8_t(mad[req::kMaxCmRetries])));
   emit({EventType::kReqReceived, id, c.owner, 0, false, from, &c.received});
 }
 
@@ -233,7 +237,7 @@ void Engine::on_drep(const Gid &from, const Mad &mad, uint64_t now) {
   emit({EventType::kDisconnected, c->local_id, c->owner, 0, false, from, &mad});
 }
 
-void Engine::on_sidr_req(const Gid &from, const Mad &mad, uint64_t) {
+void Engine::on_sidr_req(const Gid &from, const Mad &mad, uint64_t now) {
   const uint32_t request = uint32_t(mad[sidr_req::kRequestId]);
   if (by_remote(from, request)) {
     counters_.duplicates++;
@@ -256,6 +260,8 @@ void Engine::on_sidr_req(const Gid &from, const Mad &mad, uint64_t) {
   c.service_id = mad[sidr_req::kServiceId];
   c.tid = mad.tid();
   c.received = mad;
+  // A SIDR_REQ says nothing of its sender's timers: ours, as our own requests use them.
+  set_deadline(c, now + sender_patience(timing_.cm_response_timeout, timing_.max_cm_retries));
   emit({EventType::kSidrReqReceived, id, c.owner, 0, false, from, &c.received});
 }
 

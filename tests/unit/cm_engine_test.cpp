@@ -439,6 +439,47 @@ TEST_CASE("CM: a REQ withdrawn before the listener answers ends the request ther
   CHECK(!w.b.accept(request, accept_params(), w.now).ok());
 }
 
+TEST_CASE("CM: a request nobody answers ends when its sender has stopped waiting", "[cm]") {
+  Wire w;
+  REQUIRE(w.b.listen(kService, kOwnerB).ok());  // B's owner never answers
+  REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
+  w.run();
+  // A asks 16 times (once more after B's MRA), then gives up; B's request outlives that by
+  // no more than the time its REQ took to come: then B says so to A, and holds nothing.
+  const Seen *gave_up = w.last('A', EventType::kUnreachable);
+  const Seen *over = w.last('B', EventType::kUnreachable);
+  REQUIRE(gave_up);
+  REQUIRE(over);
+  CHECK(over->at == 16 * req_wait(w.timing));  // the REQ came at 0
+  CHECK(gave_up->at <= over->at);
+  CHECK(w.log.back() == "B>A REJ");
+  CHECK(w.b.connections() == 0);
+  CHECK(w.b.next_deadline() == 0);
+  CHECK(!w.b.accept(over->conn, accept_params(), w.now).ok());
+}
+
+TEST_CASE("CM: how long an unanswered request is kept follows what its REQ says", "[cm]") {
+  auto kept_for = [](uint8_t response_timeout, uint8_t retries) {
+    Wire w;
+    REQUIRE(w.b.listen(kService, kOwnerB).ok());
+    REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
+    REQUIRE(w.in_flight.size() == 1);
+    Mad req = w.in_flight.front().second;  // A's REQ, rewritten as another sender's
+    w.in_flight.clear();
+    req.put(req::kRemoteCmResponseTimeout, response_timeout);
+    req.put(req::kMaxCmRetries, retries);
+    w.b.receive(kGidA, req, 0);
+    REQUIRE(w.b.connections() == 1);
+    return w.b.next_deadline();
+  };
+  const Timing t;
+  // One try, at least as long as the MRA B would send asks for.
+  CHECK(kept_for(8, 0) == req_wait(t));
+  CHECK(kept_for(22, 3) == 4 * (Timing::ns(22) + 2 * Timing::ns(t.packet_life_time)));
+  // A REQ that says it waits for hours is given up after ten minutes all the same.
+  CHECK(kept_for(31, 15) == Engine::kMaxPendingNs);
+}
+
 TEST_CASE("CM: SIDR resolves a UD service, or says there is none", "[cm]") {
   Wire w;
   REQUIRE(w.b.listen(kService, kOwnerB).ok());
