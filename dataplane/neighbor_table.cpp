@@ -2,10 +2,63 @@
 // (neighbor_table.h).
 #include "neighbor_table.h"
 
+#include <algorithm>
+#include <iterator>
+#include <vector>
+
 namespace vrnic {
 
+NeighborTable::Entry &NeighborTable::entry(IpKey ip, uint64_t now, bool asked) {
+  auto it = entries_.find(ip);
+  if (it == entries_.end()) {
+    if (entries_.size() >= kMaxEntries) make_room();
+    it = entries_.try_emplace(ip).first;
+    if (!asked) {
+      it->second.heard_seq = next_heard_seq_++;
+      unasked_.push_back({ip, it->second.heard_seq});
+      unasked_count_++;
+    }
+  }
+  Entry &e = it->second;
+  if (asked && !e.asked) {
+    e.asked = true;
+    if (e.heard_seq) unasked_count_--;
+    e.heard_seq = 0;
+  }
+  e.used_ns = now;
+  // The oldest peers only heard from go first; entries asked for since are skipped.
+  while (unasked_count_ > kMaxUnasked && !unasked_.empty()) {
+    auto [old_ip, seq] = unasked_.front();
+    unasked_.pop_front();
+    auto old = entries_.find(old_ip);
+    if (old == entries_.end() || old->second.heard_seq != seq || old_ip == ip) continue;
+    entries_.erase(old);
+    unasked_count_--;
+    version_.fetch_add(1, std::memory_order_release);
+  }
+  return e;
+}
+
+void NeighborTable::make_room() {
+  std::vector<uint64_t> used;
+  used.reserve(entries_.size());
+  for (const auto &[ip, e] : entries_) used.push_back(e.used_ns);
+  auto quarter = used.begin() + used.size() / 4;
+  std::nth_element(used.begin(), quarter, used.end());
+  const uint64_t cutoff = *quarter;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    auto next = std::next(it);
+    if (it->second.used_ns <= cutoff) {
+      if (it->second.heard_seq) unasked_count_--;
+      entries_.erase(it);
+    }
+    it = next;
+  }
+  version_.fetch_add(1, std::memory_order_release);
+}
+
 NeighborTable::Answer NeighborTable::lookup(IpKey ip, uint64_t now) {
-  Entry &e = entries_[ip];
+  Entry &e = entry(ip, now, true);
   bool fresh = e.known && now - e.confirmed_ns < timing_.reachable_ns;
   if (fresh) return {State::kReachable, &e.mac, false, e.confirmed_ns + timing_.reachable_ns};
   bool send = !e.requested || now - e.requested_ns >= timing_.retry_ns;
@@ -24,7 +77,7 @@ NeighborTable::Answer NeighborTable::lookup(IpKey ip, uint64_t now) {
 }
 
 bool NeighborTable::prime(IpKey ip, uint64_t now) {
-  Entry &e = entries_[ip];
+  Entry &e = entry(ip, now, true);
   if (e.known && now - e.confirmed_ns < timing_.reachable_ns) return false;
   if (e.requested && now - e.requested_ns < timing_.retry_ns) return false;
   e.requested = true;
@@ -33,7 +86,7 @@ bool NeighborTable::prime(IpKey ip, uint64_t now) {
 }
 
 void NeighborTable::learn(IpKey ip, const MacAddress &mac, uint64_t now) {
-  Entry &e = entries_[ip];
+  Entry &e = entry(ip, now, false);
   e.mac = mac;
   e.known = true;
   e.confirmed_ns = now;

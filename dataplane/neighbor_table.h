@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/numeric/int128.h"
@@ -26,6 +28,13 @@ inline IpKey ip_key(const uint8_t gid[16]) {
 
 class NeighborTable {
  public:
+  // Bounds: a flood of ARP requests or solicitations to us from made-up addresses must not
+  // grow the table without end (issue 28). Peers we never asked about (their message taught
+  // us) are kept up to kMaxUnasked, the oldest forgotten first; the whole table up to
+  // kMaxEntries, the least recently used quarter forgotten when it is full (a forgotten peer
+  // is asked about again when traffic wants it).
+  static constexpr size_t kMaxUnasked = 1024;
+  static constexpr size_t kMaxEntries = 16384;
   struct Timing {
     uint64_t reachable_ns = 30'000'000'000;  // an answer is trusted this long
     uint64_t retry_ns = 100'000'000;         // between requests for one peer
@@ -69,9 +78,18 @@ class NeighborTable {
     bool waiting = false;           // requests went out unanswered ...
     uint64_t unanswered_since = 0;  // ... since this time
     uint64_t confirmed_ns = 0;      // last answer
+    bool asked = false;             // the device wants it (lookup, prime), not only heard it
+    uint64_t used_ns = 0;           // last looked up, primed or learnt
+    uint64_t heard_seq = 0;         // its place in unasked_ while not asked
   };
+  // The entry for ip, made if there is none (within the bounds); `asked`: the device wants it.
+  Entry &entry(IpKey ip, uint64_t now, bool asked);
+  void make_room();
   Timing timing_;
   absl::flat_hash_map<IpKey, Entry> entries_;
+  std::deque<std::pair<IpKey, uint64_t>> unasked_;  // (ip, heard_seq), oldest first
+  size_t unasked_count_ = 0;  // entries not asked (unasked_ also holds ones asked since)
+  uint64_t next_heard_seq_ = 1;
   std::atomic<uint64_t> version_{0};
 };
 

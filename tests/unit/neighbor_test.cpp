@@ -155,6 +155,42 @@ TEST_CASE(
   CHECK(t.prime(ip(10, 0, 0, 5), 70 * kMs + timing.reachable_ns));  // stale: confirmed again
 }
 
+TEST_CASE("NeighborTable: a flood of peers it never asked about stays bounded", "[arp]") {
+  NeighborTable t;
+  // Two peers the device sends to, then 100,000 made-up senders of ARP requests to us.
+  t.learn(ip(10, 0, 0, 1), kMacA, 0);
+  CHECK(t.lookup(ip(10, 0, 0, 1), 1).state == NeighborTable::State::kReachable);
+  t.prime(ip(10, 0, 0, 2), 1);
+  for (uint32_t i = 0; i < 100'000; i++)
+    t.learn(ip(172, uint8_t(16 + (i >> 16)), uint8_t(i >> 8), uint8_t(i)), kMacB, 2 + i);
+  CHECK(t.size() == NeighborTable::kMaxUnasked + 2);
+  // The peers the device wanted are still there; of the others, the newest.
+  NeighborTable::Answer a = t.lookup(ip(10, 0, 0, 1), 200'000);
+  CHECK(a.state == NeighborTable::State::kReachable);
+  CHECK(*a.mac == kMacA);
+  CHECK(t.lookup(ip(172, 17, 0x86, 0x9f), 200'000).state == NeighborTable::State::kReachable);
+  CHECK(t.size() == NeighborTable::kMaxUnasked + 2);
+  // One the device then asks about is no longer the flood's to push out.
+  t.lookup(ip(172, 17, 0x86, 0x9e), 200'001);
+  for (uint32_t i = 0; i < 5'000; i++) t.learn(ip(192, 168, uint8_t(i >> 8), uint8_t(i)), kMacB, 300'000);
+  CHECK(t.lookup(ip(172, 17, 0x86, 0x9e), 400'000).state == NeighborTable::State::kReachable);
+  CHECK(t.size() == NeighborTable::kMaxUnasked + 4);
+}
+
+TEST_CASE("NeighborTable: past its size the least recently used quarter goes", "[arp]") {
+  NeighborTable t;
+  const uint64_t version = t.version();
+  for (uint32_t i = 0; i < NeighborTable::kMaxEntries; i++)
+    t.prime(ip(10, 1, uint8_t(i >> 8), uint8_t(i)), i);
+  CHECK(t.size() == NeighborTable::kMaxEntries);
+  t.lookup(ip(10, 1, 0, 0), NeighborTable::kMaxEntries);  // the oldest, used again
+  t.prime(ip(10, 2, 0, 0), NeighborTable::kMaxEntries + 1);
+  CHECK(t.size() == NeighborTable::kMaxEntries - NeighborTable::kMaxEntries / 4);
+  CHECK(t.version() != version);  // senders' copies of what went are no longer trusted
+  CHECK_FALSE(t.prime(ip(10, 1, 0, 0), NeighborTable::kMaxEntries + 2));  // kept: asked already
+  CHECK(t.prime(ip(10, 1, 0, 1), NeighborTable::kMaxEntries + 2));  // gone: asked anew
+}
+
 TEST_CASE("NeighborTable: refresh updates a known peer's address, ignores unknown ones", "[arp]") {
   NeighborTable t;
   CHECK_FALSE(t.refresh(ip(10, 0, 0, 4), kMacA, 1));
