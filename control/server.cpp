@@ -392,6 +392,8 @@ int Server::stats(Session &s, ctl::StatsResp &resp) {
     resp.mws = dev_.mws.size();
     // Every worker's share, summed: its counters and its ports'.
     for (auto &w : workers_.all()) {
+      resp.doorbell_user_look_max =
+          std::max<uint64_t>(resp.doorbell_user_look_max, w->doorbell_user_look_max());
       for (size_t i = 0; i < std::size(resp.transport); i++)
         resp.transport[i] += w->counters.value[i];
       Port *wire = w->wire_port();

@@ -9,6 +9,8 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -43,9 +45,25 @@ class DoorbellBudget {
   // A new look: every user's budget is whole again; returns where the look starts among
   // `sessions` rings (0 when there are none).
   uint32_t new_look(uint32_t sessions) {
+    // Counted by uid, not by slot, so that the count holds the budget to what it promises
+    // whatever join() does: slots that took nothing cost nothing here.
+    uint32_t most = most_taken_.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < users_.size(); i++) {
+      if (users_[i].left == kCellsPerLook) continue;
+      uint32_t by_uid = 0;
+      for (const User &u : users_)
+        if (u.uid == users_[i].uid) by_uid += kCellsPerLook - u.left;
+      most = std::max(most, by_uid);
+    }
     for (User &u : users_) u.left = kCellsPerLook;
+    most_taken_.store(most, std::memory_order_relaxed);
     return sessions ? start_++ % sessions : 0;
   }
+  // The most cells one user took in one look, of the looks finished so far (vrnicctl stats:
+  // doorbell_user_look_max), read by the control thread while the worker runs. What the
+  // hostile group's check holds the budget to: it never exceeds kCellsPerLook, however many
+  // sessions the user forges in.
+  uint32_t most_taken() const { return most_taken_.load(std::memory_order_relaxed); }
   // One cell for `user`: false when its budget for this look is spent.
   bool take(uint32_t user) {
     if (!users_[user].left) return false;
@@ -61,6 +79,7 @@ class DoorbellBudget {
   };
   std::vector<User> users_;
   uint32_t start_ = 0;
+  std::atomic<uint32_t> most_taken_{0};
 };
 
 }  // namespace vrnic

@@ -75,6 +75,8 @@ class Worker final : public TransportHost {
   // Before start() only.
   void attach_wire_port(std::unique_ptr<Port> port) { wire_ = std::move(port); }
   Port *wire_port() const { return wire_.get(); }
+  // The most doorbell cells one user took in one of this worker's looks (DoorbellBudget).
+  uint32_t doorbell_user_look_max() const { return doorbell_budget_.most_taken(); }
 
   void add_session(uint32_t id, uid_t uid, shm::DoorbellRing *ring);  // worker thread only
   void remove_session(uint32_t id);                        // worker thread only

@@ -13,7 +13,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 7;
+inline constexpr uint32_t kProtocolVersion = 8;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -350,6 +350,9 @@ struct StatsResp {
   uint64_t wire_link_up;  // 1 up, 0 down (1 without a wire port)
   uint64_t qp_moves;      // QPs moved between workers (rebalancing and vrnicctl move)
   uint64_t workers;
+  // The most doorbell cells one user's sessions took in one look of a worker, of all the
+  // workers (dataplane/doorbell_budget.h): never past its budget per user per look.
+  uint64_t doorbell_user_look_max;
   // The asking user's account (control/quota.h), by vrnic/quotas.h's kinds: what it holds,
   // what it may hold, and how many of its requests a quota refused.
   uint64_t user_uid;

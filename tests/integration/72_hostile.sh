@@ -365,6 +365,13 @@ doorbells_sessions() {
   cat "$VRNIC_TMP/db24.out"
   ((VRNIC_RC == 0)) || { echo "FAIL: hostile doorbells: $(_vrnic_status_word "$VRNIC_RC")"; rc=1; }
   grep -q '^sessions=24$' "$VRNIC_TMP/db24.out" || { echo "FAIL: want 24 sessions forged"; rc=1; }
+  # What the budget is for, counted by vrnicd: the most cells one user took in one look of a
+  # worker is the per-user budget exactly (reached: the forgery was heavy enough to meet it;
+  # not past it: 24 sessions got no more than one would; per session they got 24 times it).
+  local most
+  most=$(vrnic_stat doorbell_user_look_max)
+  echo "vrnicd: doorbell_user_look_max=$most (the budget: 1024 cells per user per look)"
+  [[ $most == 1024 ]] || { echo "FAIL: one user's look took ${most:-?} cells, not its budget"; rc=1; }
   return "$rc"
 }
 
@@ -555,7 +562,7 @@ attacks() {
     attack_with_probe local-ops 3
   check "$k row 14: forged doorbell rings for 3 s: vrnicd answers within 1 s" \
     attack_with_probe doorbells 3
-  check "$k round 2, row 12: forged doorbells in 24 sessions: vrnicd answers, root's ping-pong runs" \
+  check "$k round 2, row 12: forged doorbells in 24 sessions get one budget (1024 cells a look); vrnicd answers, root's ping-pong runs" \
     doorbells_sessions
   check "$k row 13: a daemon of another user is refused; a socket directory not our own is refused" squat
   check "$k quotas: QPs and MRs past the user's limits: ENOMEM; ibv_query_device reports the limits" \

@@ -22,7 +22,9 @@ TEST_CASE("doorbells: a user's sessions share one budget per look, other users k
     while (b.take(s)) taken++;
   CHECK(taken == DoorbellBudget::kCellsPerLook);  // as one session would get, not 169 times it
   CHECK(b.take(victim));
+  CHECK(b.most_taken() == 0);  // the look is not over
   b.new_look(170);
+  CHECK(b.most_taken() == DoorbellBudget::kCellsPerLook);  // what vrnicctl stats reports
   CHECK(b.take(attacker[168]));  // a new look: whole again
 }
 
