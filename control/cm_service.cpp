@@ -246,6 +246,8 @@ int CmService::listen(Session &s, const ctl::CmListenReq &req) {
 int CmService::connect(Session &s, const ctl::CmConnectReq &req) {
   Id *id = owned(s, req.id);
   if (!id || !id->bound || id->listening || id->conn) return EINVAL;
+  if (!is_ud(id->port_space, id->qp_type) && foreign_qp_ && foreign_qp_(s, req.p.qp_num))
+    return EINVAL;
   if (ctl::cm_wildcard(id->local.gid)) {
     // Bound to a wildcard: the source rdma_resolve_addr picked, if it is ours.
     if (!dev_.is_local_gid(req.src.gid)) return EINVAL;
@@ -284,6 +286,7 @@ int CmService::connect(Session &s, const ctl::CmConnectReq &req) {
 int CmService::accept(Session &s, const ctl::CmAcceptReq &req) {
   Id *id = owned(s, req.id);
   if (!id || !id->conn || !id->listen_id) return EINVAL;
+  if (foreign_qp_ && foreign_qp_(s, req.p.qp_num)) return EINVAL;
   const std::vector<uint8_t> pd(
       req.p.private_data, req.p.private_data + std::min<uint32_t>(req.p.private_data_len, 256));
   if (int err = step_qp(s, req.qp)) return err;

@@ -49,7 +49,15 @@ class CmService {
   // which lives in another of its sessions: set by the server, which knows them all. Returns
   // 0 or a positive errno (EINVAL: not a QP of the caller's process).
   using QpStepper = std::function<int(Session &caller, const ctl::CmQpSteps &steps)>;
-  void set_qp_stepper(QpStepper f) { step_qp_ = std::move(f); }
+  // Whether a QPN is one of a QP of another process than the caller's (or the GSI QP's): a
+  // REQ, REP or SIDR_REP may not name it, for a peer would take it for that QP's (issue 28,
+  // row 8: a REQ naming a local victim's QPN was a stale connection, and tore it down). A
+  // QPN of no QP at all may be named, as the kernel's rdma_cm allows.
+  using ForeignQp = std::function<bool(Session &caller, uint32_t qpn)>;
+  void set_qp_hooks(QpStepper step, ForeignQp foreign) {
+    step_qp_ = std::move(step);
+    foreign_qp_ = std::move(foreign);
+  }
   int migrate(Session &s, const ctl::CmMigrateReq &req);
 
   void stats(ctl::StatsResp &resp) const;
@@ -109,6 +117,7 @@ class CmService {
   // library does when its accept fails).
   void fail_qp(Session &s, const ctl::CmQpSteps &steps);
   QpStepper step_qp_;
+  ForeignQp foreign_qp_;
   uint64_t now_ = 0;
   bool trace_ = false;
 

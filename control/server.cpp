@@ -52,20 +52,29 @@ Server::Server(ServerConfig cfg)
   dev_.info.max_mr_size = std::min<uint64_t>(dev_.info.max_mr_size, quotas_.limits()[Quota::kMrBytes]);
   dev_.info.max_mr = std::min(dev_.info.max_mr, uint32_t(quotas_.limits()[Quota::kMrs]));
   dev_.info.max_qp = std::min(dev_.info.max_qp, uint32_t(quotas_.limits()[Quota::kQps]));
-  cm_.set_qp_stepper(
-      [this](Session &caller, const ctl::CmQpSteps &steps) { return step_cm_qp(caller, steps); });
+  cm_.set_qp_hooks(
+      [this](Session &caller, const ctl::CmQpSteps &steps) { return step_cm_qp(caller, steps); },
+      [this](Session &caller, uint32_t qpn) {
+        return dev_.qp_by_qpn(qpn) && !process_qp_owner(caller, qpn);
+      });
 }
 
 // The QP named in a CM call is one the caller's process made through its provider, on another
 // session than the library's own: found by QPN, and only in a session of the same process.
-int Server::step_cm_qp(Session &caller, const ctl::CmQpSteps &steps) {
-  const QueuePair *qp = dev_.qp_by_qpn(steps.qpn);
-  if (!qp || qp == dev_.gsi) return EINVAL;
+Session *Server::process_qp_owner(Session &caller, uint32_t qpn) {
+  const QueuePair *qp = dev_.qp_by_qpn(qpn);
+  if (!qp || qp == dev_.gsi) return nullptr;
   auto it = sessions_.find(qp->session);
-  if (it == sessions_.end()) return EINVAL;
+  if (it == sessions_.end()) return nullptr;
   Session &owner = *it->second;
-  if (owner.pid != caller.pid || owner.uid != caller.uid) return EINVAL;
-  return queues_.modify_qp_steps(owner, qp->handle, steps.steps, steps.count);
+  return owner.pid == caller.pid && owner.uid == caller.uid ? &owner : nullptr;
+}
+
+int Server::step_cm_qp(Session &caller, const ctl::CmQpSteps &steps) {
+  Session *owner = process_qp_owner(caller, steps.qpn);
+  if (!owner) return EINVAL;
+  return queues_.modify_qp_steps(*owner, dev_.qp_by_qpn(steps.qpn)->handle, steps.steps,
+                                 steps.count);
 }
 
 Server::~Server() {

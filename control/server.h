@@ -105,6 +105,9 @@ class Server {
   std::string node_path_;  // the /dev/infiniband node we made, removed at exit
   // Link up or down on the wire port: port state and an async event to every client.
   void watch_link();
+  // The session of the caller's process that holds QP qpn, or nullptr (none, the GSI QP,
+  // another process's).
+  Session *process_qp_owner(Session &caller, uint32_t qpn);
   // CmService's QpStepper: rdma_cm's QP transitions on a QP of the caller's process.
   int step_cm_qp(Session &caller, const ctl::CmQpSteps &steps);
 

@@ -179,6 +179,8 @@ inject() { with_victim inject inject_attack; }
 
 # Row 2 through rdma_cm: a CM call's QP transitions name a QP by QPN; another process's is
 # refused (the root victim's connection still carries its WRITE), the attacker's own is made.
+# Round 2, row 8: so is an rdma_connect whose REQ would name it (a peer takes a second REQ
+# from a connected QP for a stale connection, and tears the first one down).
 cm_qp_attack() {
   echo "root's victim: QPN $V_QPN"
   as_attacker "$A_HOSTILE" cm-qp "$SOCK" "$V_QPN"
@@ -548,7 +550,7 @@ attacks() {
   check "$k row 3: faults and QP moves refused (EPERM) to another user; vrnicctl qps shows only its own" \
     management
   check "$k row 2: a WRITE aimed at another user's QP (QPN, PSN, rkey known) fails; nothing lands" inject
-  check "$k row 2: rdma_cm QP transitions naming another process's QPN: EINVAL, its QP untouched" \
+  check "$k row 2, round 2 row 8: rdma_cm QP transitions, and rdma_connect, naming another process's QPN (or QP1's): EINVAL, its QP untouched" \
     cm_qp_steps
   check "$k row 1: a PID reused by a root process after the registering process exited: no access" \
     pid_reuse

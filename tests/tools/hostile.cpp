@@ -655,12 +655,39 @@ int cm_qp(const char *path, uint32_t foreign_qpn) {
   const int b_state = state(l.b);
   const int own = to_err(l.a->qp_num, 1);
   const int a_state = state(l.a);
+  // rdma_connect naming the foreign QPN: a peer would take our REQ for that QP's (a second
+  // REQ from a connected QP is a stale connection: the peer tears the first down). Refused;
+  // the same id then connects naming a QPN of ours, or of no QP, as the kernel's allows.
+  vrnic::ctl::CmBindReq bind{id.handle, 0, {}};
+  const uint8_t loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+  std::memcpy(bind.addr.gid, loopback, 16);
+  vrnic::ctl::CmBindResp bound{};
+  if (int err = raw.call(vrnic::ctl::Op::kCmBind, &bind, sizeof(bind), &bound, sizeof(bound))) {
+    errno = err;
+    die("CM bind");
+  }
+  auto connect = [&](uint32_t qpn) {
+    vrnic::ctl::CmConnectReq req{};
+    req.id = id.handle;
+    std::memcpy(req.dst.gid, loopback, 16);
+    req.dst.port = 9;  // nobody listens: the REQ is rejected, later, on the event channel
+    req.p.qp_num = qpn;
+    req.p.retry_count = req.p.rnr_retry_count = 7;
+    req.p.path_mtu = IBV_MTU_1024;
+    return raw.call(vrnic::ctl::Op::kCmConnect, &req, sizeof(req), nullptr, 0);
+  };
+  const int connect_foreign = connect(foreign_qpn);
+  const int connect_gsi = connect(1);
+  const int connect_own = connect(l.b->qp_num);
   std::printf(
       "foreign_qpn_status=%s\ntoo_many_steps_status=%s\nown_qp_status=%s\n"
-      "own_qp_state=%d\nuntouched_qp_state=%d\n",
-      std::strerror(foreign), std::strerror(too_many), std::strerror(own), a_state, b_state);
+      "own_qp_state=%d\nuntouched_qp_state=%d\nconnect_naming_foreign_qpn=%s\n"
+      "connect_naming_qp1=%s\nconnect_naming_own_qpn=%s\n",
+      std::strerror(foreign), std::strerror(too_many), std::strerror(own), a_state, b_state,
+      std::strerror(connect_foreign), std::strerror(connect_gsi), std::strerror(connect_own));
   return foreign == EINVAL && too_many == EINVAL && a_state == IBV_QPS_ERR &&
-                 b_state == IBV_QPS_RESET
+                 b_state == IBV_QPS_RESET && connect_foreign == EINVAL && connect_gsi == EINVAL &&
+                 connect_own == 0
              ? 0
              : 1;
 }
