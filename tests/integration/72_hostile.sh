@@ -584,8 +584,10 @@ attacks() {
   local kind
   for kind in "pds pds 99" "cqs cqs 100" "srqs srqs 50" "ahs ahs 200" "mws mws 200" \
     "cm-ids cm_ids 300"; do
+    local rows="row 9"
+    [[ $kind == cm-ids* ]] && rows="rows 9, 10 (the CM table per user)"
     # shellcheck disable=SC2086 # KIND QUOTA N
-    check "$k round 2, row 9: ${kind%% *} past the user's quota: ENOMEM, held; root makes its own" \
+    check "$k round 2, $rows: ${kind%% *} past the user's quota: ENOMEM, held; root makes its own" \
       quota_hold $kind
   done
   check "$k rows 4, 12: shrinking, growing or writing the shared regions is refused" regions
