@@ -221,4 +221,49 @@ chrooted_client() {
 check "a client in a chroot and mount namespace of its own (its /proc elsewhere) opens vrnic0 and moves data" \
   chrooted_client
 
+# perf/qp_scale (issue 29): thousands of RC QPs in pairs on one vrnicd, each moving a slice of
+# its own, in random order; qp_scale compares every slice with what its peer sent and counts
+# every completion (its exit status); vrnicd holds no object after.
+QP_SCALE=$VRNIC_BUILD_DIR/perf/qp_scale
+qp_scale() {
+  local out rc=0
+  require_provider || return 1
+  ensure_vrnicd || return 1
+  out=$(vrun timeout -k 5 120 "$QP_SCALE" -r -t 1 "$@" 2>&1) || rc=1
+  echo "$out"
+  CHECK_NOTE=$(tail -n 1 <<<"$out" | awk -F, '{ printf "%s msgs/s, create %ss, connect %ss", $10, $7, $8 }')
+  wait_objects_zero 10 || rc=1
+  return "$rc"
+}
+for op in write send read; do
+  check "qp_scale: 4096 RC QPs, 2 ${op}s of 4 KiB outstanding on each, random order: every byte and completion" \
+    qp_scale -q 4096 -k 2 -o "$op"
+done
+
+# A client holding 16,384 QPs that exits without destroying them, and one SIGKILLed with as
+# many in traffic: vrnicd frees everything.
+qp_scale_exit() {
+  local rc=0
+  require_provider || return 1
+  ensure_vrnicd || return 1
+  vrun timeout -k 5 180 "$QP_SCALE" -q 16384 -t 1 -s 64 -X || rc=1
+  wait_objects_zero 20 || rc=1
+  echo "+ qp_scale -q 16384 -t 60 -s 64 &   # to be SIGKILLed in its traffic"
+  "${VRUN[@]}" "$QP_SCALE" -q 16384 -t 60 -s 64 >"$VRNIC_TMP/qp_scale_kill.log" 2>&1 </dev/null &
+  local cpid=$!
+  _vrnic_track "$cpid"
+  at_rts() { grep -q '16384 QPs at RTS' "$VRNIC_TMP/qp_scale_kill.log" || ! _vrnic_running "$cpid"; }
+  wait_for 120 "16,384 QPs at RTS" at_rts
+  sleep 0.5
+  echo "vrnicd: qps=$(vrnic_stat qps) while the client runs"
+  [[ $(vrnic_stat qps) == 16384 ]] || { echo "FAIL: want 16384 QPs in vrnicd"; rc=1; }
+  kill -KILL "$cpid"
+  vrnic_wait_exit "$cpid" 10
+  wait_objects_zero 20 || rc=1
+  vrnicd_check_alive || rc=1
+  return "$rc"
+}
+check "a client exits holding 16,384 QPs, another is SIGKILLed in traffic with as many: vrnicd frees them all" \
+  qp_scale_exit
+
 vrnic_script_finish
