@@ -28,7 +28,7 @@ uint8_t random_key_step() {
 }  // namespace
 
 int MemoryObjects::alloc_pd(Session &s, ctl::HandleResp &resp) {
-  if (pds_.size() >= dev_.info.max_pd) return ENOMEM;  // the limits ibv_query_device reports
+  if (pds_.size() >= dev_.capacity.pds) return ENOMEM;
   QuotaCharge charge(quotas_, s.uid, Quota::kPds);
   if (charge.status()) return charge.status();
   uint32_t h = pds_.insert(std::make_unique<ProtectionDomain>(ProtectionDomain{s.id}));
@@ -62,7 +62,7 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
   if ((req->access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
       !(req->access & IBV_ACCESS_LOCAL_WRITE))
     return EINVAL;
-  if (req->length > dev_.info.max_mr_size || dev_.mrs.size() >= device_max_mr_) return ENOMEM;
+  if (req->length > dev_.info.max_mr_size || dev_.mrs.size() >= dev_.capacity.mrs) return ENOMEM;
   auto mr = std::make_unique<MemoryRegion>();
   mr->pd = req->pd;
   mr->access = req->access;
@@ -200,6 +200,7 @@ int MemoryObjects::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMw
   ProtectionDomain *pd = pds_.get(req.pd);
   if (!pd || pd->session != s.id) return EINVAL;
   if (req.type != IBV_MW_TYPE_1 && req.type != IBV_MW_TYPE_2) return EINVAL;
+  if (dev_.mws.size() >= dev_.capacity.mws) return ENOMEM;
   QuotaCharge charge(quotas_, s.uid, Quota::kMws);
   if (charge.status()) return charge.status();
   auto mw = std::make_unique<MemoryWindow>();

@@ -16,9 +16,8 @@ namespace vrnic {
 
 class MemoryObjects {
  public:
-  // The device's own MR capacity bounds everyone's MRs together (quotas bound each user's).
   MemoryObjects(Device &dev, WorkerGroup &workers, UserQuotas &quotas)
-      : dev_(dev), workers_(workers), quotas_(quotas), device_max_mr_(dev.info.max_mr) {}
+      : dev_(dev), workers_(workers), quotas_(quotas) {}
 
   int alloc_pd(Session &s, ctl::HandleResp &resp);
   int dealloc_pd(Session &s, uint32_t handle);
@@ -46,7 +45,6 @@ class MemoryObjects {
   Device &dev_;
   WorkerGroup &workers_;
   UserQuotas &quotas_;
-  const uint32_t device_max_mr_;
   SlotTable<ProtectionDomain> pds_{1u << 16};
 };
 

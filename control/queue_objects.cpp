@@ -50,7 +50,7 @@ int QueueObjects::destroy_channel(Session &s, uint32_t handle) {
 int QueueObjects::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::CreateCqResp &resp,
                             std::vector<int> &fds) {
   if (req.cqe < 1 || req.cqe > dev_.info.max_cqe) return EINVAL;
-  if (dev_.cqs.size() >= dev_.info.max_cq) return ENOMEM;
+  if (dev_.cqs.size() >= dev_.capacity.cqs) return ENOMEM;
   CompletionChannel *ch = nullptr;
   if (req.channel) {
     ch = channels_.get(req.channel);
@@ -186,7 +186,7 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
       c.max_send_sge > shm::kMaxSge || c.max_recv_sge > shm::kMaxSge ||
       c.max_inline_data > shm::kMaxInline)
     return EINVAL;
-  if (s.qps.size() >= shm::kMaxQpsPerSession || dev_.qps.size() >= device_max_qp_) return ENOMEM;
+  if (s.qps.size() >= shm::kMaxQpsPerSession || dev_.qps.size() >= dev_.capacity.qps) return ENOMEM;
   QuotaCharge charge(quotas_, s.uid, Quota::kQps), map_charge(quotas_, s.uid, Quota::kMappings);
   if (charge.status() || map_charge.status()) return ENOMEM;
   uint32_t sq_slots = std::bit_ceil(std::max(c.max_send_wr, 1u));
@@ -329,7 +329,7 @@ int QueueObjects::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::Crea
   if (a.max_wr < 1 || a.max_wr > dev_.info.max_srq_wr || a.max_sge > shm::kMaxSge ||
       a.srq_limit > a.max_wr)
     return EINVAL;
-  if (dev_.srqs.size() >= dev_.info.max_srq) return ENOMEM;
+  if (dev_.srqs.size() >= dev_.capacity.srqs) return ENOMEM;
   QuotaCharge charge(quotas_, s.uid, Quota::kSrqs), map_charge(quotas_, s.uid, Quota::kMappings);
   if (charge.status() || map_charge.status()) return ENOMEM;
   uint32_t slots = std::bit_ceil(a.max_wr);
@@ -424,7 +424,7 @@ int QueueObjects::create_ah(Session &s, const ctl::CreateAhReq &req, ctl::Handle
   if (!req.av.is_global || req.av.sgid_index >= ctl::kGidTableLen ||
       dev_.info.gids[req.av.sgid_index].type == ctl::kGidEmpty)
     return EINVAL;
-  if (ahs_.size() >= dev_.info.max_ah) return ENOMEM;
+  if (ahs_.size() >= dev_.capacity.ahs) return ENOMEM;
   QuotaCharge charge(quotas_, s.uid, Quota::kAhs);
   if (charge.status()) return charge.status();
   uint32_t h = ahs_.insert(std::make_unique<AddressHandle>(AddressHandle{s.id, req.pd, req.av}));

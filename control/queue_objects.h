@@ -24,8 +24,7 @@ class QueueObjects {
       : dev_(dev),
         workers_(workers),
         quotas_(quotas),
-        memory_(memory),
-        device_max_qp_(dev.info.max_qp) {}
+        memory_(memory) {}
 
   int create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp);
   int destroy_channel(Session &s, uint32_t handle);
@@ -70,7 +69,6 @@ class QueueObjects {
   WorkerGroup &workers_;
   UserQuotas &quotas_;
   MemoryObjects &memory_;
-  const uint32_t device_max_qp_;
   SlotTable<CompletionChannel> channels_{1u << 16};
   SlotTable<AddressHandle> ahs_{1u << 16};
   std::map<uint32_t, QpOwner> qp_owners_;

@@ -49,9 +49,23 @@ Server::Server(ServerConfig cfg)
     : cfg_(std::move(cfg)), path_(cfg_.socket_path), dev_(cfg_.device_index), quotas_(cfg_.limits) {
   // What one user may register and create, as ibv_query_device tells it; the device's own
   // capacity (memory_ and queues_ took it) stays the bound on everyone's objects together.
-  dev_.info.max_mr_size = std::min<uint64_t>(dev_.info.max_mr_size, quotas_.limits()[Quota::kMrBytes]);
-  dev_.info.max_mr = std::min(dev_.info.max_mr, uint32_t(quotas_.limits()[Quota::kMrs]));
-  dev_.info.max_qp = std::min(dev_.info.max_qp, uint32_t(quotas_.limits()[Quota::kQps]));
+  // Each limit is one that can be reached (issue 29): a QP, CQ or SRQ is a mapping of its own
+  // in vrnicd (its ring; the session page is one more), and a context holds so many QPs.
+  const auto &q = quotas_.limits();
+  auto limit = [&](uint32_t device, Quota kind, uint64_t also = UINT32_MAX) {
+    return uint32_t(std::min<uint64_t>({device, q[kind], also}));
+  };
+  const uint64_t rings = q[Quota::kMappings] ? q[Quota::kMappings] - 1 : 0;
+  ctl::DeviceInfo &d = dev_.info;
+  d.max_mr_size = std::min<uint64_t>(d.max_mr_size, q[Quota::kMrBytes]);
+  d.max_mr = limit(d.max_mr, Quota::kMrs);
+  // QPs need a CQ: one ring fewer.
+  d.max_qp = limit(d.max_qp, Quota::kQps, std::min<uint64_t>(rings ? rings - 1 : 0, shm::kMaxQpsPerSession));
+  d.max_cq = limit(d.max_cq, Quota::kCqs, rings);
+  d.max_srq = limit(d.max_srq, Quota::kSrqs, rings);
+  d.max_pd = limit(d.max_pd, Quota::kPds);
+  d.max_ah = limit(d.max_ah, Quota::kAhs);
+  d.max_mw = limit(d.max_mw, Quota::kMws);
   cm_.set_qp_hooks(
       [this](Session &caller, const ctl::CmQpSteps &steps) { return step_cm_qp(caller, steps); },
       [this](Session &caller, uint32_t qpn) {

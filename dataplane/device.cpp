@@ -68,6 +68,9 @@ Device::Device(uint32_t index) {
   info.max_srq = 1u << 16;
   info.max_srq_wr = 16384;
   info.max_mr_size = 1ull << 40;
+  info.max_mw = 1u << 16;  // the MW table's size
+  capacity = {info.max_qp, info.max_cq, info.max_mr, info.max_pd,
+              info.max_ah, info.max_srq, info.max_mw};
   std::snprintf(info.fw_ver, sizeof(info.fw_ver), "0.1.0");
   info.port_state = IBV_PORT_ACTIVE;
   info.port_max_mtu = IBV_MTU_4096;

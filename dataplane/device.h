@@ -31,7 +31,15 @@ class Device {
   // Device `index` of its vrnicd: vrnic<index>, with a node GUID of its own.
   explicit Device(uint32_t index = 0);
 
+  // What ibv_query_device reports: what one context of one user may make (the server lowers
+  // it to the user's quotas and to what a context can hold).
   ctl::DeviceInfo info{};
+  // What the device holds for all its users together: the bound every create checks besides
+  // the caller's quota.
+  struct Capacity {
+    uint32_t qps, cqs, mrs, pds, ahs, srqs, mws;
+  };
+  Capacity capacity{};
   SlotTable<MemoryRegion> mrs{1u << 20};
   SlotTable<QueuePair> qps{1u << 20};
   SlotTable<CompletionQueue> cqs{1u << 20};

@@ -88,7 +88,7 @@ void fill_device_attr(const ctl::DeviceInfo &d, ibv_device_attr *a) {
   a->max_srq = int(d.max_srq);
   a->max_srq_wr = int(d.max_srq_wr);
   a->max_srq_sge = int(d.max_sge);
-  a->max_mw = int(d.max_pd);
+  a->max_mw = int(d.max_mw);
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;
 }

@@ -101,6 +101,7 @@ struct DeviceInfo {
   uint32_t max_inline;
   uint32_t max_srq;
   uint32_t max_srq_wr;
+  uint32_t max_mw;
   uint64_t max_mr_size;
   char fw_ver[64];
   // port 1

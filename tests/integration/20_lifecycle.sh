@@ -266,4 +266,28 @@ qp_scale_exit() {
 check "a client exits holding 16,384 QPs, another is SIGKILLed in traffic with as many: vrnicd frees them all" \
   qp_scale_exit
 
+# Every limit ibv_query_device reports can be reached, and one more is refused (ENOMEM):
+# under small --limits for every kind (the CQs' 999: a ring is a mapping, and mappings=1000
+# leaves one for the session page), and at the defaults for QPs (16,384: what one context
+# holds today, not the 65,536 the device has).
+QUOTA_FILL=$VRNIC_BUILD_DIR/tests/quota_fill
+reported_limits() {
+  local rc=0 out
+  require_provider || return 1
+  start_vrnicd --limits pds=300,cqs=5000,srqs=100,ahs=250,mws=300,mrs=400,qps=150,mappings=1000 ||
+    return 1
+  out=$(vrun timeout -k 5 60 "$QUOTA_FILL" limits 2>&1) || rc=1
+  echo "$out"
+  grep -q '^cqs limit=999 ' <<<"$out" || { echo "FAIL: max_cq is not lowered to the mappings"; rc=1; }
+  stop_vrnicd TERM || rc=1
+  start_vrnicd || return 1
+  out=$(vrun timeout -k 5 60 "$QUOTA_FILL" limits qps 2>&1) || rc=1
+  echo "$out"
+  grep -q '^qps limit=16384 made=16384 refused=ENOMEM ok$' <<<"$out" || rc=1
+  stop_vrnicd TERM || rc=1
+  return "$rc"
+}
+check "each limit ibv_query_device reports is reached, one more is ENOMEM (small --limits; QPs at the default)" \
+  reported_limits
+
 vrnic_script_finish

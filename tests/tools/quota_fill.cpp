@@ -12,6 +12,8 @@
 //                        for 128 bytes of mr_bytes)
 //   one-of-each SOCKET   (the victim) one object of every kind, each made and freed: ok for
 //                        each, exit 0 when all were made
+//   limits [KIND...]     (issue 29) as many of each verbs kind (pds cqs srqs ahs mws mrs qps)
+//                        as ibv_query_device reports, then one more: ENOMEM; exit 0 if so
 //   idle SOCKET N        N connections to vrnicd that never send a byte; "full" once made;
 //                        on a line on stdin, counts how many vrnicd has closed (closed=M)
 #include <fcntl.h>
@@ -19,6 +21,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstddef>
 #include <functional>
@@ -52,6 +55,8 @@ struct Kind {
 struct Verbs {
   ibv_context *ctx = nullptr;
   ibv_pd *pd = nullptr;
+  ibv_cq *cq = nullptr;  // the QPs', made with the first of them
+  void *page = nullptr;  // what the MRs register, each its own MR of it
   Verbs() {
     const char *why = "";
     ctx = open_first_device(&why);
@@ -210,6 +215,25 @@ bool kind_of(const std::string &name, const char *sock, Kind *k) {
       return made_or_errno(ibv_create_ah(v->pd, &a), out);
     };
     k->free = [](void *p) { ibv_destroy_ah(static_cast<ibv_ah *>(p)); };
+  } else if (name == "qps") {
+    k->make = [v](void **out) {
+      if (!v->cq && !(v->cq = ibv_create_cq(v->ctx, 1, nullptr, nullptr, 0))) return errno;
+      ibv_qp_init_attr a{};
+      a.send_cq = a.recv_cq = v->cq;
+      a.qp_type = IBV_QPT_RC;
+      a.cap.max_send_wr = a.cap.max_recv_wr = a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+      return made_or_errno(ibv_create_qp(v->pd, &a), out);
+    };
+    k->free = [](void *p) { ibv_destroy_qp(static_cast<ibv_qp *>(p)); };
+  } else if (name == "mrs") {
+    k->make = [v](void **out) {
+      if (!v->page) {
+        v->page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (v->page == MAP_FAILED) die("mmap");
+      }
+      return made_or_errno(ibv_reg_mr(v->pd, v->page, 4096, IBV_ACCESS_LOCAL_WRITE), out);
+    };
+    k->free = [](void *p) { ibv_dereg_mr(static_cast<ibv_mr *>(p)); };
   } else if (name == "mws") {
     k->make = [v](void **out) { return made_or_errno(ibv_alloc_mw(v->pd, IBV_MW_TYPE_2), out); };
     k->free = [](void *p) { ibv_dealloc_mw(static_cast<ibv_mw *>(p)); };
@@ -239,6 +263,42 @@ int fill(const std::string &name, const char *sock) {
   const int again_err = k.make(&again);
   std::printf("after_release=%s\n", again_err ? std::strerror(again_err) : "ok");
   return err == ENOMEM && !again_err ? 0 : 1;
+}
+
+// Issue 29: each limit ibv_query_device reports is one the caller can reach: as many of each
+// kind as reported are made (the PD this tool holds counts), and one more is refused with
+// ENOMEM. Kinds made in this order (the QPs' CQ is made last, with them).
+int limits(const std::vector<std::string> &only) {
+  Verbs *v = verbs();
+  ibv_device_attr a{};
+  if (ibv_query_device(v->ctx, &a)) die("ibv_query_device");
+  const struct {
+    const char *name;
+    int limit;
+    int held;  // of that kind, held by this tool meanwhile
+  } kinds[] = {{"pds", a.max_pd, 1}, {"cqs", a.max_cq, 0}, {"srqs", a.max_srq, 0},
+               {"ahs", a.max_ah, 0}, {"mws", a.max_mw, 0}, {"mrs", a.max_mr, 0},
+               {"qps", a.max_qp, 0}};
+  int failed = 0;
+  for (const auto &kind : kinds) {
+    if (!only.empty() && std::find(only.begin(), only.end(), kind.name) == only.end()) continue;
+    Kind k;
+    kind_of(kind.name, nullptr, &k);
+    std::vector<void *> made;
+    int err = 0;
+    while (!err && int(made.size()) < kind.limit - kind.held + 1) {
+      void *p = nullptr;
+      err = k.make(&p);
+      if (!err) made.push_back(p);
+    }
+    const bool ok = int(made.size()) == kind.limit - kind.held && err == ENOMEM;
+    std::printf("%s limit=%d made=%zu refused=%s %s\n", kind.name, kind.limit,
+                made.size() + size_t(kind.held), err ? strerrorname_np(err) : "none",
+                ok ? "ok" : "FAIL");
+    failed += !ok;
+    for (void *p : made) k.free(p);
+  }
+  return failed ? 1 : 0;
 }
 
 int one_of_each(const char *sock) {
@@ -284,9 +344,11 @@ int main(int argc, char **argv) {
   const std::string cmd = argc > 1 ? argv[1] : "";
   if (cmd == "fill" && argc == 4) return fill(argv[2], argv[3]);
   if (cmd == "one-of-each" && argc == 3) return one_of_each(argv[2]);
+  if (cmd == "limits") return limits(std::vector<std::string>(argv + 2, argv + argc));
   if (cmd == "idle" && argc == 4) return idle(argv[2], std::strtol(argv[3], nullptr, 0));
   std::fprintf(stderr,
-               "usage: quota_fill fill KIND SOCKET | one-of-each SOCKET | idle SOCKET N\n"
+               "usage: quota_fill fill KIND SOCKET | one-of-each SOCKET | idle SOCKET N |\n"
+               "       limits [KIND...]\n"
                "  KIND: pds cqs srqs ahs mws cm-channels cm-ids mappings\n");
   return 2;
 }
