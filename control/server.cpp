@@ -405,6 +405,7 @@ int Server::stats(Session &s, ctl::StatsResp &resp) {
   resp.ahs = queues_.ah_count();
   resp.wire_link_up = 1;
   resp.qp_moves = workers_.moves();
+  resp.worker_stops = workers_.stops() + 1;  // the one this call is about to make
   cm_.stats(resp);
   resp.workers = workers_.size();
   workers_.execute_all([&] {

@@ -86,6 +86,7 @@ Worker &WorkerGroup::for_new_qp() {
 }
 
 void WorkerGroup::execute_all(const std::function<void()> &fn) {
+  stops_++;
   if (workers_.size() == 1) {
     workers_[0]->execute(fn);
     return;

@@ -60,6 +60,9 @@ class WorkerGroup {
   // their loads (packets in and out) are far apart.
   void rebalance();
   uint64_t moves() const { return moves_; }
+  // How many times every worker was stopped for the control thread (execute_all): what issue
+  // 29 takes away from the control path, one operation at a time.
+  uint64_t stops() const { return stops_; }
 
   // Whether the wire port (if any) has its link up.
   bool link_up();
@@ -76,6 +79,7 @@ class WorkerGroup {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<uint32_t> qps_per_worker_;
   uint64_t moves_ = 0;
+  uint64_t stops_ = 0;
   uint64_t next_rebalance_ns_ = 0;
   std::vector<uint64_t> last_qp_packets_;  // by QP handle, at the last rebalance
 };
