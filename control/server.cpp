@@ -445,11 +445,15 @@ int Server::list_qps(Session &s, const ctl::ListQpsReq &req, ctl::ListQpsResp &r
     return it != sessions_.end() && it->second->uid == s.uid;
   };
   workers_.execute_all([&] {
+    // From `start` on, and only to the first QP past the page: a page costs what it lists,
+    // not a walk over every QP (64 K QPs are 1,639 pages).
     dev_.qps.for_each([&](uint32_t handle, QueuePair &qp) {
-      if (handle < start || !visible(qp)) return;
+      if (!visible(qp) || (req.session && qp.session != req.session) ||
+          (req.state && qp.attr.qp_state + 1u != req.state))
+        return true;
       if (resp.count == ctl::ListQpsResp::kMaxEntries) {
-        if (!resp.next) resp.next = handle;
-        return;
+        resp.next = handle;
+        return false;
       }
       ctl::QpEntry &e = resp.entries[resp.count++];
       e.qpn = qp.qpn;
@@ -459,7 +463,8 @@ int Server::list_qps(Session &s, const ctl::ListQpsReq &req, ctl::ListQpsResp &r
       std::copy(std::begin(qp.counters.value), std::end(qp.counters.value), e.counters);
       e.transport = qp_transport_state(qp, workers_[qp.worker].now);
       e.worker = qp.worker;
-    });
+      return true;
+    }, std::max(start, 1u));
   });
   return 0;
 }

@@ -107,12 +107,48 @@ int move_qp(int sock, const std::string &qpn_text, const std::string &worker_tex
   return 0;
 }
 
+const char *const kQpStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+
+// What `vrnicctl qps` lists: vrnicd filters by session and state; the limit stops the paging.
+struct QpFilter {
+  uint32_t session = 0;  // 0: any
+  uint32_t state = 0;    // enum ibv_qp_state + 1; 0: any
+  uint64_t limit = UINT64_MAX;
+};
+
+// qps [--session N] [--state NAME] [--limit N]: false (and a message) when it does not parse.
+bool parse_qp_filter(const std::vector<std::string> &args, QpFilter *f) {
+  for (size_t i = 1; i < args.size(); i += 2) {
+    if (i + 1 >= args.size()) return false;
+    const std::string &opt = args[i], &value = args[i + 1];
+    char *end = nullptr;
+    if (opt == "--session" || opt == "--limit") {
+      const unsigned long long v = std::strtoull(value.c_str(), &end, 0);
+      if (value.empty() || *end) return false;
+      if (opt == "--session") f->session = uint32_t(v);
+      else f->limit = v;
+    } else if (opt == "--state") {
+      uint32_t s = 0;
+      while (s < 7 && value != kQpStates[s]) s++;
+      if (s == 7) {
+        std::fprintf(stderr, "vrnicctl: --state takes RESET, INIT, RTR, RTS, SQD, SQE or ERR\n");
+        return false;
+      }
+      f->state = s + 1;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
 // One line per QP: qpn=... type=... state=... then its counters, key=value.
-int list_qps(int sock) {
+int list_qps(int sock, const QpFilter &filter) {
   uint32_t start = 0;
+  uint64_t listed = 0;
   auto resp = std::make_unique<vrnic::ctl::Message>();
   do {
-    vrnic::ctl::ListQpsReq req{start, 0};
+    vrnic::ctl::ListQpsReq req{start, filter.session, filter.state, 0};
     int err = vrnic::ctl::send_message(sock, vrnic::ctl::Op::kListQps, 0, &req, sizeof(req));
     if (!err) err = vrnic::ctl::recv_message(sock, resp.get());
     if (!err) err = resp->header.status;
@@ -121,12 +157,11 @@ int list_qps(int sock) {
       std::fprintf(stderr, "vrnicctl: qps failed: %s\n", std::strerror(err ? err : EPROTO));
       return 1;
     }
-    for (uint32_t i = 0; i < r->count; i++) {
+    for (uint32_t i = 0; i < r->count && listed < filter.limit; i++, listed++) {
       const vrnic::ctl::QpEntry &e = r->entries[i];
       static const char *kTypes[] = {"?", "?", "RC", "UC", "UD"};
-      static const char *kStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
       std::printf("qpn=0x%x type=%s state=%s session=%u worker=%u", e.qpn,
-                  e.type < 5 ? kTypes[e.type] : "?", e.state < 7 ? kStates[e.state] : "?",
+                  e.type < 5 ? kTypes[e.type] : "?", e.state < 7 ? kQpStates[e.state] : "?",
                   e.session, e.worker);
       const vrnic::ctl::QpTransportState &t = e.transport;
       std::printf(
@@ -143,7 +178,7 @@ int list_qps(int sock) {
       std::printf("\n");
     }
     start = r->next;
-  } while (start);
+  } while (start && listed < filter.limit);
   return 0;
 }
 
@@ -165,7 +200,9 @@ void usage() {
   std::fprintf(
       stderr,
       "usage: vrnicctl [--socket PATH] [--device NAME] stats\n"
-      "       vrnicctl [--socket PATH] [--device NAME] qps    (per-QP state and counters)\n"
+      "       vrnicctl [--socket PATH] [--device NAME] qps [--session N] [--state STATE]\n"
+      "                [--limit N]   (per-QP state and counters; STATE: RESET INIT RTR RTS SQD\n"
+      "                              SQE ERR; at most N lines)\n"
       "       vrnicctl [--socket PATH] [--device NAME] faults SPEC   (e.g. loss=1,reorder=5;\n"
       "                                                               \"\" clears)\n"
       "       vrnicctl [--socket PATH] [--device NAME] move QPN WORKER   (run a QP on another\n"
@@ -188,7 +225,9 @@ int main(int argc, char **argv) {
     }
   }
   if (args.size() == 1 && args[0] == "devices" && device.empty()) return list_devices(path);
-  bool ok = (args.size() == 1 && (args[0] == "stats" || args[0] == "qps")) ||
+  QpFilter filter;
+  bool ok = (args.size() == 1 && args[0] == "stats") ||
+            (!args.empty() && args[0] == "qps" && parse_qp_filter(args, &filter)) ||
             (args.size() == 2 && args[0] == "faults") || (args.size() == 3 && args[0] == "move");
   if (!ok) {
     usage();
@@ -226,7 +265,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   int rc = args[0] == "stats"  ? stats(sock)
-           : args[0] == "qps"  ? list_qps(sock)
+           : args[0] == "qps"  ? list_qps(sock, filter)
            : args[0] == "move" ? move_qp(sock, args[1], args[2])
                                : set_faults(sock, args[1]);
   ::close(sock);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 namespace vrnic {
@@ -51,10 +52,17 @@ class SlotTable {
     return obj;
   }
   uint32_t size() const { return count_; }
+  // Every object from handle `from` on, in handle order; fn returns false to stop there.
   template <typename Fn>
-  void for_each(Fn &&fn) const {
-    for (uint32_t i = 0; i < slots_.size(); i++)
-      if (slots_[i]) fn(i + 1, *slots_[i]);
+  void for_each(Fn &&fn, uint32_t from = 1) const {
+    for (uint32_t i = from ? from - 1 : 0; i < slots_.size(); i++) {
+      if (!slots_[i]) continue;
+      if constexpr (std::is_same_v<decltype(fn(i + 1, *slots_[i])), bool>) {
+        if (!fn(i + 1, *slots_[i])) return;
+      } else {
+        fn(i + 1, *slots_[i]);
+      }
+    }
   }
 
  private:

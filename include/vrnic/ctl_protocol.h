@@ -375,6 +375,8 @@ struct StatsResp {
 // Per-QP state and counters, a page at a time (vrnicctl qps).
 struct ListQpsReq {
   uint32_t start;  // QP handle to start from (0: the first)
+  uint32_t session;  // only this session's QPs (0: any)
+  uint32_t state;    // only QPs in this state, enum ibv_qp_state + 1 (0: any)
   uint32_t reserved;
 };
 // Where a QP's transport stands: enough to tell from outside why it is not moving.

@@ -257,13 +257,25 @@ qp_scale_exit() {
   sleep 0.5
   echo "vrnicd: qps=$(vrnic_stat qps) while the client runs"
   [[ $(vrnic_stat qps) == 16384 ]] || { echo "FAIL: want 16384 QPs in vrnicd"; rc=1; }
+  # vrnicctl qps filtered by vrnicd (by session, by state) and cut short (--limit).
+  local first session n
+  first=$(timeout 10 "$VRNICCTL" --socket "$VRNIC_SOCKET" qps --state RTS --limit 1)
+  session=$(sed -n 's/.* session=\([0-9]*\) .*/\1/p' <<<"$first")
+  echo "vrnicctl qps --state RTS --limit 1: ${first:0:60}..."
+  n=$(timeout 20 "$VRNICCTL" --socket "$VRNIC_SOCKET" qps --session "${session:-0}" | grep -c "session=$session ")
+  echo "vrnicctl qps --session $session: $n lines"
+  ((n == 16384)) || { echo "FAIL: want the session's 16,384 QPs"; rc=1; }
+  n=$(timeout 10 "$VRNICCTL" --socket "$VRNIC_SOCKET" qps --state RTS --limit 5 | grep -c ' state=RTS ')
+  ((n == 5)) || { echo "FAIL: --limit 5 listed $n"; rc=1; }
+  n=$(timeout 10 "$VRNICCTL" --socket "$VRNIC_SOCKET" qps --state ERR | wc -l)
+  ((n == 0)) || { echo "FAIL: --state ERR listed $n QPs, none is in ERR"; rc=1; }
   kill -KILL "$cpid"
   vrnic_wait_exit "$cpid" 10
   wait_objects_zero 20 || rc=1
   vrnicd_check_alive || rc=1
   return "$rc"
 }
-check "a client exits holding 16,384 QPs, another is SIGKILLed in traffic with as many: vrnicd frees them all" \
+check "a client exits holding 16,384 QPs, another is SIGKILLed in traffic with as many: vrnicd frees them all; vrnicctl qps filters them" \
   qp_scale_exit
 
 # Every limit ibv_query_device reports can be reached, and one more is refused (ENOMEM):

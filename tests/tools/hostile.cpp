@@ -95,7 +95,7 @@ int flood(const char *path, long n) {
   if (s < 0) die("connect");
   long sent = 0;
   for (; sent < n; sent++) {
-    vrnic::ctl::ListQpsReq req{0, 0};  // the largest reply there is
+    vrnic::ctl::ListQpsReq req{};  // the largest reply there is
     int err = vrnic::ctl::send_message(s, vrnic::ctl::Op::kListQps, 0, &req, sizeof(req));
     if (err) break;  // vrnicd closed us (EPIPE) or our own buffer is full
   }
