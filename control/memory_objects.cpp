@@ -124,15 +124,15 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
 int MemoryObjects::insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp) {
   QuotaCharge charge(quotas_, s.uid, Quota::kMrs);
   if (charge.status()) return charge.status();
-  uint32_t handle = 0, key = 0, pd = mr->pd;
-  MemoryRegion *raw = mr.get();
-  workers_.execute_all([&] {
-    handle = dev_.mrs.insert(std::move(mr), random_key_step());
-    if (!handle) return;
-    key = handle << 8 | dev_.mrs.generation(handle);
-    raw->handle = handle;
-    raw->key = key;
-  });
+  uint32_t key = 0;
+  const uint32_t pd = mr->pd;
+  // Published complete, with no worker stopped: a worker finds it only by its key, which the
+  // client learns from this reply (issue 29).
+  const uint32_t handle = dev_.mrs.insert(std::move(mr), random_key_step(),
+                                          [&](MemoryRegion &m, uint32_t h, uint8_t generation) {
+                                            m.handle = h;
+                                            m.key = key = h << 8 | generation;
+                                          });
   if (!handle) return ENOMEM;
   charge.keep();
   pds_.get(pd)->refs++;
@@ -207,15 +207,11 @@ int MemoryObjects::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMw
   mw->pd = req.pd;
   mw->session = s.id;
   mw->type = uint8_t(req.type);
-  uint32_t handle = 0;
-  workers_.execute_all([&] {
-    MemoryWindow *raw = mw.get();
-    handle = dev_.mws.insert(std::move(mw), random_key_step());
-    if (!handle) return;
-    raw->handle = handle;
-    raw->key = kMwKeyBit | handle << 8 | dev_.mws.generation(handle);
-    resp.rkey = raw->key;
-  });
+  const uint32_t handle = dev_.mws.insert(std::move(mw), random_key_step(),
+                                          [&](MemoryWindow &w, uint32_t h, uint8_t generation) {
+                                            w.handle = h;
+                                            w.key = resp.rkey = kMwKeyBit | h << 8 | generation;
+                                          });
   if (!handle) return ENOMEM;
   charge.keep();
   pd->refs++;

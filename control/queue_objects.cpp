@@ -73,11 +73,9 @@ int QueueObjects::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::Create
   cq->shared = static_cast<shm::CqShared *>(map);
   cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
   cq->mask = slots - 1;
-  uint32_t handle = 0;
-  workers_.execute_all([&] {
-    handle = dev_.cqs.insert(std::move(cq));
-    if (handle) dev_.cqs.get(handle)->handle = handle;
-  });
+  // Published complete, with no worker stopped: none reaches it before a QP is attached to it.
+  const uint32_t handle =
+      dev_.cqs.insert(std::move(cq), 1, [](CompletionQueue &c, uint32_t h, uint8_t) { c.handle = h; });
   if (!handle) {
     region->release();
     return ENOMEM;
@@ -349,12 +347,8 @@ int QueueObjects::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::Crea
   srq->pd = req.pd;
   srq->cookie = req.cookie;
   srq->async_fd = s.async_fd;
-  uint32_t handle = 0;
-  workers_.execute_all([&] {
-    ReceiveQueue *raw = srq.get();
-    handle = dev_.srqs.insert(std::move(srq));
-    if (handle) raw->handle = handle;
-  });
+  const uint32_t handle =
+      dev_.srqs.insert(std::move(srq), 1, [](ReceiveQueue &q, uint32_t h, uint8_t) { q.handle = h; });
   if (!handle) {
     region->release();
     return ENOMEM;

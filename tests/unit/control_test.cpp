@@ -2,7 +2,9 @@
 #include <catch2/catch.hpp>
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <memory>
+#include <thread>
 
 #include "control/cpu_list.h"
 #include "control/errno_status.h"
@@ -109,6 +111,40 @@ TEST_CASE("slot table: handles start at 1, freed slots are reused late with a ne
   CHECK(y == x);
   CHECK(small.generation(y) == 2);
   (void)gen;
+}
+
+TEST_CASE("slot table: a reader sees only whole objects while the writer inserts", "[shm]") {
+  // What lets the control thread register MRs with no worker stopped (issue 29): a worker
+  // looking slots up meanwhile finds nothing, or the object with every field `ready` set.
+  struct Obj {
+    uint32_t handle = 0;
+    uint32_t key = 0;
+  };
+  constexpr uint32_t kObjects = 200'000;
+  SlotTable<Obj> t(kObjects);
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> seen{0}, torn{0};
+  std::thread reader([&] {
+    uint32_t h = 1;
+    while (!done.load(std::memory_order_relaxed)) {
+      if (const Obj *o = t.get(h)) {
+        seen.fetch_add(1, std::memory_order_relaxed);
+        if (o->handle != h || o->key != (h << 8 | t.generation(h))) torn++;
+      }
+      h = h % kObjects + 1;
+    }
+  });
+  for (uint32_t i = 0; i < kObjects; i++)
+    REQUIRE(t.insert(std::make_unique<Obj>(), 3, [](Obj &o, uint32_t h, uint8_t g) {
+      o.handle = h;
+      o.key = h << 8 | g;
+    }) == i + 1);
+  done = true;
+  reader.join();
+  CHECK(torn == 0);
+  CHECK(t.size() == kObjects);
+  CHECK(t.get(kObjects + 1) == nullptr);
+  INFO("objects the reader met while they were being inserted: " << seen.load());
 }
 
 TEST_CASE("CPU lists: numbers and ranges in the order given, only allowed CPUs, none twice",

@@ -1,0 +1,95 @@
+// control_ops: what the verbs control path costs, call by call, on any verbs device (issue
+// 29): ibv_reg_mr + ibv_dereg_mr of SIZE bytes, ibv_create_cq + ibv_destroy_cq, and
+// ibv_create_qp + modify to INIT + ibv_destroy_qp, N times each; the median and the 99th
+// percentile of each call, in microseconds, one line per call (key=value).
+#include <infiniband/verbs.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void die(const char *what) {
+  std::perror(what);
+  std::exit(2);
+}
+
+struct Samples {
+  const char *name;
+  std::vector<double> us;
+  void report() {
+    std::sort(us.begin(), us.end());
+    std::printf("%s median_us=%.1f p99_us=%.1f n=%zu\n", name, us[us.size() / 2],
+                us[std::min(us.size() - 1, us.size() * 99 / 100)], us.size());
+  }
+};
+
+template <typename Fn>
+auto timed(Samples &s, Fn &&fn) {
+  const auto t = Clock::now();
+  auto r = fn();
+  s.us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const int n = argc > 1 ? std::atoi(argv[1]) : 2000;
+  const size_t size = argc > 2 ? std::strtoul(argv[2], nullptr, 0) : 4096;
+  if (n < 1 || size < 1) {
+    std::fprintf(stderr, "usage: control_ops [N [SIZE]]\n");
+    return 2;
+  }
+  int count = 0;
+  ibv_device **list = ibv_get_device_list(&count);
+  if (!list || !count) die("no verbs device");
+  ibv_context *ctx = ibv_open_device(list[0]);
+  if (!ctx) die("ibv_open_device");
+  ibv_pd *pd = ibv_alloc_pd(ctx);
+  if (!pd) die("ibv_alloc_pd");
+  void *buf = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buf == MAP_FAILED) die("mmap");
+  Samples reg{"ibv_reg_mr", {}}, dereg{"ibv_dereg_mr", {}}, mkcq{"ibv_create_cq", {}},
+      rmcq{"ibv_destroy_cq", {}}, mkqp{"ibv_create_qp+INIT", {}}, rmqp{"ibv_destroy_qp", {}};
+  ibv_cq *qp_cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+  if (!qp_cq) die("ibv_create_cq");
+  for (int i = 0; i < n; i++) {
+    ibv_mr *mr = timed(reg, [&] { return ibv_reg_mr(pd, buf, size, IBV_ACCESS_LOCAL_WRITE); });
+    if (!mr) die("ibv_reg_mr");
+    if (timed(dereg, [&] { return ibv_dereg_mr(mr); })) die("ibv_dereg_mr");
+    ibv_cq *cq = timed(mkcq, [&] { return ibv_create_cq(ctx, 16, nullptr, nullptr, 0); });
+    if (!cq) die("ibv_create_cq");
+    if (timed(rmcq, [&] { return ibv_destroy_cq(cq); })) die("ibv_destroy_cq");
+    ibv_qp *qp = timed(mkqp, [&]() -> ibv_qp * {
+      ibv_qp_init_attr ia{};
+      ia.send_cq = ia.recv_cq = qp_cq;
+      ia.qp_type = IBV_QPT_RC;
+      ia.cap.max_send_wr = ia.cap.max_recv_wr = 16;
+      ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+      ibv_qp *q = ibv_create_qp(pd, &ia);
+      ibv_qp_attr a{};
+      a.qp_state = IBV_QPS_INIT;
+      a.port_num = 1;
+      if (q && ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                        IBV_QP_ACCESS_FLAGS))
+        die("ibv_modify_qp");
+      return q;
+    });
+    if (!qp) die("ibv_create_qp");
+    if (timed(rmqp, [&] { return ibv_destroy_qp(qp); })) die("ibv_destroy_qp");
+  }
+  for (Samples *s : {&reg, &dereg, &mkcq, &rmcq, &mkqp, &rmqp}) s->report();
+  ibv_destroy_cq(qp_cq);
+  ibv_dealloc_pd(pd);
+  ibv_close_device(ctx);
+  ibv_free_device_list(list);
+  return 0;
+}
