@@ -20,6 +20,7 @@
 #include <string>
 
 #include "internal.h"
+#include "process_maps.h"
 
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
@@ -30,41 +31,6 @@ using namespace vrnic::provider;
 namespace {
 
 constexpr char kMemfdName[] = "vrnic-mr";
-
-struct MapsEntry {
-  uint64_t start, end, offset, inode;
-  bool readable, writable, shared;
-  std::string path;
-};
-
-std::vector<MapsEntry> read_maps() {
-  std::vector<MapsEntry> out;
-  FILE *f = std::fopen("/proc/self/maps", "re");
-  if (!f) return out;
-  char line[4096];
-  while (std::fgets(line, sizeof(line), f)) {
-    MapsEntry e{};
-    char perms[8] = {};
-    unsigned long long start, end, offset, inode;
-    unsigned dev_major, dev_minor;
-    int path_at = 0;
-    if (std::sscanf(line, "%llx-%llx %7s %llx %x:%x %llu %n", &start, &end, perms, &offset,
-                    &dev_major, &dev_minor, &inode, &path_at) < 7)
-      continue;
-    e.start = start;
-    e.end = end;
-    e.offset = offset;
-    e.inode = inode;
-    e.readable = perms[0] == 'r';
-    e.writable = perms[1] == 'w';
-    e.shared = perms[3] == 's';
-    e.path = line + path_at;
-    while (!e.path.empty() && (e.path.back() == '\n' || e.path.back() == ' ')) e.path.pop_back();
-    out.push_back(std::move(e));
-  }
-  std::fclose(f);
-  return out;
-}
 
 // Memfds this process converted pages into, by inode; kept open so later registrations of
 // the same pages can share them with vrnicd again.
@@ -125,6 +91,7 @@ uint64_t convert_pages(uint64_t start, uint64_t len) {
 // copies of pinned pages. Runs between fork and the child's return, so it uses only system
 // calls and a static buffer.
 void make_child_pages_private() {
+  forget_maps_file_after_fork();
   static char buf[1 << 16];
   static uint64_t ranges[4096][2];
   size_t nranges = 0, used = 0;
@@ -189,16 +156,13 @@ struct PieceList {
   }
 };
 
-// Describes [addr, addr+len) to vrnicd, converting pages where that is safe.
-int describe_range(uint64_t addr, uint64_t len, PieceList &out) {
-  volatile char marker = 0;
-  uint64_t sp = reinterpret_cast<uint64_t>(&marker);
-  uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
-  std::vector<MapsEntry> maps = read_maps();
+// Closes the memfds of memory the program has unmapped since (their pages go once vrnicd
+// lets go too). A walk over every mapping: done every kGcEvery registrations, not each one.
+void forget_freed_memfds() {
   std::set<uint64_t> live;
-  for (const MapsEntry &e : maps)
+  for (const MapsEntry &e : read_maps())
     if (e.inode) live.insert(e.inode);
-  for (auto it = g_memfds.begin(); it != g_memfds.end();) {  // memory the program freed
+  for (auto it = g_memfds.begin(); it != g_memfds.end();) {
     if (live.count(it->first)) {
       ++it;
     } else {
@@ -206,13 +170,22 @@ int describe_range(uint64_t addr, uint64_t len, PieceList &out) {
       it = g_memfds.erase(it);
     }
   }
+}
+constexpr uint32_t kGcEvery = 64;
+
+// Describes [addr, addr+len) to vrnicd, converting pages where that is safe.
+int describe_range(uint64_t addr, uint64_t len, PieceList &out) {
+  volatile char marker = 0;
+  uint64_t sp = reinterpret_cast<uint64_t>(&marker);
+  uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  static uint32_t registrations = 0;
+  if (++registrations % kGcEvery == 0) forget_freed_memfds();
   uint64_t cur = addr, end = addr + len;
   if (end < addr) return EINVAL;
-  size_t i = 0;
   while (cur < end) {
-    while (i < maps.size() && maps[i].end <= cur) i++;
-    if (i == maps.size() || maps[i].start > cur || !maps[i].readable) return EFAULT;
-    MapsEntry e = maps[i];
+    std::optional<MapsEntry> found = mapping_at(cur);
+    if (!found || !found->readable) return EFAULT;
+    const MapsEntry &e = *found;
     uint64_t seg_end = std::min(end, e.end);
     int err = 0;
     if (is_our_memfd(e)) {

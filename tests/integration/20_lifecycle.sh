@@ -302,4 +302,17 @@ reported_limits() {
 check "each limit ibv_query_device reports is reached, one more is ENOMEM (small --limits; QPs at the default)" \
   reported_limits
 
+# ibv_reg_mr finds the mappings it crosses with PROCMAP_QUERY (Linux 6.11); older kernels read
+# /proc/self/maps whole. Both ways register the same (the verbs data tests move and check
+# bytes through MRs of every kind of memory), the second forced here by VRNIC_MAPS_BY_READING.
+VERBS_DATA_TEST=$VRNIC_BUILD_DIR/tests/verbs_data_test
+maps_by_reading() {
+  require_provider || return 1
+  ensure_vrnicd || return 1
+  vrun env VRNIC_MAPS_BY_READING=1 timeout -k 5 120 "$VERBS_DATA_TEST" "[memory],[fork],[write]" || return 1
+  wait_objects_zero 10
+}
+check "ibv_reg_mr the older kernels' way (reading /proc/self/maps whole): the MR data tests pass" \
+  maps_by_reading
+
 vrnic_script_finish
