@@ -2,6 +2,9 @@
 // 29): ibv_reg_mr + ibv_dereg_mr of SIZE bytes, ibv_create_cq + ibv_destroy_cq, and
 // ibv_create_qp + modify to INIT + ibv_destroy_qp, N times each; the median and the 99th
 // percentile of each call, in microseconds, one line per call (key=value).
+//
+// control_ops --hold N: makes N MRs, N CQs, N SRQs and N MWs and keeps them, prints made=N,
+// and exits at a line on stdin (what a test compares vrnicd's worker_stops across).
 #include <infiniband/verbs.h>
 #include <sys/mman.h>
 
@@ -41,11 +44,31 @@ auto timed(Samples &s, Fn &&fn) {
 
 }  // namespace
 
+// Objects made and kept, until a line comes on stdin.
+int hold(ibv_context *ctx, ibv_pd *pd, void *buf, size_t size, int n) {
+  for (int i = 0; i < n; i++) {
+    ibv_srq_init_attr sa{};
+    sa.attr.max_wr = 1;
+    sa.attr.max_sge = 1;
+    if (!ibv_reg_mr(pd, buf, size, IBV_ACCESS_LOCAL_WRITE) ||
+        !ibv_create_cq(ctx, 1, nullptr, nullptr, 0) || !ibv_create_srq(pd, &sa) ||
+        !ibv_alloc_mw(pd, IBV_MW_TYPE_2))
+      die("making objects to hold");
+  }
+  std::printf("made=%d\n", n);
+  std::fflush(stdout);
+  char line[16];
+  if (!std::fgets(line, sizeof(line), stdin)) return 0;  // stdin closed: as good as a line
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  const bool holding = argc > 2 && !std::strcmp(argv[1], "--hold");
+  if (holding) argv++, argc--;
   const int n = argc > 1 ? std::atoi(argv[1]) : 2000;
   const size_t size = argc > 2 ? std::strtoul(argv[2], nullptr, 0) : 4096;
-  if (n < 1 || size < 1) {
-    std::fprintf(stderr, "usage: control_ops [N [SIZE]]\n");
+  if (n < (holding ? 0 : 1) || size < 1) {
+    std::fprintf(stderr, "usage: control_ops [N [SIZE]] | --hold N\n");
     return 2;
   }
   int count = 0;
@@ -57,6 +80,7 @@ int main(int argc, char **argv) {
   if (!pd) die("ibv_alloc_pd");
   void *buf = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (buf == MAP_FAILED) die("mmap");
+  if (holding) return hold(ctx, pd, buf, size, n);
   Samples reg{"ibv_reg_mr", {}}, dereg{"ibv_dereg_mr", {}}, mkcq{"ibv_create_cq", {}},
       rmcq{"ibv_destroy_cq", {}}, mkqp{"ibv_create_qp+INIT", {}}, rmqp{"ibv_destroy_qp", {}};
   ibv_cq *qp_cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);

@@ -315,4 +315,36 @@ maps_by_reading() {
 check "ibv_reg_mr the older kernels' way (reading /proc/self/maps whole): the MR data tests pass" \
   maps_by_reading
 
+# Issue 29: registering memory and making CQs, SRQs and MWs stops no worker. vrnicd's
+# worker_stops across a process that makes 1,000 of each (and keeps them) grows by exactly
+# what it grows across one that makes none (its open, and vrnicctl's own calls).
+CONTROL_OPS=$VRNIC_BUILD_DIR/perf/control_ops
+stops_across() {  # N: worker_stops from before control_ops --hold N starts to when it has made all
+  local n=$1 fifo=$VRNIC_TMP/hold.$1 out=$VRNIC_TMP/hold.$1.out before after hold pid
+  rm -f "$fifo" && mkfifo "$fifo" || return 1
+  before=$(vrnic_stat worker_stops) || return 1
+  "${VRUN[@]}" timeout -k 5 60 "$CONTROL_OPS" --hold "$n" <"$fifo" >"$out" 2>&1 &
+  pid=$!
+  exec {hold}>"$fifo"
+  made() { grep -q '^made=' "$out"; }
+  wait_for 30 "control_ops to make $n of each" made || { exec {hold}>&-; return 1; }
+  after=$(vrnic_stat worker_stops)
+  exec {hold}>&-
+  vrnic_wait_exit "$pid" 20
+  echo $((after - before))
+}
+creation_stops_nothing() {
+  local none many
+  require_provider || return 1
+  ensure_vrnicd || return 1
+  none=$(stops_across 0) || return 1
+  many=$(stops_across 1000) || return 1
+  echo "worker_stops: +$none across a process that made nothing, +$many across one that made 1,000 MRs, CQs, SRQs and MWs"
+  CHECK_NOTE="+$many for 4,000 objects, +$none for none"
+  wait_objects_zero 10 || return 1
+  [[ $none == "$many" ]]
+}
+check "1,000 ibv_reg_mr, ibv_create_cq, ibv_create_srq and ibv_alloc_mw each stop no worker (worker_stops)" \
+  creation_stops_nothing
+
 vrnic_script_finish
