@@ -189,7 +189,7 @@ int MemoryObjects::dereg_mr(Session &s, uint32_t handle) {
   uint32_t pd = 0;
   // Memory windows bound to it still expose it: EBUSY.
   if (int st = workers_.remove_unless_in_use([&] { return dev_.mrs.get(handle)->bound_windows; },
-                                             [&] { pd = remove_mr(s, handle); }))
+                                             [&] { if (auto mr = remove_mr(s, handle)) pd = mr->pd; }))
     return st;
   if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
   s.mrs.erase(handle);
@@ -240,18 +240,26 @@ uint32_t MemoryObjects::remove_mw(uint32_t handle) {
   return pd;
 }
 
-uint32_t MemoryObjects::remove_mr(Session &s, uint32_t handle) {
+std::unique_ptr<MemoryRegion> MemoryObjects::remove_mr(Session &s, uint32_t handle) {
   std::unique_ptr<MemoryRegion> mr = dev_.mrs.remove(handle);
-  if (!mr) return 0;
+  if (!mr) return nullptr;
   quotas_.release(s.uid, Quota::kMrs);
   quotas_.release(s.uid, Quota::kMappings, mr->mappings.size());
   if (!mr->null_mr) quotas_.release(s.uid, Quota::kMrBytes, mr->length);
-  return mr->pd;
+  return mr;
 }
 
 void MemoryObjects::release_dataplane(Session &s) {
   for (uint32_t h : s.mws) remove_mw(h);
-  for (uint32_t h : s.mrs) remove_mr(s, h);
+  retired_.reserve(retired_.size() + s.mrs.size());
+  for (uint32_t h : s.mrs)
+    if (std::unique_ptr<MemoryRegion> mr = remove_mr(s, h)) retired_.push_back(std::move(mr));
+}
+
+bool MemoryObjects::reap(size_t max) {
+  for (size_t i = 0; i < max && !retired_.empty(); i++) retired_.pop_back();
+  if (retired_.empty()) retired_.shrink_to_fit();
+  return !retired_.empty();
 }
 
 void MemoryObjects::release(Session &s) {

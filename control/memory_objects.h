@@ -29,9 +29,14 @@ class MemoryObjects {
 
   // PDs, which QPs, SRQs and AHs (queue_objects.h) are created in and count in refs.
   SlotTable<ProtectionDomain> &pds() { return pds_; }
-  // A closing session's MWs and MRs, inside WorkerGroup::execute_all (after its QPs).
+  // A closing session's MWs and MRs, inside WorkerGroup::execute_all (after its QPs): out of
+  // the tables there, and their memory let go of afterwards, a batch at a time (reap).
   void release_dataplane(Session &s);
   void release(Session &s);  // then its PDs
+  // Unmaps and frees up to `max` MRs of closed sessions; whether some are left. The control
+  // loop calls it between requests: a client that exits holding a million MRs no longer
+  // keeps every other client's call waiting for all of them (about 0.6 s under ASan).
+  bool reap(size_t max);
 
  private:
   // Puts an MR in the key table (on the worker); 0 or ENOMEM (table or quota full).
@@ -40,12 +45,14 @@ class MemoryObjects {
                  ctl::RegMrResp &resp);
   // The dataplane side of destroying one object, inside execute_all; each returns its PD.
   uint32_t remove_mw(uint32_t handle);
-  uint32_t remove_mr(Session &s, uint32_t handle);
+  std::unique_ptr<MemoryRegion> remove_mr(Session &s, uint32_t handle);
 
   Device &dev_;
   WorkerGroup &workers_;
   UserQuotas &quotas_;
   SlotTable<ProtectionDomain> pds_{1u << 16};
+  // Out of the key table, with no worker holding them: only their memory is left to free.
+  std::vector<std::unique_ptr<MemoryRegion>> retired_;
 };
 
 }  // namespace vrnic
