@@ -89,7 +89,8 @@ absl::Status GsiQp::start() {
   qp.qpn = Device::kGsiQpn;
   qp.worker = 0;
   qp.shared->worker.store(0);
-  qp_attach_queues(qp, &m.send_cq, &m.recv_cq, nullptr, workers_.size() > 1);
+  m.send_cq.multi_worker = m.recv_cq.multi_worker = workers_.size() > 1;
+  qp_attach_queues(qp, &m.send_cq, &m.recv_cq, nullptr);
   for (uint32_t i = 0; i < kRecvSlots; i++) post_recv(i);
   workers_.execute_all([&] {
     ctl::QpAttrWire a{};

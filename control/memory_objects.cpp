@@ -142,27 +142,20 @@ int MemoryObjects::insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::
   return 0;
 }
 
-// ibv_rereg_mr: the new translation, PD and access take the old region's place in one stop
-// of the dataplane, under the same handle and keys; a packet sees one region or the other.
+// ibv_rereg_mr: the new translation, PD and access take the old region's place under the
+// same handle and keys, in one store; a packet sees one region or the other. The old one is
+// freed (unmapped) after a grace period: the call returns once no access to it can land.
 int MemoryObjects::replace_mr(Session &s, uint32_t handle, std::unique_ptr<MemoryRegion> mr,
                               ctl::RegMrResp &resp) {
   if (!owns(s.mrs, handle)) return EINVAL;
   uint32_t new_pd = mr->pd;
-  std::unique_ptr<MemoryRegion> old;
-  int st = 0;
-  workers_.execute_all([&] {
-    MemoryRegion *cur = dev_.mrs.get(handle);
-    if (cur->null_mr) {
-      st = EINVAL;
-    } else if (cur->bound_windows) {
-      st = EBUSY;  // memory windows still expose the old translation
-    } else {
-      mr->handle = handle;
-      mr->key = cur->key;
-      old = dev_.mrs.replace(handle, std::move(mr));
-    }
-  });
-  if (st) return st;
+  MemoryRegion *cur = dev_.mrs.get(handle);
+  if (cur->null_mr) return EINVAL;
+  if (cur->bound_windows.load()) return EBUSY;  // memory windows still expose the old translation
+  mr->handle = handle;
+  mr->key = cur->key;
+  std::unique_ptr<MemoryRegion> old = dev_.mrs.replace(handle, std::move(mr));
+  workers_.synchronize();
   quotas_.release(s.uid, Quota::kMrBytes, old->length);
   quotas_.release(s.uid, Quota::kMappings, old->mappings.size());
   if (ProtectionDomain *p = pds_.get(old->pd)) p->refs--;
@@ -186,12 +179,15 @@ int MemoryObjects::alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp) 
 
 int MemoryObjects::dereg_mr(Session &s, uint32_t handle) {
   if (!owns(s.mrs, handle)) return EINVAL;
-  uint32_t pd = 0;
-  // Memory windows bound to it still expose it: EBUSY.
-  if (int st = workers_.remove_unless_in_use([&] { return dev_.mrs.get(handle)->bound_windows; },
-                                             [&] { if (auto mr = remove_mr(s, handle)) pd = mr->pd; }))
-    return st;
-  if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
+  // Memory windows bound to it still expose it: EBUSY. (A bind racing with this call, on a
+  // worker that found the region before it left its table, leaves a window on a key that no
+  // longer resolves: its accesses fail, as after an invalidation.)
+  if (dev_.mrs.get(handle)->bound_windows.load()) return EBUSY;
+  std::unique_ptr<MemoryRegion> mr = remove_mr(s, handle);
+  // Returns only once no access to the region can land: no worker holds it, no packet
+  // points into it. Then it is unmapped (the unique_ptr), with no worker stopped.
+  workers_.synchronize();
+  if (ProtectionDomain *p = pds_.get(mr->pd)) p->refs--;
   s.mrs.erase(handle);
   return 0;
 }
@@ -222,22 +218,20 @@ int MemoryObjects::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMw
 
 int MemoryObjects::dealloc_mw(Session &s, uint32_t handle) {
   if (!owns(s.mws, handle)) return EINVAL;
-  uint32_t pd = 0;
-  workers_.execute_all([&] { pd = remove_mw(handle); });
-  if (ProtectionDomain *p = pds_.get(pd)) p->refs--;
+  std::unique_ptr<MemoryWindow> mw = dev_.mws.remove(handle);
+  // After the grace period no worker binds or invalidates it any more: what it is bound to
+  // now is final.
+  workers_.synchronize();
+  unbind_removed(*mw);
+  if (ProtectionDomain *p = pds_.get(mw->pd)) p->refs--;
   s.mws.erase(handle);
   quotas_.release(s.uid, Quota::kMws);
   return 0;
 }
 
-uint32_t MemoryObjects::remove_mw(uint32_t handle) {
-  MemoryWindow *mw = dev_.mws.get(handle);
-  if (mw->bound) {
-    if (MemoryRegion *mr = dev_.mr_by_key(mw->mr_key)) mr->bound_windows--;
-  }
-  uint32_t pd = mw->pd;
-  dev_.mws.remove(handle);
-  return pd;
+void MemoryObjects::unbind_removed(const MemoryWindow &mw) {
+  if (!mw.bound) return;
+  if (MemoryRegion *mr = dev_.mr_by_key(mw.mr_key)) mr->bound_windows--;
 }
 
 std::unique_ptr<MemoryRegion> MemoryObjects::remove_mr(Session &s, uint32_t handle) {
@@ -249,11 +243,19 @@ std::unique_ptr<MemoryRegion> MemoryObjects::remove_mr(Session &s, uint32_t hand
   return mr;
 }
 
-void MemoryObjects::release_dataplane(Session &s) {
-  for (uint32_t h : s.mws) remove_mw(h);
+void MemoryObjects::take_out(Session &s) {
+  // Its windows expose only its own regions, which go too: nothing to unbind.
+  closing_mws_.reserve(s.mws.size());
+  for (uint32_t h : s.mws)
+    if (std::unique_ptr<MemoryWindow> mw = dev_.mws.remove(h)) closing_mws_.push_back(std::move(mw));
   retired_.reserve(retired_.size() + s.mrs.size());
   for (uint32_t h : s.mrs)
     if (std::unique_ptr<MemoryRegion> mr = remove_mr(s, h)) retired_.push_back(std::move(mr));
+}
+
+void MemoryObjects::free_taken() {
+  closing_mws_.clear();
+  closing_mws_.shrink_to_fit();
 }
 
 bool MemoryObjects::reap(size_t max) {

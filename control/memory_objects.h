@@ -29,13 +29,15 @@ class MemoryObjects {
 
   // PDs, which QPs, SRQs and AHs (queue_objects.h) are created in and count in refs.
   SlotTable<ProtectionDomain> &pds() { return pds_; }
-  // A closing session's MWs and MRs, inside WorkerGroup::execute_all (after its QPs): out of
-  // the tables there, and their memory let go of afterwards, a batch at a time (reap).
-  void release_dataplane(Session &s);
+  // A closing session's MWs and MRs leave the tables (take_out); after a grace period its
+  // windows are freed (free_taken) and its regions are left to reap(), a batch at a time.
+  void take_out(Session &s);
+  void free_taken();
   void release(Session &s);  // then its PDs
-  // Unmaps and frees up to `max` MRs of closed sessions; whether some are left. The control
-  // loop calls it between requests: a client that exits holding a million MRs no longer
-  // keeps every other client's call waiting for all of them (about 0.6 s under ASan).
+  // Unmaps and frees up to `max` MRs of closed sessions, out of the key table and past a
+  // grace period; whether some are left. The control loop calls it between requests: a
+  // client that exits holding a million MRs no longer keeps every other client's call
+  // waiting for all of them (about 0.6 s under ASan).
   bool reap(size_t max);
 
  private:
@@ -43,9 +45,10 @@ class MemoryObjects {
   int insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp);
   int replace_mr(Session &s, uint32_t handle, std::unique_ptr<MemoryRegion> mr,
                  ctl::RegMrResp &resp);
-  // The dataplane side of destroying one object, inside execute_all; each returns its PD.
-  uint32_t remove_mw(uint32_t handle);
+  // Out of the key table, its quotas released; freed by the caller after a grace period.
   std::unique_ptr<MemoryRegion> remove_mr(Session &s, uint32_t handle);
+  // A window out of its table and past a grace period: its region counts it no more.
+  void unbind_removed(const MemoryWindow &mw);
 
   Device &dev_;
   WorkerGroup &workers_;
@@ -53,6 +56,7 @@ class MemoryObjects {
   SlotTable<ProtectionDomain> pds_{1u << 16};
   // Out of the key table, with no worker holding them: only their memory is left to free.
   std::vector<std::unique_ptr<MemoryRegion>> retired_;
+  std::vector<std::unique_ptr<MemoryWindow>> closing_mws_;  // a closing session's, until freed
 };
 
 }  // namespace vrnic

@@ -73,6 +73,7 @@ int QueueObjects::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::Create
   cq->shared = static_cast<shm::CqShared *>(map);
   cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
   cq->mask = slots - 1;
+  cq->multi_worker = workers_.size() > 1;  // its QPs may be on several workers
   // Published complete, with no worker stopped: none reaches it before a QP is attached to it.
   const uint32_t handle =
       dev_.cqs.insert(std::move(cq), 1, [](CompletionQueue &c, uint32_t h, uint8_t) { c.handle = h; });
@@ -92,10 +93,10 @@ int QueueObjects::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::Create
 
 int QueueObjects::destroy_cq(Session &s, uint32_t handle) {
   if (!owns(s.cqs, handle)) return EINVAL;
-  uint32_t channel = 0;
-  if (int st = workers_.remove_unless_in_use([&] { return dev_.cqs.get(handle)->refs; },
-                                             [&] { channel = remove_cq(handle); }))
-    return st;
+  // No QP uses it (the refs are this thread's: QPs attach and detach here), and the workers
+  // reach a CQ only through a QP: it goes with no worker involved.
+  if (dev_.cqs.get(handle)->refs) return EBUSY;
+  const uint32_t channel = remove_cq(handle);
   if (CompletionChannel *ch = channels_.get(channel)) ch->refs--;
   s.cqs.erase(handle);
   quotas_.release(s.uid, Quota::kCqs);
@@ -204,16 +205,13 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
   Worker &w = workers_.for_new_qp();
   qp->worker = uint8_t(w.index());
   qp->shared->worker.store(w.index());
-  const bool shared = workers_.size() > 1;  // CQs and SRQs may be used by several workers
-  uint32_t handle = 0;
-  workers_.execute_all([&] {
-    QueuePair *raw = qp.get();
-    handle = dev_.qps.insert(std::move(qp));
-    if (!handle) return;
-    raw->handle = handle;
-    raw->qpn = Device::qpn_of_handle(handle, ::arc4random());
-    qp_attach_queues(*raw, dev_.cqs.get(req.send_cq), dev_.cqs.get(req.recv_cq),
-                     req.srq ? dev_.srqs.get(req.srq) : nullptr, shared);
+  // Published complete, with no worker stopped: a worker reaches a QP in RESET only to find
+  // nothing to do, and it is its own from the first modify (run there).
+  const uint32_t handle = dev_.qps.insert(std::move(qp), 1, [&](QueuePair &q, uint32_t h, uint8_t) {
+    q.handle = h;
+    q.qpn = Device::qpn_of_handle(h, ::arc4random());
+    qp_attach_queues(q, dev_.cqs.get(req.send_cq), dev_.cqs.get(req.recv_cq),
+                     req.srq ? dev_.srqs.get(req.srq) : nullptr);
   });
   if (!handle) {
     region->release();
@@ -246,9 +244,11 @@ int QueueObjects::modify_qp_steps(Session &s, uint32_t handle, const ctl::CmQpSt
   int st = 0;
   int resolve_on = -1;  // the worker whose port should look up the peer's link address
   uint8_t peer[16];
-  // Every step under one hand-over: the workers are parked once, whatever the count.
-  workers_.execute_all([&] {
-    QueuePair &qp = *dev_.qps.get(handle);
+  // Every step in one command to the QP's worker, between its bursts: the others never
+  // notice, and the change has taken effect when the call returns.
+  QueuePair &qp = *dev_.qps.get(handle);
+  Worker &owner = workers_[qp.worker];
+  owner.run_between_bursts([&] {
     for (uint32_t i = 0; i < n && !st; i++) {
       bool resolve = false;
       st = modify_step(qp, steps[i].attr, steps[i].attr_mask, s.uid == 0, &resolve);
@@ -262,7 +262,7 @@ int QueueObjects::modify_qp_steps(Session &s, uint32_t handle, const ctl::CmQpSt
   return st;
 }
 
-// One ibv_modify_qp, inside execute_all: the checks the kernel makes (EINVAL), then the change.
+// One ibv_modify_qp, on the QP's worker: the checks the kernel makes (EINVAL), then the change.
 int QueueObjects::modify_step(QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask,
                               bool privileged, bool *resolve) {
   uint32_t cur = qp.attr.qp_state;
@@ -299,8 +299,8 @@ int QueueObjects::modify_step(QueuePair &qp, const ctl::QpAttrWire &a, uint32_t 
 
 int QueueObjects::query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp) {
   if (!owns(s.qps, handle)) return EINVAL;
-  workers_.execute_all([&] {
-    QueuePair &qp = *dev_.qps.get(handle);
+  QueuePair &qp = *dev_.qps.get(handle);
+  workers_[qp.worker].run_between_bursts([&] {
     resp.attr = qp.attr;
     resp.attr.cur_qp_state = qp.attr.qp_state;
     resp.attr.sq_draining = qp.attr.qp_state == IBV_QPS_SQD && qp_sq_busy(qp);
@@ -308,9 +308,21 @@ int QueueObjects::query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp) 
   return 0;
 }
 
+// Out of the table first, then two grace periods around its worker's forgetting it: the
+// first ends every other worker's hold on it (a doorbell passed on to its owner is in the
+// owner's ring by then), the second the packets it built (inline data points into its send
+// queue). No worker stops.
 int QueueObjects::destroy_qp(Session &s, uint32_t handle) {
   if (!owns(s.qps, handle)) return EINVAL;
-  workers_.execute_all([&] { remove_qp(handle); });
+  std::unique_ptr<QueuePair> qp = dev_.qps.remove(handle);
+  workers_.synchronize();
+  Worker &owner = workers_[qp->worker];
+  owner.run_between_bursts([&] {
+    owner.take_forwarded_doorbells();
+    owner.forget_qp(*qp);
+  });
+  workers_.synchronize();
+  free_qp(std::move(qp));
   if (ProtectionDomain *pd = memory_.pds().get(qp_owners_[handle].pd)) pd->refs--;
   qp_owners_.erase(handle);
   s.qps.erase(handle);
@@ -347,6 +359,7 @@ int QueueObjects::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::Crea
   srq->pd = req.pd;
   srq->cookie = req.cookie;
   srq->async_fd = s.async_fd;
+  srq->multi_worker = workers_.size() > 1;  // its QPs may be on several workers
   const uint32_t handle =
       dev_.srqs.insert(std::move(srq), 1, [](ReceiveQueue &q, uint32_t h, uint8_t) { q.handle = h; });
   if (!handle) {
@@ -367,41 +380,31 @@ int QueueObjects::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::Crea
 int QueueObjects::modify_srq(Session &s, const ctl::ModifySrqReq &req) {
   if (!owns(s.srqs, req.handle)) return EINVAL;
   if (req.attr_mask & ~uint32_t(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
-  int st = 0;
-  workers_.execute_all([&] {
-    ReceiveQueue &srq = *dev_.srqs.get(req.handle);
-    uint32_t slots = srq.mask + 1;
-    // The ring is sized at creation; "resizing" within it is all vrnic offers.
-    if ((req.attr_mask & IBV_SRQ_MAX_WR) && (req.attr.max_wr < 1 || req.attr.max_wr > slots)) {
-      st = EINVAL;
-      return;
-    }
-    if (req.attr_mask & IBV_SRQ_LIMIT) {
-      if (req.attr.srq_limit > slots) {
-        st = EINVAL;
-        return;
-      }
-      srq.limit->store(req.attr.srq_limit);
-    }
-  });
-  return st;
+  // The limit is shared memory the workers read atomically: no worker is involved.
+  ReceiveQueue &srq = *dev_.srqs.get(req.handle);
+  uint32_t slots = srq.mask + 1;
+  // The ring is sized at creation; "resizing" within it is all vrnic offers.
+  if ((req.attr_mask & IBV_SRQ_MAX_WR) && (req.attr.max_wr < 1 || req.attr.max_wr > slots))
+    return EINVAL;
+  if (req.attr_mask & IBV_SRQ_LIMIT) {
+    if (req.attr.srq_limit > slots) return EINVAL;
+    srq.limit->store(req.attr.srq_limit);
+  }
+  return 0;
 }
 
 int QueueObjects::query_srq(Session &s, uint32_t handle, ctl::QuerySrqResp &resp) {
   if (!owns(s.srqs, handle)) return EINVAL;
-  workers_.execute_all([&] {
-    ReceiveQueue &srq = *dev_.srqs.get(handle);
-    resp.attr = {srq.mask + 1, shm::kMaxSge, srq.limit->load(), 0};
-  });
+  ReceiveQueue &srq = *dev_.srqs.get(handle);
+  resp.attr = {srq.mask + 1, shm::kMaxSge, srq.limit->load(), 0};
   return 0;
 }
 
 int QueueObjects::destroy_srq(Session &s, uint32_t handle) {
   if (!owns(s.srqs, handle)) return EINVAL;
-  uint32_t pd = 0;
-  if (int st = workers_.remove_unless_in_use([&] { return dev_.srqs.get(handle)->refs; },
-                                             [&] { pd = remove_srq(handle); }))
-    return st;
+  // As a CQ: reached by the workers only through its QPs, of which it has none.
+  if (dev_.srqs.get(handle)->refs) return EBUSY;
+  const uint32_t pd = remove_srq(handle);
   if (ProtectionDomain *p = memory_.pds().get(pd)) p->refs--;
   s.srqs.erase(handle);
   quotas_.release(s.uid, Quota::kSrqs);
@@ -441,15 +444,16 @@ int QueueObjects::destroy_ah(Session &s, uint32_t handle) {
   return 0;
 }
 
-// The dataplane side of destroying each object: called where every worker is stopped or is
-// the caller (inside execute_all). Each returns what the control side must release.
-void QueueObjects::remove_qp(uint32_t handle) {
-  QueuePair *qp = dev_.qps.get(handle);
-  qp_release(workers_[qp->worker], *qp);
+// A QP out of its table and off its worker's lists, after the grace periods: its queues
+// count it no more, and its region is unmapped.
+void QueueObjects::free_qp(std::unique_ptr<QueuePair> qp) {
+  qp_detach_queues(*qp);
   workers_.qp_removed(qp->worker);
   ::munmap(qp->shared, shm::qp_region_bytes(qp->sq_mask + 1, qp->own_rq.mask + 1));
-  dev_.qps.remove(handle);
 }
+
+// SRQs and CQs are reached by the workers only through QPs: out of a table, one is gone once
+// its QPs are (a closing session's, after their grace periods).
 
 uint32_t QueueObjects::remove_srq(uint32_t handle) {
   ReceiveQueue *srq = dev_.srqs.get(handle);
@@ -467,8 +471,28 @@ uint32_t QueueObjects::remove_cq(uint32_t handle) {
   return channel;
 }
 
-void QueueObjects::release_dataplane(Session &s) {
-  for (uint32_t h : s.qps) remove_qp(h);
+void QueueObjects::take_out(Session &s) {
+  closing_qps_.reserve(s.qps.size());
+  for (uint32_t h : s.qps)
+    if (std::unique_ptr<QueuePair> qp = dev_.qps.remove(h)) closing_qps_.push_back(std::move(qp));
+}
+
+void QueueObjects::forget_taken() {
+  std::vector<std::vector<QueuePair *>> by_worker(workers_.size());
+  for (auto &qp : closing_qps_) by_worker[qp->worker].push_back(qp.get());
+  for (size_t i = 0; i < workers_.size(); i++) {
+    Worker &w = workers_[i];
+    w.run_between_bursts([&] {
+      w.take_forwarded_doorbells();
+      w.forget_qps(by_worker[i]);
+    });
+  }
+}
+
+void QueueObjects::free_taken(Session &s) {
+  for (auto &qp : closing_qps_) free_qp(std::move(qp));
+  closing_qps_.clear();
+  closing_qps_.shrink_to_fit();
   for (uint32_t h : s.srqs) remove_srq(h);
   for (uint32_t h : s.cqs) remove_cq(h);
 }

@@ -51,17 +51,22 @@ class QueueObjects {
 
   size_t channel_count() const { return channels_.size(); }
   size_t ah_count() const { return ahs_.size(); }
-  // A closing session's QPs, SRQs and CQs, inside WorkerGroup::execute_all (first of all).
-  void release_dataplane(Session &s);
+  // A closing session's QPs, SRQs and CQs, with no worker stopped (Server::close_session):
+  // its QPs leave the table (take_out); after a grace period each worker forgets those it
+  // runs (forget_taken); after another they are freed, and its SRQs and CQs with them
+  // (free_taken).
+  void take_out(Session &s);
+  void forget_taken();
+  void free_taken(Session &s);
   void release(Session &s);  // then its AHs and channels
 
  private:
-  // The dataplane side of destroying one object, inside execute_all; each returns what the
-  // control side still has to release (the PD, the channel).
-  void remove_qp(uint32_t handle);
+  void free_qp(std::unique_ptr<QueuePair> qp);
   // privileged: root's session, which may give a QP a controlled Q_Key.
   int modify_step(QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask, bool privileged,
                   bool *resolve);
+  // Out of its table and unmapped; each returns what the control side still has to release
+  // (the PD, the channel).
   uint32_t remove_srq(uint32_t handle);
   uint32_t remove_cq(uint32_t handle);
 
@@ -72,6 +77,7 @@ class QueueObjects {
   SlotTable<CompletionChannel> channels_{1u << 16};
   SlotTable<AddressHandle> ahs_{1u << 16};
   std::map<uint32_t, QpOwner> qp_owners_;
+  std::vector<std::unique_ptr<QueuePair>> closing_qps_;  // a closing session's, until freed
 };
 
 }  // namespace vrnic

@@ -417,23 +417,26 @@ int Server::stats(Session &s, ctl::StatsResp &resp) {
   resp.ahs = queues_.ah_count();
   resp.wire_link_up = 1;
   resp.qp_moves = workers_.moves();
-  resp.worker_stops = workers_.stops() + 1;  // the one this call is about to make
+  resp.worker_stops = workers_.stops();
+  resp.grace_periods = workers_.grace_periods();
   cm_.stats(resp);
   resp.workers = workers_.size();
-  workers_.execute_all([&] {
-    resp.mrs = dev_.mrs.size();
-    resp.cqs = dev_.cqs.size();
-    resp.qps = dev_.qps.size();
-    resp.srqs = dev_.srqs.size();
-    resp.mws = dev_.mws.size();
-    // Every worker's share, summed: its counters and its ports'.
-    for (auto &w : workers_.all()) {
+  resp.mrs = dev_.mrs.size();
+  resp.cqs = dev_.cqs.size();
+  resp.qps = dev_.qps.size();
+  resp.srqs = dev_.srqs.size();
+  resp.mws = dev_.mws.size();
+  // Every worker's share, summed: its counters and its ports', each read on its own thread
+  // between its bursts (no worker stops for it).
+  for (auto &wp : workers_.all()) {
+    Worker *w = wp.get();
+    w->run_between_bursts([&] {
       resp.doorbell_user_look_max =
           std::max<uint64_t>(resp.doorbell_user_look_max, w->doorbell_user_look_max());
       for (size_t i = 0; i < std::size(resp.transport); i++)
         resp.transport[i] += w->counters.value[i];
       Port *wire = w->wire_port();
-      if (!wire) continue;
+      if (!wire) return;
       for (size_t i = 0; i < std::size(resp.port); i++) resp.port[i] += wire->counters().value[i];
       if (!wire->link_up()) resp.wire_link_up = 0;
       if (const FaultCounters *f = wire->fault_counters()) {
@@ -443,8 +446,8 @@ int Server::stats(Session &s, ctl::StatsResp &resp) {
         resp.faults_corrupted += f->corrupted;
         resp.faults_delayed += f->delayed;
       }
-    }
-  });
+    });
+  }
   return 0;
 }
 
@@ -456,28 +459,41 @@ int Server::list_qps(Session &s, const ctl::ListQpsReq &req, ctl::ListQpsResp &r
     auto it = sessions_.find(qp.session);
     return it != sessions_.end() && it->second->uid == s.uid;
   };
-  workers_.execute_all([&] {
-    // From `start` on, and only to the first QP past the page: a page costs what it lists,
-    // not a walk over every QP (64 K QPs are 1,639 pages).
-    dev_.qps.for_each([&](uint32_t handle, QueuePair &qp) {
-      if (!visible(qp) || (req.session && qp.session != req.session) ||
-          (req.state && qp.attr.qp_state + 1u != req.state))
-        return true;
-      if (resp.count == ctl::ListQpsResp::kMaxEntries) {
-        resp.next = handle;
-        return false;
-      }
-      ctl::QpEntry &e = resp.entries[resp.count++];
-      e.qpn = qp.qpn;
-      e.type = qp.type;
-      e.state = qp.attr.qp_state;
-      e.session = qp.session;
-      std::copy(std::begin(qp.counters.value), std::end(qp.counters.value), e.counters);
-      e.transport = qp_transport_state(qp, workers_[qp.worker].now);
-      e.worker = qp.worker;
+  // From `start` on, and only to the first QP past the page: a page costs what it lists,
+  // not a walk over every QP (64 K QPs are 1,639 pages). The QPs are chosen here, by what
+  // never changes and the state the workers publish; what their workers change (counters,
+  // the transport) is read by each worker between its bursts: no worker stops.
+  std::vector<std::vector<std::pair<ctl::QpEntry *, QueuePair *>>> by_worker(workers_.size());
+  dev_.qps.for_each([&](uint32_t handle, QueuePair &qp) {
+    // As its worker publishes it in the QP's shared page (the entry gets the worker's own).
+    const uint32_t state = qp.shared->state.load(std::memory_order_acquire);
+    if (!visible(qp) || (req.session && qp.session != req.session) ||
+        (req.state && state + 1u != req.state))
       return true;
-    }, std::max(start, 1u));
-  });
+    if (resp.count == ctl::ListQpsResp::kMaxEntries) {
+      resp.next = handle;
+      return false;
+    }
+    ctl::QpEntry &e = resp.entries[resp.count++];
+    e.qpn = qp.qpn;
+    e.type = qp.type;
+    e.state = state;
+    e.session = qp.session;
+    e.worker = qp.worker;
+    by_worker[qp.worker].push_back({&e, &qp});
+    return true;
+  }, std::max(start, 1u));
+  for (size_t i = 0; i < by_worker.size(); i++) {
+    if (by_worker[i].empty()) continue;
+    Worker &w = workers_[i];
+    w.run_between_bursts([&] {
+      for (auto [e, qp] : by_worker[i]) {
+        std::copy(std::begin(qp->counters.value), std::end(qp->counters.value), e->counters);
+        e->state = qp->attr.qp_state;
+        e->transport = qp_transport_state(*qp, w.now);
+      }
+    });
+  }
   return 0;
 }
 
@@ -496,24 +512,29 @@ int Server::set_faults(Session &, const ctl::SetFaultsReq &req) {
   return 0;
 }
 
-// Everything a client created goes when its connection does (process exit or SIGKILL), in
-// one stop of the dataplane whatever it held: a session's objects refer only to each other,
-// so none needs its references counted down on the way. QPs first (they point at CQs and
-// SRQs), windows before the regions they expose.
+// Everything a client created goes when its connection does (process exit or SIGKILL),
+// whatever it held, with no worker stopped: a session's objects refer only to each other, so
+// none needs its references counted down on the way. Its QPs, windows and regions leave the
+// tables; after a grace period no worker holds any, and each worker forgets the QPs it ran
+// and the session's doorbell ring; after a second one the packets they built are back, and
+// all of it is freed.
 void Server::close_session(uint32_t id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
   Session &s = *it->second;
   cm_.release(s);
-  workers_.execute_all([&] {
-    queues_.release_dataplane(s);  // QPs first: they hold CQs, SRQs and windows
-    memory_.release_dataplane(s);
-  });
+  queues_.take_out(s);
+  memory_.take_out(s);
+  workers_.synchronize();
+  queues_.forget_taken();
+  if (s.shm) {
+    for (auto &w : workers_.all()) w->run_between_bursts([&] { w->remove_session(id); });
+  }
+  workers_.synchronize();
+  queues_.free_taken(s);
+  memory_.free_taken();
   queues_.release(s);
   memory_.release(s);
-  if (s.shm) {
-    for (auto &w : workers_.all()) w->execute([&] { w->remove_session(id); });
-  }
   if (s.shm) quotas_.release(s.uid, Quota::kMappings);
   if (!s.refused) {
     quotas_.release(s.uid, Quota::kSessions);

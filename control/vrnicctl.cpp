@@ -44,6 +44,7 @@ int stats(int sock) {
       {"doorbell_user_look_max", r->doorbell_user_look_max},
       {"qp_moves", r->qp_moves},
       {"worker_stops", r->worker_stops},
+      {"grace_periods", r->grace_periods},
       {"cm_ids", r->cm_ids},
       {"cm_listeners", r->cm_listeners},
       {"cm_connections", r->cm_connections},

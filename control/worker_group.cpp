@@ -106,6 +106,12 @@ void WorkerGroup::execute_all(const std::function<void()> &fn) {
   for (auto &w : workers_) w->unpark();
 }
 
+void WorkerGroup::synchronize() {
+  const uint64_t epoch = ++grace_epoch_;
+  for (auto &w : workers_) w->ask_grace(epoch);
+  for (auto &w : workers_) w->wait_grace(epoch);
+}
+
 int WorkerGroup::move_qp(uint32_t qpn, uint32_t worker) {
   if (worker >= workers_.size()) return EINVAL;
   int err = 0;

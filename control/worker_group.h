@@ -40,20 +40,10 @@ class WorkerGroup {
   // Runs fn where it may change any worker's state: on the worker (one), or with every
   // worker parked (several).
   void execute_all(const std::function<void()> &fn);
-  // Destroying an object that may still be in use: `remove` runs as execute_all's fn unless
-  // `in_use` (asked there too, where nothing changes under it) says so; 0, or EBUSY.
-  template <typename InUse, typename Remove>
-  int remove_unless_in_use(InUse in_use, Remove remove) {
-    int st = 0;
-    execute_all([&] {
-      if (in_use()) {
-        st = EBUSY;
-      } else {
-        remove();
-      }
-    });
-    return st;
-  }
+  // A grace period on every worker (Worker::ask_grace): once it returns, no worker holds
+  // anything taken out of a device table before the call, and no packet built before it is
+  // still in flight. What it costs the workers: nothing; the caller waits a turn of each.
+  void synchronize();
   // Moves the QP to another worker; EINVAL for no such QP or worker.
   int move_qp(uint32_t qpn, uint32_t worker);
   // Several workers: every second, moves a QP from the busiest worker to the idlest when
@@ -61,8 +51,10 @@ class WorkerGroup {
   void rebalance();
   uint64_t moves() const { return moves_; }
   // How many times every worker was stopped for the control thread (execute_all): what issue
-  // 29 takes away from the control path, one operation at a time.
+  // 29 takes away from the control path, one operation at a time. Grace periods and commands
+  // run between a worker's bursts (Worker::run_between_bursts) stop none.
   uint64_t stops() const { return stops_; }
+  uint64_t grace_periods() const { return grace_epoch_; }
 
   // Whether the wire port (if any) has its link up.
   bool link_up();
@@ -80,6 +72,7 @@ class WorkerGroup {
   std::vector<uint32_t> qps_per_worker_;
   uint64_t moves_ = 0;
   uint64_t stops_ = 0;
+  uint64_t grace_epoch_ = 0;
   uint64_t next_rebalance_ns_ = 0;
   std::vector<uint64_t> last_qp_packets_;  // by QP handle, at the last rebalance
 };

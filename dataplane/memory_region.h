@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -43,7 +44,9 @@ class MemoryRegion {
   uint64_t length = 0;
   // ibv_alloc_null_mr: reads give zeros, writes are dropped, any address is in range.
   bool null_mr = false;
-  uint32_t bound_windows = 0;      // deregistration waits until none is bound
+  // Windows bound to it (bound and unbound by the workers of the QPs that post the binds):
+  // deregistration is refused while any is.
+  std::atomic<uint32_t> bound_windows{0};
   std::vector<MrPieceMap> pieces;  // sorted, covering [addr, addr + length)
   std::vector<Mapping> mappings;   // unmapped on destruction
 

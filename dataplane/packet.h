@@ -42,6 +42,9 @@ struct Packet {
   void (*release)(Packet *) = nullptr;
   void *release_arg = nullptr;
   uint8_t home = 0;  // the worker whose pool it belongs to (packets may visit another)
+  // 1 + the pool's epoch parity when the transport built it (it may reference client memory
+  // or a WQE until freed), 0 for a packet a port received into its own buffer.
+  uint8_t epoch = 0;
   // The QP that sent it, when vrnicd knows (kUnknownSource from a wire): on the loop port
   // every local session shares one source address, so isolation between users rests on this
   // (issue 17, row 2).
@@ -74,6 +77,13 @@ struct Packet {
   }
 };
 
+// One thread's packets (its worker's): taken and given back on that thread only.
+//
+// The packets the transport builds are counted by epoch, so that the control plane can know
+// when none built before a given moment is still in flight (a grace period, Worker::
+// pass_quiescent_point): such a packet may point into a registered region or a send queue's
+// inline data, which must not be unmapped under it. Two epochs suffice: a new one starts only
+// once the one before it has no packet left.
 class PacketPool {
  public:
   explicit PacketPool(size_t count, uint8_t home = 0);
@@ -84,17 +94,36 @@ class PacketPool {
     p->src_qpn = Packet::kUnknownSource;
     return p;
   }
+  // A packet of the transport's, counted in the current epoch until freed.
+  Packet *alloc_counted() {
+    Packet *p = alloc();
+    if (p) {
+      p->epoch = uint8_t(1 + epoch_);
+      counted_[epoch_]++;
+    }
+    return p;
+  }
   void free(Packet *p) {
     if (p->release) {
       void (*release)(Packet *) = p->release;
       p->release = nullptr;
       release(p);
     }
+    if (p->epoch) {
+      counted_[p->epoch - 1]--;
+      p->epoch = 0;
+    }
     free_.push_back(p);
   }
   size_t available() const { return free_.size(); }
+  // Packets built from now on count in a new epoch.
+  void new_epoch() { epoch_ ^= 1; }
+  // Whether every packet built before the last new_epoch() is back.
+  bool previous_epoch_done() const { return counted_[epoch_ ^ 1] == 0; }
 
  private:
+  uint8_t epoch_ = 0;
+  uint32_t counted_[2] = {0, 0};
   std::unique_ptr<Packet[]> packets_;
   std::unique_ptr<uint8_t[]> bounce_;
   std::vector<Packet *> free_;

@@ -76,24 +76,26 @@ void qp_init(QueuePair &qp, uint8_t type, void *region, uint32_t sq_slots, uint3
 }
 
 void qp_attach_queues(QueuePair &qp, CompletionQueue *send_cq, CompletionQueue *recv_cq,
-                      ReceiveQueue *srq, bool multi_worker) {
+                      ReceiveQueue *srq) {
   qp.send_cq = send_cq;
   qp.recv_cq = recv_cq;
   send_cq->refs++;
   recv_cq->refs++;
-  send_cq->multi_worker = recv_cq->multi_worker = multi_worker;
   if (srq) {
     qp.rq = srq;
     srq->refs++;
-    srq->multi_worker = multi_worker;
   }
+}
+
+void qp_detach_queues(QueuePair &qp) {
+  qp.send_cq->refs--;
+  qp.recv_cq->refs--;
+  if (qp.rq != &qp.own_rq) qp.rq->refs--;
 }
 
 void qp_release(TransportHost &w, QueuePair &qp) {
   w.forget_qp(qp);
-  qp.send_cq->refs--;
-  qp.recv_cq->refs--;
-  if (qp.rq != &qp.own_rq) qp.rq->refs--;
+  qp_detach_queues(qp);
 }
 
 void qp_reset_transport(QueuePair &qp) {

@@ -53,11 +53,14 @@ void responder_send_ack(TransportHost &w, QueuePair &qp);
 // rq_slots) bytes, qp.pd already set) and puts it in RESET; a UD QP sends up to `ud_mtu`.
 void qp_init(QueuePair &qp, uint8_t type, void *region, uint32_t sq_slots, uint32_t rq_slots,
              uint32_t ud_mtu);
-// Its completion queues and, if any, the SRQ it draws from (each counts the QP); with several
-// workers they may be reached from more than one, and lock.
+// Its completion queues and, if any, the SRQ it draws from (each counts the QP, in the
+// control plane's thread: the refs are its own). With several workers they may be reached
+// from more than one, and lock: their multi_worker is set where they are made.
 void qp_attach_queues(QueuePair &qp, CompletionQueue *send_cq, CompletionQueue *recv_cq,
-                      ReceiveQueue *srq, bool multi_worker);
-// Destroy side: off its host's lists and its queues (the owner unmaps the region).
+                      ReceiveQueue *srq);
+// Destroy side: off its queues' counts; qp_release also takes it off its host's lists
+// (forget_qp, on the host's thread). The owner unmaps the region.
+void qp_detach_queues(QueuePair &qp);
 void qp_release(TransportHost &w, QueuePair &qp);
 // Bytes of an enum ibv_mtu.
 uint32_t mtu_bytes(uint32_t ibv_mtu);

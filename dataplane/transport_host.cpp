@@ -40,6 +40,17 @@ void TransportHost::forget_qp(QueuePair &qp) {
   std::erase(timer_list_, &qp);
 }
 
+void TransportHost::forget_qps(std::span<QueuePair *const> qps) {
+  if (qps.empty()) return;
+  absl::flat_hash_set<const QueuePair *> gone(qps.begin(), qps.end());
+  for (QueuePair *qp : qps) detach_peer(*qp);
+  auto is_gone = [&](const QueuePair *qp) { return gone.contains(qp); };
+  std::erase_if(run_queue_, is_gone);
+  std::erase_if(run_next_, is_gone);
+  std::erase_if(ack_list_, is_gone);
+  std::erase_if(timer_list_, is_gone);
+}
+
 void TransportHost::attach_peer(QueuePair &qp) {
   // The loop port loses nothing: a peer on this device needs no window.
   if (qp.req.peer || dev.is_local_gid(qp.attr.ah.dgid)) return;

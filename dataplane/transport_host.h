@@ -10,9 +10,11 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "device.h"
 #include "packet.h"
 #include "peer_window.h"
@@ -39,7 +41,7 @@ class TransportHost {
   TransportCounters counters;  // this host's share of the device's counters
   uint64_t now = 0;            // ns, CLOCK_MONOTONIC (a worker) or virtual (the tests)
 
-  Packet *alloc_packet() { return pool.alloc(); }
+  Packet *alloc_packet() { return pool.alloc_counted(); }
   // Takes a packet the engines built: the host sends it (or drops it, a loss the transport
   // recovers from) and frees it.
   virtual void transmit(QueuePair &qp, Packet *pkt) = 0;
@@ -57,6 +59,8 @@ class TransportHost {
   void ack_later(QueuePair &qp);
   // Takes the QP off every list (reset, destroy, move); detaches its peer window first.
   void forget_qp(QueuePair &qp);
+  // The same for many QPs at once (a closing session's), in one pass over each list.
+  void forget_qps(std::span<QueuePair *const> qps);
 
   // The window an RC requester shares with this host's other QPs to the same peer
   // (peer_window.h): attached at RTS, detached on error, reset, destroy and move (both

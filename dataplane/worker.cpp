@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <chrono>
 #include <future>
+#include <thread>
 
 #include "clock.h"
 #include "loop_port.h"
@@ -70,7 +72,11 @@ void Worker::stop() {
   thread_.join();
 }
 
-void Worker::execute(const std::function<void()> &fn) {
+void Worker::execute(const std::function<void()> &fn) { queue_command(fn, true); }
+
+void Worker::run_between_bursts(const std::function<void()> &fn) { queue_command(fn, false); }
+
+void Worker::queue_command(const std::function<void()> &fn, bool drain) {
   if (!running_ || std::this_thread::get_id() == thread_.get_id()) {
     fn();
     return;
@@ -78,10 +84,11 @@ void Worker::execute(const std::function<void()> &fn) {
   std::promise<void> done;
   {
     std::lock_guard lock(cmd_mu_);
-    commands_.push_back([&] {
-      fn();
-      done.set_value();
-    });
+    commands_.push_back({[&] {
+                           fn();
+                           done.set_value();
+                         },
+                         drain});
     commands_pending_.store(true, std::memory_order_release);
   }
   uint64_t one = 1;
@@ -91,15 +98,51 @@ void Worker::execute(const std::function<void()> &fn) {
 
 bool Worker::run_commands() {
   if (!commands_pending_.load(std::memory_order_acquire)) return false;
-  drain();
-  std::vector<std::function<void()>> cmds;
+  std::vector<Command> cmds;
   {
     std::lock_guard lock(cmd_mu_);
     cmds.swap(commands_);
     commands_pending_.store(false, std::memory_order_relaxed);
   }
-  for (auto &c : cmds) c();
+  if (std::any_of(cmds.begin(), cmds.end(), [](const Command &c) { return c.drain; })) drain();
+  for (auto &c : cmds) c.fn();
   return true;
+}
+
+void Worker::ask_grace(uint64_t epoch) {
+  grace_asked_.store(epoch, std::memory_order_seq_cst);
+  // Pairs with idle_wait(): it flags sleeping, then looks at grace_asked_.
+  if (daemon_shm_->workers[index_].sleeping.load(std::memory_order_seq_cst)) wake();
+}
+
+void Worker::wait_grace(uint64_t epoch) const {
+  // A busy worker passes a point between bursts every few microseconds; an idle one yields
+  // or naps at most 20 us at a time. Its packets in flight come back as fast as the port
+  // sends them.
+  for (int spins = 0; running_ && grace_done_.load(std::memory_order_acquire) < epoch; spins++) {
+    if (spins < 64) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(10));
+    }
+  }
+}
+
+// Between bursts, the worker holds no object it found in a table: a grace period asked for
+// starts here (the packets built from now on count in a new epoch) and ends once the packets
+// of the epoch before are back. The acquire pairs with ask_grace's store, which follows the
+// control thread's taking the object out of its table: from here on no lookup finds it.
+void Worker::pass_quiescent_point() {
+  const uint64_t asked = grace_asked_.load(std::memory_order_acquire);
+  if (asked != grace_seen_) {
+    grace_seen_ = asked;
+    pool.new_epoch();
+    grace_waiting_ = true;
+  }
+  if (grace_waiting_ && pool.previous_epoch_done()) {
+    grace_waiting_ = false;
+    grace_done_.store(grace_seen_, std::memory_order_release);
+  }
 }
 
 // Delivers everything in flight so that commands (which may unmap memory that queued
@@ -276,20 +319,31 @@ bool Worker::delivery_pending(const QueuePair &qp) const {
   return !peers_[peer->worker]->inbox_[index_]->empty();
 }
 
+bool Worker::take_doorbells_from(size_t peer) {
+  bool any = false;
+  while (QueuePair *qp = doorbells_in_[peer]->pop()) {
+    // (A QP moves only with every worker parked, after this ring was emptied: it is ours.)
+    qp->doorbell_forwarded.store(false);
+    qp->shared->doorbell_pending.store(0, std::memory_order_seq_cst);
+    qp->prefetch_wqe(qp->req.wqe);
+    schedule(*qp);
+    any = true;
+  }
+  return any;
+}
+
+void Worker::take_forwarded_doorbells() {
+  for (size_t i = 0; i < doorbells_in_.size(); i++)
+    if (i != index_) take_doorbells_from(i);
+}
+
 // Packets other workers handed us, and our own packets they are done with.
 bool Worker::poll_peers() {
   bool any = false;
   for (size_t i = 0; i < peers_.size(); i++) {
     if (i == index_) continue;
     while (Packet *p = returns_[i]->pop()) pool.free(p);
-    while (QueuePair *qp = doorbells_in_[i]->pop()) {
-      // (A QP moves only with every worker parked, after this ring was emptied: it is ours.)
-      qp->doorbell_forwarded.store(false);
-      qp->shared->doorbell_pending.store(0, std::memory_order_seq_cst);
-      qp->prefetch_wqe(qp->req.wqe);
-      schedule(*qp);
-      any = true;
-    }
+    any |= take_doorbells_from(i);
     for (uint16_t k = 0; k < kBurst; k++) {
       Packet *p = inbox_[i]->pop();
       if (!p) break;
@@ -401,7 +455,8 @@ void Worker::idle_wait(uint64_t idle_ns) {
   std::atomic<uint32_t> &sleeping = daemon_shm_->workers[index_].sleeping;
   sleeping.store(1, std::memory_order_seq_cst);
   bool work = commands_pending_.load() || work_scheduled() ||
-              park_requested_.load(std::memory_order_acquire);
+              park_requested_.load(std::memory_order_acquire) || grace_waiting_ ||
+              grace_asked_.load(std::memory_order_seq_cst) != grace_seen_;
   if (!inbox_empty()) work = true;
   for (SessionRings &s : sessions_)
     if (s.doorbells.ready()) work = true;
@@ -430,6 +485,7 @@ void Worker::run() {
   while (running_) {
     now = monotonic_ns();
     if (park_requested_.load(std::memory_order_acquire)) park_here();
+    pass_quiescent_point();
     bool work = run_commands();
     work |= poll_doorbells();
     work |= serve_run_queue();
@@ -437,6 +493,7 @@ void Worker::run() {
     while (receive() | poll_peers()) {
       flush_acks();
       flush_tx();
+      pass_quiescent_point();  // a worker that keeps receiving still ends grace periods
       work = true;
     }
     check_timers_due();

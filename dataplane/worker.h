@@ -68,6 +68,18 @@ class Worker final : public TransportHost {
   void unpark();
   // Runs fn on the worker thread between bursts, with no packet in flight, and waits.
   void execute(const std::function<void()> &fn);
+  // Runs fn on the worker thread between bursts and waits; packets in flight stay in flight
+  // (what fn changes is the worker's own state: its QPs' transport, its lists).
+  void run_between_bursts(const std::function<void()> &fn);
+
+  // A grace period (issue 29): once wait_grace(epoch) returns after ask_grace(epoch), this
+  // worker holds nothing it found in a device table before ask_grace -- it has passed a
+  // point between bursts since -- and every packet it built before then is back in its pool
+  // (sent, delivered, or dropped). So what was taken out of a table before ask_grace may be
+  // freed and unmapped, and the worker never stopped. One grace period at a time, asked by
+  // one thread (the control thread).
+  void ask_grace(uint64_t epoch);
+  void wait_grace(uint64_t epoch) const;
   int wake_fd() const { return wake_fd_; }
   uint32_t index() const { return index_; }
 
@@ -80,6 +92,9 @@ class Worker final : public TransportHost {
 
   void add_session(uint32_t id, uid_t uid, shm::DoorbellRing *ring);  // worker thread only
   void remove_session(uint32_t id);                        // worker thread only
+  // Schedules the QPs whose doorbells other workers passed on to this one (worker thread
+  // only): before a QP is forgotten and freed, so that no ring still points at it.
+  void take_forwarded_doorbells();
   // Moves a QP to worker `to` with every worker parked: its place in run queue, ACK and timer
   // lists goes with it, and `to` looks at its send queue at once.
   void move_qp(QueuePair &qp, Worker &to);
@@ -102,8 +117,10 @@ class Worker final : public TransportHost {
   bool run_commands();
   void idle_wait(uint64_t idle_ns);
   bool poll_peers();
+  bool take_doorbells_from(size_t peer);
   void wake();
   void park_here();
+  void pass_quiescent_point();
 
   uint32_t index_;
   shm::DaemonShared *daemon_shm_;
@@ -127,7 +144,12 @@ class Worker final : public TransportHost {
 
   std::mutex cmd_mu_;
   std::condition_variable cmd_cv_;
-  std::vector<std::function<void()>> commands_;
+  struct Command {
+    std::function<void()> fn;
+    bool drain;  // run with no packet in flight
+  };
+  std::vector<Command> commands_;
+  void queue_command(const std::function<void()> &fn, bool drain);
   std::atomic<bool> commands_pending_{false};
   uint64_t commands_done_ = 0, commands_queued_ = 0;
 
@@ -138,6 +160,12 @@ class Worker final : public TransportHost {
   // Doorbells that reached worker i for a QP of ours (it was moved to us).
   std::vector<std::unique_ptr<SpscRing<QueuePair>>> doorbells_in_;
   std::atomic<bool> park_requested_{false};
+  // Grace periods: the epoch asked for (control thread), the one this worker has seen (its
+  // own), and the last one it has finished (read by the control thread).
+  std::atomic<uint64_t> grace_asked_{0};
+  uint64_t grace_seen_ = 0;
+  bool grace_waiting_ = false;  // seen, but packets of the epoch before are still out
+  std::atomic<uint64_t> grace_done_{0};
   uint64_t drain_round_ = 0;   // under cmd_mu_: asked for by the control thread ...
   uint64_t parked_round_ = 0;  // ... and done, parked after it
   std::condition_variable park_cv_;

@@ -13,7 +13,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 8;
+inline constexpr uint32_t kProtocolVersion = 9;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -350,7 +350,8 @@ struct StatsResp {
   uint64_t faults_delayed;
   uint64_t wire_link_up;  // 1 up, 0 down (1 without a wire port)
   uint64_t qp_moves;      // QPs moved between workers (rebalancing and vrnicctl move)
-  uint64_t worker_stops;  // every worker stopped for the control thread (this stats call too)
+  uint64_t worker_stops;   // every worker stopped for the control thread (execute_all)
+  uint64_t grace_periods;  // waited for with no worker stopped (freeing what left a table)
   uint64_t workers;
   // The most doorbell cells one user's sessions took in one look of a worker, of all the
   // workers (dataplane/doorbell_budget.h): never past its budget per user per look.

@@ -106,7 +106,7 @@ QpEnd::QpEnd(char n, const uint8_t gid[16], uint8_t type)
   qp = qp_owned.get();
   qp->handle = dev.qps.insert(std::move(qp_owned));
   qp->qpn = Device::qpn_of_handle(qp->handle, uint32_t(n));
-  qp_attach_queues(*qp, cq_[0], cq_[1], nullptr, false);
+  qp_attach_queues(*qp, cq_[0], cq_[1], nullptr);
 }
 
 QpEnd::~QpEnd() {
