@@ -239,8 +239,9 @@ struct Run {
   }
 
   // K WRs out on each active QP, each completion answered by the next WR on its QP, until the
-  // time is up; then what is out drains. Returns the WRs completed.
-  uint64_t traffic(double *elapsed) {
+  // time is up; then what is out drains. Returns the WRs completed; the longest wait for a
+  // completion, in microseconds, in *max_gap_us (what a stall of the NIC shows as).
+  uint64_t traffic(double *elapsed, double *max_gap_us) {
     std::vector<uint32_t> order(o.active);
     for (uint32_t i = 0; i < o.active; i++) order[i] = i;
     if (o.random_order) std::shuffle(order.begin(), order.end(), std::mt19937(7));
@@ -254,11 +255,19 @@ struct Run {
     const auto t = Clock::now();
     bool stopping = false;
     ibv_wc wc[64];
+    auto last = t;
+    *max_gap_us = 0;
     while (out) {
-      if (!stopping && since(t) >= o.seconds) stopping = true;
+      const auto now = Clock::now();
+      if (!stopping && now - t >= std::chrono::duration<double>(o.seconds)) stopping = true;
       for (ibv_cq *cq : cqs) {
         const int n = ibv_poll_cq(cq, 64, wc);
         if (n < 0) die("ibv_poll_cq", EIO);
+        if (n > 0) {
+          *max_gap_us = std::max(*max_gap_us,
+                                 std::chrono::duration<double, std::micro>(now - last).count());
+          last = now;
+        }
         for (int i = 0; i < n; i++) {
           const uint32_t q = uint32_t(wc[i].wr_id);
           if (wc[i].status != IBV_WC_SUCCESS) {
@@ -328,8 +337,8 @@ int main(int argc, char **argv) {
   r.connect();
   const double connect_s = since(t);
   const long rss_per_qp_b = (rss_kib() - rss0) * 1024 / long(r.o.qps);
-  double elapsed = 0;
-  const uint64_t done = r.traffic(&elapsed);
+  double elapsed = 0, max_gap_us = 0;
+  const uint64_t done = r.traffic(&elapsed, &max_gap_us);
   const uint64_t bad = r.verify();
   const double copy_gbps = memcpy_gbps(r, std::min(1.0, r.o.seconds));
   if (r.o.exit_holding) {
@@ -342,12 +351,12 @@ int main(int argc, char **argv) {
   const double msgs = double(done) / elapsed;
   if (r.o.header)
     std::printf("op,qps,active,outstanding,size,order,create_s,connect_s,destroy_s,"
-                "msgs_per_s,gbps,memcpy_gbps,ratio_to_memcpy,rss_bytes_per_qp,completions,bad_bytes\n");
-  std::printf("%s,%u,%u,%u,%u,%s,%.3f,%.3f,%.3f,%.0f,%.3f,%.3f,%.4f,%ld,%llu,%llu\n", r.o.op_name,
+                "msgs_per_s,gbps,memcpy_gbps,ratio_to_memcpy,rss_bytes_per_qp,completions,bad_bytes,max_gap_us\n");
+  std::printf("%s,%u,%u,%u,%u,%s,%.3f,%.3f,%.3f,%.0f,%.3f,%.3f,%.4f,%ld,%llu,%llu,%.0f\n", r.o.op_name,
               r.o.qps, r.o.active, r.o.outstanding, r.o.size, r.o.random_order ? "random" : "rr",
               create_s, connect_s, destroy_s, msgs, msgs * r.o.size / 1e9, copy_gbps,
               msgs * r.o.size / 1e9 / copy_gbps, rss_per_qp_b, (unsigned long long)done,
-              (unsigned long long)bad);
+              (unsigned long long)bad, max_gap_us);
   if (bad) std::fprintf(stderr, "qp_scale: %llu bytes differ from what was sent\n",
                         (unsigned long long)bad);
   return bad || !done ? 1 : 0;

@@ -347,4 +347,51 @@ creation_stops_nothing() {
 check "1,000 ibv_reg_mr, ibv_create_cq, ibv_create_srq and ibv_alloc_mw each stop no worker (worker_stops)" \
   creation_stops_nothing
 
+# Issue 29: while one process streams 64 KiB writes on a QP pair (qp_scale, every byte
+# compared at the end), another registers and deregisters MRs, creates and destroys CQs, and
+# creates, modifies and destroys QPs, over and over (control_ops). No worker is parked for any
+# of it: worker_stops does not move, while grace_periods (what destroying waits for instead)
+# does (with two workers the rebalancer may move a QP, in a stop of its own: counted in
+# qp_moves, and taken off). The stream's longest wait for a completion is shown, never asserted (timing). With
+# one worker, then two (a grace period then spans both).
+control_beside_stream() {
+  local stops0 stops1 grace0 grace1 out=$VRNIC_TMP/stream.csv churn=$VRNIC_TMP/churn.log
+  local spid rc rounds=0 gap moves0 moves1 stops
+  require_provider || return 1
+  if [[ -n ${1:-} ]]; then
+    stop_vrnicd TERM || return 1
+    start_vrnicd "$@" || return 1
+  fi
+  ensure_vrnicd || return 1
+  stops0=$(vrnic_stat worker_stops) && grace0=$(vrnic_stat grace_periods) &&
+    moves0=$(vrnic_stat qp_moves) || return 1
+  echo "+ qp_scale -q 2 -k 16 -s 65536 -t 3 &   # the stream"
+  "${VRUN[@]}" timeout -k 5 120 "$QP_SCALE" -q 2 -k 16 -s 65536 -t 3 >"$out" 2>&1 </dev/null &
+  spid=$!
+  echo "+ control_ops 50, again and again while the stream runs"
+  while _vrnic_running "$spid"; do
+    "${VRUN[@]}" timeout -k 5 60 "$CONTROL_OPS" 50 >"$churn" 2>&1 || { cat "$churn"; kill "$spid"; return 1; }
+    rounds=$((rounds + 1))
+  done
+  vrnic_wait_exit "$spid" 60
+  rc=$VRNIC_RC
+  stops1=$(vrnic_stat worker_stops) && grace1=$(vrnic_stat grace_periods) &&
+    moves1=$(vrnic_stat qp_moves) || return 1
+  stops=$((stops1 - stops0 - (moves1 - moves0)))
+  cat "$out"
+  gap=$(awk -F, 'NR == 2 { print $NF }' "$out")
+  echo "control_ops 50 x $rounds beside the stream: worker_stops +$stops (besides $((moves1 - moves0)) QP moves), grace_periods +$((grace1 - grace0)); the stream's longest wait for a completion: ${gap:-?} us"
+  CHECK_NOTE="$rounds x 50 rounds; stops +$stops; longest completion wait ${gap:-?} us"
+  if [[ -n ${1:-} ]]; then
+    stop_vrnicd TERM || return 1
+    start_vrnicd || return 1
+  fi
+  # Each round of control_ops: one dereg_mr (one grace period) and one destroy_qp (two).
+  ((rc == 0 && rounds > 0 && stops == 0 && grace1 - grace0 >= 150 * rounds))
+}
+check "control calls beside a stream of writes park no worker (worker_stops +0), one worker" \
+  control_beside_stream
+check "control calls beside a stream of writes park no worker (worker_stops +0), two workers" \
+  control_beside_stream --workers 2
+
 vrnic_script_finish

@@ -263,3 +263,33 @@ TEST_CASE("send_sge_list keeps a send WQE's gather list within its kMaxSge entri
     CHECK(list.pd == 7);
   }
 }
+
+// Grace periods (Worker::pass_quiescent_point) wait for the packets the transport built
+// before a moment to come back, however they come back: out of order, or never built at all.
+TEST_CASE("PacketPool counts the transport's packets by epoch; received packets do not count",
+          "[packet]") {
+  PacketPool pool(8);
+  CHECK(pool.previous_epoch_done());
+  Packet *old1 = pool.alloc_counted();
+  Packet *old2 = pool.alloc_counted();
+  Packet *received = pool.alloc();  // a port's: holds no client memory
+  pool.new_epoch();
+  Packet *fresh = pool.alloc_counted();
+  CHECK_FALSE(pool.previous_epoch_done());
+  pool.free(old2);  // back out of order
+  CHECK_FALSE(pool.previous_epoch_done());
+  pool.free(fresh);  // a packet of the new epoch does not end the old one
+  CHECK_FALSE(pool.previous_epoch_done());
+  pool.free(old1);
+  CHECK(pool.previous_epoch_done());
+  // The next epoch: what is out of the current one now holds it up, and nothing else.
+  Packet *held = pool.alloc_counted();
+  pool.new_epoch();
+  CHECK_FALSE(pool.previous_epoch_done());
+  pool.free(held);
+  CHECK(pool.previous_epoch_done());
+  CHECK(received->epoch == 0);
+  pool.free(received);
+  CHECK(pool.previous_epoch_done());
+  CHECK(pool.available() == 8);
+}
