@@ -126,6 +126,37 @@ for t in "ib_write_bw -s 65536 -q 16 -n 1000" "ib_read_bw -s 65536 -q 4 -n 1000"
 done
 check "ibv_rc_pingpong: two vrnicd over udp, two workers each" \
   on_udp pingpong_between u1 u2 ibv_rc_pingpong
+
+# perf/qp_scale across the two vrnicd (issue 29): 1024 RC QPs, half in a process on each
+# daemon, QP i of one paired with QP i of the other, both ends writing (sending, reading) at
+# once, 2 WRs outstanding on each; each process compares every byte that landed in its buffer
+# and counts every completion (it exits 1 otherwise).
+QP_SCALE=$VRNIC_BUILD_DIR/perf/qp_scale
+qp_scale_across() {
+  local port out1=$HOSTS_DIR/qp_scale_across.1.log out2=$HOSTS_DIR/qp_scale_across.2.log
+  local p1 p2 rc1=1 rc2=1
+  port=$(next_port)
+  echo "+ qp_scale -q 1024 -k 2 -t 2 $* -L $port (on u1) / -C 127.0.0.1:$port (on u2)"
+  VRNIC_SOCKET=${SOCK[u1]} "${VRUN[@]}" timeout -k 5 120 "$QP_SCALE" -q 1024 -k 2 -t 2 "$@" \
+    -L "$port" >"$out1" 2>&1 </dev/null &
+  p1=$!
+  _vrnic_track "$p1"
+  VRNIC_SOCKET=${SOCK[u2]} "${VRUN[@]}" timeout -k 5 120 "$QP_SCALE" -q 1024 -k 2 -t 2 "$@" \
+    -C "127.0.0.1:$port" >"$out2" 2>&1 </dev/null &
+  p2=$!
+  _vrnic_track "$p2"
+  vrnic_wait_exit "$p1" 150 && rc1=$VRNIC_RC
+  vrnic_wait_exit "$p2" 150 && rc2=$VRNIC_RC
+  echo "u1's process (exit $rc1):"; cat "$out1"
+  echo "u2's process (exit $rc2):"; cat "$out2"
+  CHECK_NOTE="$(awk -F, '$1 ~ /^(write|send|read)$/ { print $15 " completions, " $16 " bad bytes" }' "$out1") on u1"
+  ((rc1 == 0 && rc2 == 0))
+}
+for op in write send read; do
+  check "qp_scale across two vrnicd over udp: 1024 RC QPs, ${op}s both ways, every byte and completion" \
+    on_udp qp_scale_across -o "$op"
+done
+
 check "udp counters of the two-worker daemons: no ICRC or format errors" \
   on_udp clean_counters u1 u2
 
