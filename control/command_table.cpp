@@ -86,7 +86,7 @@ const Server::Command *Server::command(ctl::Op op) {
       {kCreateCq, W::kClient, false, call<&QueueObjects::create_cq>},
       {kResizeCq, W::kClient, false, call<&QueueObjects::resize_cq>},
       {kDestroyCq, W::kClient, false, call<&QueueObjects::destroy_cq>},
-      {kCreateQp, W::kClient, false, call<&QueueObjects::create_qp>},
+      {kCreateQp, W::kClient, true, call<&QueueObjects::create_qp>},
       {kModifyQp, W::kClient, false, call<&QueueObjects::modify_qp>},
       {kQueryQp, W::kClient, false, call<&QueueObjects::query_qp>},
       {kDestroyQp, W::kClient, false, call<&QueueObjects::destroy_qp>},

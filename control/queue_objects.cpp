@@ -186,15 +186,16 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
       c.max_inline_data > shm::kMaxInline)
     return EINVAL;
   if (s.qps.size() >= shm::kMaxQpsPerSession || dev_.qps.size() >= dev_.capacity.qps) return ENOMEM;
-  QuotaCharge charge(quotas_, s.uid, Quota::kQps), map_charge(quotas_, s.uid, Quota::kMappings);
-  if (charge.status() || map_charge.status()) return ENOMEM;
   uint32_t sq_slots = std::bit_ceil(std::max(c.max_send_wr, 1u));
   uint32_t rq_slots = std::bit_ceil(std::max(c.max_recv_wr, 1u));
   size_t bytes = shm::qp_region_bytes(sq_slots, rq_slots);
-  absl::StatusOr<SharedRegion> region = make_shared_region("vrnic-qp", bytes);
-  if (!region.ok()) return errno_of(region.status());
-  void *map = region->map;
-  const int fd = region->fd;
+  // A mapping only when the session's ring arena opens a chunk for it.
+  QuotaCharge charge(quotas_, s.uid, Quota::kQps),
+      map_charge(quotas_, s.uid, Quota::kMappings, s.rings.needs_chunk(bytes) ? 1 : 0);
+  if (charge.status() || map_charge.status()) return ENOMEM;
+  absl::StatusOr<RingBlock> ring = s.rings.allocate(bytes);
+  if (!ring.ok()) return errno_of(ring.status());
+  void *map = ring->map;
   auto qp = std::make_unique<QueuePair>();
   qp->session = s.id;
   qp->pd = req.pd;
@@ -214,14 +215,14 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
                      req.srq ? dev_.srqs.get(req.srq) : nullptr);
   });
   if (!handle) {
-    region->release();
+    s.rings.free(*ring);
     return ENOMEM;
   }
   charge.keep();
   map_charge.keep();
   pd->refs++;
   s.qps.insert(handle);
-  qp_owners_[handle] = {req.pd, req.send_cq, req.recv_cq, req.srq};
+  qp_owners_[handle] = {req.pd, req.send_cq, req.recv_cq, req.srq, *ring};
   resp.handle = handle;
   resp.qpn = dev_.qps.get(handle)->qpn;
   resp.sq_slots = sq_slots;
@@ -229,7 +230,10 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
   resp.worker = w.index();
   workers_.qp_added(w.index());
   resp.caps = {sq_slots, rq_slots, shm::kMaxSge, shm::kMaxSge, shm::kMaxInline, 0};
-  fds.push_back(fd);
+  resp.ring_chunk = ring->chunk;
+  resp.ring_offset = ring->offset;
+  resp.ring_chunk_bytes = s.rings.chunk_bytes(ring->chunk);
+  fds.push_back(s.rings.chunk_fd(ring->chunk));  // lent: the arena keeps it (command_table)
   return 0;
 }
 
@@ -323,11 +327,12 @@ int QueueObjects::destroy_qp(Session &s, uint32_t handle) {
   });
   workers_.synchronize();
   free_qp(std::move(qp));
-  if (ProtectionDomain *pd = memory_.pds().get(qp_owners_[handle].pd)) pd->refs--;
+  const QpOwner &owner_of = qp_owners_[handle];
+  if (ProtectionDomain *pd = memory_.pds().get(owner_of.pd)) pd->refs--;
+  s.rings.free(owner_of.ring);  // its chunk stays mapped (and charged) for the next QP
   qp_owners_.erase(handle);
   s.qps.erase(handle);
   quotas_.release(s.uid, Quota::kQps);
-  quotas_.release(s.uid, Quota::kMappings);
   return 0;
 }
 
@@ -445,11 +450,10 @@ int QueueObjects::destroy_ah(Session &s, uint32_t handle) {
 }
 
 // A QP out of its table and off its worker's lists, after the grace periods: its queues
-// count it no more, and its region is unmapped.
+// count it no more. (Its memory is its session's ring arena's.)
 void QueueObjects::free_qp(std::unique_ptr<QueuePair> qp) {
   qp_detach_queues(*qp);
   workers_.qp_removed(qp->worker);
-  ::munmap(qp->shared, shm::qp_region_bytes(qp->sq_mask + 1, qp->own_rq.mask + 1));
 }
 
 // SRQs and CQs are reached by the workers only through QPs: out of a table, one is gone once
@@ -507,7 +511,7 @@ void QueueObjects::release(Session &s) {
   quotas_.release(s.uid, Quota::kCqs, s.cqs.size());
   quotas_.release(s.uid, Quota::kSrqs, s.srqs.size());
   quotas_.release(s.uid, Quota::kAhs, s.ahs.size());
-  quotas_.release(s.uid, Quota::kMappings, s.qps.size() + s.cqs.size() + s.srqs.size());
+  quotas_.release(s.uid, Quota::kMappings, s.rings.chunks() + s.cqs.size() + s.srqs.size());
 }
 
 }  // namespace vrnic

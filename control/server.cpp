@@ -49,8 +49,9 @@ Server::Server(ServerConfig cfg)
     : cfg_(std::move(cfg)), path_(cfg_.socket_path), dev_(cfg_.device_index), quotas_(cfg_.limits) {
   // What one user may register and create, as ibv_query_device tells it; the device's own
   // capacity (memory_ and queues_ took it) stays the bound on everyone's objects together.
-  // Each limit is one that can be reached (issue 29): a QP, CQ or SRQ is a mapping of its own
-  // in vrnicd (its ring; the session page is one more), and a context holds so many QPs.
+  // Each limit is one that can be reached (issue 29): a CQ or SRQ is a mapping of its own in
+  // vrnicd (its ring; the session page is one more), QPs share a few (the session's ring
+  // arena: one 64 MiB chunk holds thousands), and a context holds so many QPs.
   const auto &q = quotas_.limits();
   auto limit = [&](uint32_t device, Quota kind, uint64_t also = UINT32_MAX) {
     return uint32_t(std::min<uint64_t>({device, q[kind], also}));
@@ -59,8 +60,7 @@ Server::Server(ServerConfig cfg)
   ctl::DeviceInfo &d = dev_.info;
   d.max_mr_size = std::min<uint64_t>(d.max_mr_size, q[Quota::kMrBytes]);
   d.max_mr = limit(d.max_mr, Quota::kMrs);
-  // QPs need a CQ: one ring fewer.
-  d.max_qp = limit(d.max_qp, Quota::kQps, std::min<uint64_t>(rings ? rings - 1 : 0, shm::kMaxQpsPerSession));
+  d.max_qp = limit(d.max_qp, Quota::kQps, shm::kMaxQpsPerSession);
   d.max_cq = limit(d.max_cq, Quota::kCqs, rings);
   d.max_srq = limit(d.max_srq, Quota::kSrqs, rings);
   d.max_pd = limit(d.max_pd, Quota::kPds);
@@ -364,7 +364,7 @@ int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::
   s.shm_fd = region->fd;
   s.shm = static_cast<shm::SessionShared *>(region->map);
   map_charge.keep();  // the session's close releases the region and its mapping
-  for (auto &ring : s.shm->doorbells) ring.init();
+  // A fresh memfd is zeros: its doorbell rings are ready as they are (DoorbellCell).
   s.async_fd = take_event_channel(m.fds[0], s.uid);
   if (s.async_fd < 0) return -s.async_fd;  // the session's close releases the region
   if (m.fds.size() == 2) s.mem_fd = ::dup(m.fds[1]);

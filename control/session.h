@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/container/flat_hash_set.h"
+#include "ring_arena.h"
 #include "vrnic/ctl_io.h"
 #include "vrnic/ctl_protocol.h"
 #include "vrnic/shm_layout.h"
@@ -34,6 +35,7 @@ struct AddressHandle {
 
 struct QpOwner {
   uint32_t pd, send_cq, recv_cq, srq;
+  RingBlock ring;  // its memory, in its session's ring arena
 };
 
 struct Session {
@@ -50,6 +52,7 @@ struct Session {
   // What it owns, by handle: sets, so that each check and each removal costs the same
   // whatever a session holds (a million MRs, then exit: teardown is linear, issue 17 row 10).
   absl::flat_hash_set<uint32_t> pds, mrs, cqs, qps, ahs, channels, srqs, mws;
+  RingArena rings;  // its QPs' memory
   ~Session();
 };
 

@@ -7,7 +7,7 @@
 # ratio to memcpy over the baseline's. Medians over ROUNDS; CSV and a plot in
 # perf/out/bench-qp-scale-<date>/ (qp_scale.csv, qp_scale.png).
 #
-# Usage: perf/bench_qp_scale.sh [ROUNDS]   (default 3; QP_COUNTS="2 64 1024 4096 16384",
+# Usage: perf/bench_qp_scale.sh [ROUNDS]   (default 3; QP_COUNTS="2 64 1024 4096 16384 65536",
 #        BENCH_SECONDS=2, VRNIC_SKIP_SETUP=1)
 
 set -u
@@ -20,7 +20,7 @@ source perf/lib_bench.sh
 bench_count_arg ROUNDS 3 "${1:-}" || exit 2
 rounds=$BENCH_COUNT
 secs=${BENCH_SECONDS:-2}
-read -r -a counts <<<"${QP_COUNTS:-2 64 1024 4096 16384}"
+read -r -a counts <<<"${QP_COUNTS:-2 64 1024 4096 16384 65536}"
 vrnic_tmp_init || exit 1
 trap 'vrnic_cleanup; exit 130' INT TERM
 bench_setup || exit 1

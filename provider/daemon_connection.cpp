@@ -56,6 +56,18 @@ void *Context::mmap_shared(int fd, size_t len) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
+uint8_t *Context::ring_chunk(uint32_t chunk, size_t bytes, int fd) {
+  std::lock_guard lock(ring_chunks_mu);
+  if (chunk > shm::kMaxQpsPerSession) return nullptr;  // more chunks than QPs: not vrnicd's
+  if (chunk >= ring_chunks.size()) ring_chunks.resize(chunk + 1, {nullptr, 0});
+  auto &[map, len] = ring_chunks[chunk];
+  if (!map) {
+    map = mmap_shared(fd, bytes);
+    len = map ? bytes : 0;
+  }
+  return len == bytes ? static_cast<uint8_t *>(map) : nullptr;
+}
+
 void Context::close_fd(int fd) {
   ::close(fd);
 }

@@ -100,6 +100,8 @@ int query_device(ibv_context *ctx, ibv_device_attr *attr) {
 
 void free_context(Context *c) {
   if (c->session_shm) ::munmap(c->session_shm, sizeof(shm::SessionShared));
+  for (auto [map, len] : c->ring_chunks)
+    if (map) ::munmap(map, len);
   if (c->daemon_shm)
     ::munmap(const_cast<shm::DaemonShared *>(c->daemon_shm), sizeof(shm::DaemonShared));
   for (int fd : c->wake_fds) ::close(fd);

@@ -56,6 +56,13 @@ struct Context {
   shm::SessionShared *session_shm = nullptr;
   const shm::DaemonShared *daemon_shm = nullptr;
   std::vector<int> wake_fds;  // per worker
+  // The session's ring arena as this process maps it: chunk i at ring_chunks[i] (its QPs'
+  // memory; vrnicd names the chunk and the offset of each QP's).
+  std::mutex ring_chunks_mu;
+  std::vector<std::pair<void *, size_t>> ring_chunks;
+  // Where chunk `chunk` of `bytes` is mapped here, mapping it from `fd` the first time;
+  // nullptr when it cannot be.
+  uint8_t *ring_chunk(uint32_t chunk, size_t bytes, int fd);
   std::atomic<bool> fatal_reported{false};
 
   static Context *of(ibv_context *c) {
@@ -139,7 +146,6 @@ struct Qp {
   uint32_t sq_slots = 0, rq_slots = 0;
   ctl::QpCaps caps{};
   bool sq_sig_all = false;
-  size_t map_len = 0;
   pthread_spinlock_t sq_lock, rq_lock;
   bool extended = false;  // created with send_ops_flags: ibv_qp_to_qp_ex works
   // ibv_wr_* batch between ibv_wr_start and ibv_wr_complete (sq_lock held meanwhile).

@@ -165,19 +165,29 @@ ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
   req.caps = {attr->cap.max_send_wr,  attr->cap.max_recv_wr,     attr->cap.max_send_sge,
               attr->cap.max_recv_sge, attr->cap.max_inline_data, 0};
   ctl::CreateQpResp resp{};
-  void *map = nullptr;
-  size_t len = 0;
-  int err = c->create_mapped(
-      ctl::Op::kCreateQp, &req, sizeof(req), resp, ctl::Op::kDestroyQp,
-      [](const ctl::CreateQpResp &r) { return shm::qp_region_bytes(r.sq_slots, r.rq_slots); }, &map,
-      &len);
+  std::vector<int> fds;
+  int err = c->conn.call(ctl::Op::kCreateQp, &req, sizeof(req), &resp, sizeof(resp), nullptr, 0, &fds);
+  if (!err && fds.size() != 1) err = EPROTO;
+  // The QP's memory: a block of the session's ring arena, in a chunk this process maps once.
+  uint8_t *map = nullptr;
+  const size_t len = shm::qp_region_bytes(resp.sq_slots, resp.rq_slots);
+  if (!err) {
+    uint8_t *chunk = c->ring_chunk(resp.ring_chunk, resp.ring_chunk_bytes, fds[0]);
+    if (!chunk || resp.ring_offset > resp.ring_chunk_bytes ||
+        len > resp.ring_chunk_bytes - resp.ring_offset)
+      err = chunk ? EPROTO : ENOMEM;
+    else
+      map = chunk + resp.ring_offset;
+  }
+  for (int fd : fds) Context::close_fd(fd);
   if (err) {
+    if (resp.handle) c->call_on(ctl::Op::kDestroyQp, resp.handle);
     delete qp;
     return fail_null<ibv_qp>(err);
   }
   qp->handle = resp.handle;
   qp->worker = resp.worker;
-  qp->shared = static_cast<shm::QpShared *>(map);
+  qp->shared = reinterpret_cast<shm::QpShared *>(map);
   auto *base = static_cast<uint8_t *>(map);
   qp->sq = reinterpret_cast<shm::SendWqe *>(base + shm::kQpHeaderBytes);
   qp->rq = reinterpret_cast<shm::RecvWqe *>(base + shm::kQpHeaderBytes +
@@ -186,7 +196,6 @@ ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
   qp->rq_slots = resp.rq_slots;
   qp->caps = resp.caps;
   qp->sq_sig_all = attr->sq_sig_all;
-  qp->map_len = len;
   pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
   pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
   ibv_qp &ib = qp->ibv;
@@ -309,8 +318,7 @@ VRNIC_EXPORT int ibv_destroy_qp(ibv_qp *ibqp) {
   Qp *qp = Qp::of(ibqp);
   int err = Context::of(ibqp->context)->call_on(ctl::Op::kDestroyQp, qp->handle);
   if (err) return err;
-  clean_cqs(ibqp);
-  ::munmap(qp->shared, qp->map_len);
+  clean_cqs(ibqp);  // (its memory stays mapped: its ring arena chunk serves the next QP)
   pthread_spin_destroy(&qp->sq_lock);
   pthread_spin_destroy(&qp->rq_lock);
   delete qp;

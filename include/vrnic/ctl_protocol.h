@@ -216,9 +216,11 @@ struct CreateQpResp {
   uint32_t sq_slots;
   uint32_t rq_slots;
   uint32_t worker;
-  uint32_t reserved;
+  uint32_t ring_chunk;  // the QP's memory: this chunk of the session's ring arena ...
   QpCaps caps;
-};  // fds: [0] QP memfd
+  uint64_t ring_offset;       // ... from here (qp_region_bytes(sq_slots, rq_slots) of it)
+  uint64_t ring_chunk_bytes;  // the chunk's size, to map it the first time
+};  // fds: [0] the chunk's memfd (mapped once per chunk)
 
 struct AddressVector {
   uint8_t dgid[16];

@@ -14,7 +14,7 @@ inline constexpr size_t kCacheLine = 64;
 inline constexpr uint32_t kMaxSge = 16;
 inline constexpr uint32_t kMaxInline = 256;
 inline constexpr uint32_t kMaxWorkers = 8;
-inline constexpr uint32_t kMaxQpsPerSession = 16384;
+inline constexpr uint32_t kMaxQpsPerSession = 65536;
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
@@ -102,7 +102,8 @@ struct Cqe {
 };
 static_assert(sizeof(Cqe) == 32);
 
-// QP memory: this header page, then the send ring, then the receive ring.
+// QP memory: this header, then the send ring, then the receive ring. A QP's memory is a block
+// of its session's ring arena (control/ring_arena.h), not a memfd of its own.
 struct QpShared {
   RingIndices sq;
   RingIndices rq;
@@ -116,7 +117,7 @@ struct QpShared {
   std::atomic<uint32_t> worker;
 };
 
-inline constexpr size_t kQpHeaderBytes = 4096;
+inline constexpr size_t kQpHeaderBytes = 512;
 static_assert(sizeof(QpShared) <= kQpHeaderBytes);
 
 inline size_t qp_region_bytes(uint32_t sq_slots, uint32_t rq_slots) {
@@ -154,9 +155,11 @@ inline size_t cq_region_bytes(uint32_t slots) {
 
 // Doorbell ring: a bounded multi-producer (any provider thread), single-consumer (one
 // worker) queue of QP handles. Each cell carries a sequence number so producers claim cells
-// with one CAS and the consumer sees a cell only once it is fully written.
+// with one CAS and the consumer sees a cell only once it is fully written. The number is
+// stored less the cell's index, so that a ring of zeros is a ring ready for use: its pages
+// cost nothing until a QP rings (a ring holds a cell per QP a session may have, 65,536).
 struct DoorbellCell {
-  std::atomic<uint32_t> seq;
+  std::atomic<uint32_t> seq;  // the sequence number, less the cell's index
   uint32_t qp_handle;
 };
 
@@ -169,21 +172,24 @@ struct DoorbellRing {
   // costs a budgeted step.
   alignas(kCacheLine) DoorbellCell cells[kSlots];
 
-  void init() {
-    tail.store(0, std::memory_order_relaxed);
-    for (uint32_t i = 0; i < kSlots; i++) cells[i].seq.store(i, std::memory_order_relaxed);
+  // The sequence number of the cell position `pos` falls in.
+  uint32_t seq_at(uint32_t pos) const {
+    return cells[pos % kSlots].seq.load(std::memory_order_acquire) + pos % kSlots;
+  }
+  void set_seq(uint32_t pos, uint32_t seq) {
+    cells[pos % kSlots].seq.store(seq - pos % kSlots, std::memory_order_release);
   }
 
   bool push(uint32_t handle) {
     uint32_t pos = tail.load(std::memory_order_relaxed);
     for (;;) {
       DoorbellCell &c = cells[pos % kSlots];
-      uint32_t seq = c.seq.load(std::memory_order_acquire);
+      uint32_t seq = seq_at(pos);
       int32_t dif = int32_t(seq - pos);
       if (dif == 0) {
         if (tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
           c.qp_handle = handle;
-          c.seq.store(pos + 1, std::memory_order_release);
+          set_seq(pos, pos + 1);
           return true;
         }
       } else if (dif < 0) {
@@ -200,15 +206,11 @@ struct DoorbellConsumer {
   DoorbellRing *ring = nullptr;
   uint32_t head = 0;
 
-  bool ready() const {
-    return int32_t(ring->cells[head % DoorbellRing::kSlots].seq.load(std::memory_order_acquire) -
-                   (head + 1)) >= 0;
-  }
+  bool ready() const { return int32_t(ring->seq_at(head) - (head + 1)) >= 0; }
   bool pop(uint32_t *handle) {
     if (!ready()) return false;
-    DoorbellCell &c = ring->cells[head % DoorbellRing::kSlots];
-    *handle = c.qp_handle;
-    c.seq.store(head + DoorbellRing::kSlots, std::memory_order_release);
+    *handle = ring->cells[head % DoorbellRing::kSlots].qp_handle;
+    ring->set_seq(head, head + DoorbellRing::kSlots);
     head++;
     return true;
   }

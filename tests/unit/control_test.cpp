@@ -51,7 +51,6 @@ TEST_CASE("illegal transitions are refused and RESET/ERR are reachable from anyw
 
 TEST_CASE("doorbell ring hands out each handle once, in order, and reports full", "[shm]") {
   auto ring = std::make_unique<shm::DoorbellRing>();
-  ring->init();
   shm::DoorbellConsumer consumer{ring.get()};
   uint32_t h;
   CHECK_FALSE(consumer.pop(&h));
@@ -70,7 +69,6 @@ TEST_CASE("doorbell ring hands out each handle once, in order, and reports full"
 TEST_CASE("a forged doorbell ring yields at most one lap of cells per look (issue 17, row 14)",
           "[shm]") {
   auto ring = std::make_unique<shm::DoorbellRing>();
-  ring->init();
   shm::DoorbellConsumer consumer{ring.get()};
   // A client that keeps every cell looking full, as fast as the worker empties them.
   uint64_t popped = 0;
