@@ -421,7 +421,7 @@ int doorbells(double secs, int sessions) {
       auto *s = reinterpret_cast<vrnic::shm::SessionShared *>(r.addr);
       for (auto &ring : s->doorbells) {
         for (uint32_t i = 0; i < vrnic::shm::DoorbellRing::kSlots; i++) {
-          ring.cells[i].seq.store(0x7fffffffu + i, std::memory_order_relaxed);
+          ring.set_seq(i, 0x7fffffffu + i);  // every cell looks full, far ahead
           ring.cells[i].qp_handle = i;  // mostly not ours, some not at all
         }
         writes++;
@@ -470,7 +470,7 @@ int doorbells_cross(double secs) {
         for (auto &ring : s->doorbells) {
           for (uint32_t i = 0; i < vrnic::shm::DoorbellRing::kSlots; i++) {
             ring.cells[i].qp_handle = t.handles[i & 1];
-            ring.cells[i].seq.store(0x7fffffffu + i, std::memory_order_release);
+            ring.set_seq(i, 0x7fffffffu + i);
           }
           writes++;
         }
