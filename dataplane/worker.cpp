@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <chrono>
-#include <future>
+#include <memory>
 #include <thread>
 
 #include "clock.h"
@@ -81,19 +81,27 @@ void Worker::queue_command(const std::function<void()> &fn, bool drain) {
     fn();
     return;
   }
-  std::promise<void> done;
+  // Shared with the command: the worker may still be notifying when this thread, having seen
+  // the flag, returns.
+  auto done_ptr = std::make_shared<std::atomic<bool>>(false);
+  std::atomic<bool> &done = *done_ptr;
   {
     std::lock_guard lock(cmd_mu_);
-    commands_.push_back({[&] {
+    commands_.push_back({[&fn, done_ptr] {
                            fn();
-                           done.set_value();
+                           done_ptr->store(true, std::memory_order_release);
+                           done_ptr->notify_one();
                          },
                          drain});
-    commands_pending_.store(true, std::memory_order_release);
+    commands_pending_.store(true, std::memory_order_seq_cst);
   }
-  uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof(one));
-  done.get_future().wait();
+  // Pairs with idle_wait(): it flags sleeping, then looks at commands_pending_. A worker that
+  // is not asleep sees the command at its next turn, with no system call on either side.
+  if (daemon_shm_->workers[index_].sleeping.load(std::memory_order_seq_cst)) wake();
+  // A command takes a turn of a running worker, microseconds: wait for it on this CPU, giving
+  // the CPU away meanwhile (two vCPUs), and block only if it takes longer.
+  for (int spins = 0; spins < 256 && !done.load(std::memory_order_acquire); spins++) sched_yield();
+  while (!done.load(std::memory_order_acquire)) done.wait(false, std::memory_order_acquire);
 }
 
 bool Worker::run_commands() {
