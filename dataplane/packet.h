@@ -109,11 +109,17 @@ class PacketPool {
       p->release = nullptr;
       release(p);
     }
+    settled(p);
+    free_.push_back(p);
+  }
+  // The packet now holds nothing outside itself (its payload copied into its own buffer): it
+  // no longer holds up a grace period, however long a port keeps it (waiting for a peer's
+  // address, say).
+  void settled(Packet *p) {
     if (p->epoch) {
       counted_[p->epoch - 1]--;
       p->epoch = 0;
     }
-    free_.push_back(p);
   }
   size_t available() const { return free_.size(); }
   // Packets built from now on count in a new epoch.

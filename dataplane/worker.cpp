@@ -254,13 +254,19 @@ bool Worker::poll_doorbells() {
         }
         continue;
       }
-      qp->shared->doorbell_pending.store(0, std::memory_order_seq_cst);
-      qp->prefetch_wqe(qp->req.wqe);
-      schedule(*qp);
+      take_doorbell(*qp);
       any = true;
     }
   }
   return any;
+}
+
+// A doorbell of one of our QPs: the provider may ring again (a QP is in a ring at most once),
+// and its send queue is looked at on the next turn.
+void Worker::take_doorbell(QueuePair &qp) {
+  qp.shared->doorbell_pending.store(0, std::memory_order_seq_cst);
+  qp.prefetch_wqe(qp.req.wqe);
+  schedule(qp);
 }
 
 bool Worker::receive() {
@@ -332,9 +338,7 @@ bool Worker::take_doorbells_from(size_t peer) {
   while (QueuePair *qp = doorbells_in_[peer]->pop()) {
     // (A QP moves only with every worker parked, after this ring was emptied: it is ours.)
     qp->doorbell_forwarded.store(false);
-    qp->shared->doorbell_pending.store(0, std::memory_order_seq_cst);
-    qp->prefetch_wqe(qp->req.wqe);
-    schedule(*qp);
+    take_doorbell(*qp);
     any = true;
   }
   return any;

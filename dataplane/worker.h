@@ -118,6 +118,7 @@ class Worker final : public TransportHost {
   void idle_wait(uint64_t idle_ns);
   bool poll_peers();
   bool take_doorbells_from(size_t peer);
+  void take_doorbell(QueuePair &qp);
   void wake();
   void park_here();
   void pass_quiescent_point();

@@ -7,8 +7,13 @@
 # ratio to memcpy over the baseline's. Medians over ROUNDS; CSV and a plot in
 # perf/out/bench-qp-scale-<date>/ (qp_scale.csv, qp_scale.png).
 #
+# ACROSS=udp: the same across two vrnicd over the udp port (127.0.0.1 and 127.0.0.2), each run
+# two qp_scale processes (-L / -C), half the QPs on each daemon, both ends active; a run's
+# messages/s and ratio to memcpy are the two processes' summed, its set-up times the
+# listener's.
+#
 # Usage: perf/bench_qp_scale.sh [ROUNDS]   (default 3; QP_COUNTS="2 64 1024 4096 16384 65536",
-#        BENCH_SECONDS=2, VRNIC_SKIP_SETUP=1)
+#        BENCH_SECONDS=2, ACROSS=udp, VRNIC_SKIP_SETUP=1)
 
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -29,8 +34,45 @@ command -v gnuplot >/dev/null ||
 bench_out_dir bench-qp-scale || exit 1
 out=$BENCH_OUT
 bench_system_info | tee "$out/system.txt"
-start_vrnicd >"$out/vrnicd.log" 2>&1 || { cat "$out/vrnicd.log"; exit 1; }
 qp_scale=$VRNIC_BUILD_DIR/perf/qp_scale
+across=${ACROSS:-}
+where="one vrnicd, loop port"
+if [[ $across == udp ]]; then
+  where="two vrnicd, udp port"
+  # shellcheck source=tests/lib_hosts.sh
+  source tests/lib_hosts.sh
+  udp_port=$(free_udp_port) || exit 1
+  host_vrnicd u1 - --udp 127.0.0.1 --udp-port "$udp_port" >"$out/vrnicd.log" 2>&1 &&
+    host_vrnicd u2 - --udp 127.0.0.2 --udp-port "$udp_port" >>"$out/vrnicd.log" 2>&1 ||
+    { cat "$out/vrnicd.log"; exit 1; }
+elif [[ -n $across ]]; then
+  echo "ACROSS is udp or nothing" >&2
+  exit 2
+else
+  start_vrnicd >"$out/vrnicd.log" 2>&1 || { cat "$out/vrnicd.log"; exit 1; }
+fi
+# scale_run LOG ARGS...: one run; its CSV row (write,...) is the last line of LOG.
+scale_run() {
+  local log=$1 port p1 rc=0
+  shift
+  if [[ $across != udp ]]; then
+    vrun timeout -k 5 300 "$qp_scale" "$@" -H >"$log" 2>&1
+    return
+  fi
+  port=$(next_port)
+  VRNIC_SOCKET=${SOCK[u1]} "${VRUN[@]}" timeout -k 5 300 "$qp_scale" "$@" -H -L "$port" \
+    >"$log.1" 2>&1 </dev/null &
+  p1=$!
+  VRNIC_SOCKET=${SOCK[u2]} "${VRUN[@]}" timeout -k 5 300 "$qp_scale" "$@" -H \
+    -C "127.0.0.1:$port" >"$log.2" 2>&1 </dev/null || rc=1
+  wait "$p1" || rc=1
+  cat "$log.1" "$log.2" >"$log"
+  ((rc == 0)) || return 1
+  # Both processes' messages and ratios summed, into the listener's row.
+  paste -d, <(grep -E '^write,' "$log.1" | tail -n 1) <(grep -E '^write,' "$log.2" | tail -n 1) |
+    awk -F, -v OFS=, '{ n = NF / 2; $10 += $(n + 10); $11 += $(n + 11); $13 += $(n + 13);
+                       $15 += $(n + 15); NF = n; print }' >>"$log"
+}
 
 BENCH_ROUNDS=$rounds
 BENCH_STEPS=$((rounds * (2 * ${#counts[@]} + 1)))
@@ -45,8 +87,7 @@ for ((r = 1; r <= rounds; r++)); do
       [[ $n == base ]] && q=2 active=2 k=64
       [[ $mode == one ]] && active=2
       log=$out/q$n.$mode.$r.log
-      if vrun timeout -k 5 300 "$qp_scale" -q "$q" -a "$active" -k "$k" -s 4096 -t "$secs" -r -H \
-        >"$log" 2>&1; then
+      if scale_run "$log" -q "$q" -a "$active" -k "$k" -s 4096 -t "$secs" -r; then
         row=$(grep -E '^write,' "$log" | tail -n 1)
         echo "$r,$mode,$row" >>"$out/runs.csv"
         IFS=, read -r _ _ _ _ _ _ c_s k_s d_s m _ _ ratio_v _ <<<"$row"
@@ -61,7 +102,11 @@ for ((r = 1; r <= rounds; r++)); do
     done
   done
 done
-stop_vrnicd TERM >>"$out/vrnicd.log" 2>&1 || BENCH_FAILURES=$((BENCH_FAILURES + 1))
+if [[ $across == udp ]]; then
+  stop_hosts >>"$out/vrnicd.log" 2>&1 || BENCH_FAILURES=$((BENCH_FAILURES + 1))
+else
+  stop_vrnicd TERM >>"$out/vrnicd.log" 2>&1 || BENCH_FAILURES=$((BENCH_FAILURES + 1))
+fi
 
 # shellcheck disable=SC2086 # space-separated on purpose
 med() { bench_median_fmt "$1" ${2:-}; }
@@ -76,11 +121,11 @@ over() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0 && a != "n/a") printf "%.3f"
   done
 } >"$out/qp_scale.csv"
 if command -v gnuplot >/dev/null; then
-  gnuplot -e "csv='$out/qp_scale.csv'; png='$out/qp_scale.png'" perf/plot_qp_scale.gp ||
+  gnuplot -e "csv='$out/qp_scale.csv'; png='$out/qp_scale.png'; where='$where'" perf/plot_qp_scale.gp ||
     echo "gnuplot failed (the CSV is there)"
 fi
 {
-  echo "## vrnic QP scaling, one vrnicd, loop port ($(date +%Y-%m-%d))"
+  echo "## vrnic QP scaling, $where ($(date +%Y-%m-%d))"
   echo
   sed 's/^/    /' "$out/system.txt"
   echo

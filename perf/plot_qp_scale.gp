@@ -9,7 +9,8 @@ set terminal pngcairo size 1200,750 font 'sans,11'
 set output png
 set datafile separator ','
 set datafile missing ''
-set title 'vrnic: 4 KiB RDMA WRITE against the number of RC QPs (one vrnicd, loop port)'
+if (!exists("where")) where = 'one vrnicd, loop port'
+set title sprintf('vrnic: 4 KiB RDMA WRITE against the number of RC QPs (%s)', where)
 set key top right box opaque
 set grid xtics ytics
 set logscale x 2

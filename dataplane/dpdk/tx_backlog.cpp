@@ -93,6 +93,7 @@ void DpdkPort::transmit_resolved(Packet **pkts, uint16_t n, uint64_t now) {
               std::memcpy(pkt->bounce, pkt->payload, pkt->payload_len);
               pkt->payload = pkt->bounce;
             }
+            pool_.settled(pkt);  // a peer that never answers must not hold grace periods
             waiting.push_back(pkt);
             pending_packets_++;
           }

@@ -293,3 +293,17 @@ TEST_CASE("PacketPool counts the transport's packets by epoch; received packets 
   CHECK(pool.previous_epoch_done());
   CHECK(pool.available() == 8);
 }
+
+TEST_CASE("A packet that holds only its own bytes no longer holds up its epoch", "[packet]") {
+  PacketPool pool(2);
+  Packet *waiting = pool.alloc_counted();  // say, bounced and held for a peer's address
+  pool.new_epoch();
+  CHECK_FALSE(pool.previous_epoch_done());
+  pool.settled(waiting);
+  CHECK(pool.previous_epoch_done());
+  pool.free(waiting);  // later: counted once only
+  CHECK(pool.previous_epoch_done());
+  pool.new_epoch();
+  CHECK(pool.previous_epoch_done());
+  CHECK(pool.available() == 2);
+}
