@@ -323,6 +323,7 @@ int QueueObjects::destroy_qp(Session &s, uint32_t handle) {
   Worker &owner = workers_[qp->worker];
   owner.run_between_bursts([&] {
     owner.take_forwarded_doorbells();
+    owner.keep_direct_counts(*qp);
     owner.forget_qp(*qp);
   });
   workers_.synchronize();

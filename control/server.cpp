@@ -113,6 +113,7 @@ absl::Status Server::start() {
   if (!daemon_region.ok()) return daemon_region.status();
   daemon_shm_fd_ = daemon_region->fd;
   daemon_shm_ = static_cast<shm::DaemonShared *>(daemon_region->map);
+  daemon_shm_->direct_path.store(cfg_.direct_path ? 1 : 0, std::memory_order_relaxed);
 
   listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) return absl::ErrnoToStatus(errno, "socket");
@@ -421,11 +422,19 @@ int Server::stats(Session &s, ctl::StatsResp &resp) {
   resp.grace_periods = workers_.grace_periods();
   cm_.stats(resp);
   resp.workers = workers_.size();
+  resp.direct_path = cfg_.direct_path;
   resp.mrs = dev_.mrs.size();
   resp.cqs = dev_.cqs.size();
   resp.qps = dev_.qps.size();
   resp.srqs = dev_.srqs.size();
   resp.mws = dev_.mws.size();
+  // What the providers ran themselves, counted in each QP's shared page (the workers keep
+  // the counts of the QPs gone, below).
+  dev_.qps.for_each([&](uint32_t, QueuePair &qp) {
+    resp.transport[kDirectOps] += qp.shared->direct_ops.load(std::memory_order_relaxed);
+    resp.transport[kDirectBytes] += qp.shared->direct_bytes.load(std::memory_order_relaxed);
+    return true;
+  });
   // Every worker's share, summed: its counters and its ports', each read on its own thread
   // between its bursts (no worker stops for it).
   for (auto &wp : workers_.all()) {
@@ -460,7 +469,7 @@ int Server::list_qps(Session &s, const ctl::ListQpsReq &req, ctl::ListQpsResp &r
     return it != sessions_.end() && it->second->uid == s.uid;
   };
   // From `start` on, and only to the first QP past the page: a page costs what it lists,
-  // not a walk over every QP (64 K QPs are 1,639 pages). The QPs are chosen here, by what
+  // not a walk over every QP (64 K QPs are 1,821 pages). The QPs are chosen here, by what
   // never changes and the state the workers publish; what their workers change (counters,
   // the transport) is read by each worker between its bursts: no worker stops.
   std::vector<std::vector<std::pair<ctl::QpEntry *, QueuePair *>>> by_worker(workers_.size());
@@ -489,6 +498,8 @@ int Server::list_qps(Session &s, const ctl::ListQpsReq &req, ctl::ListQpsResp &r
     w.run_between_bursts([&] {
       for (auto [e, qp] : by_worker[i]) {
         std::copy(std::begin(qp->counters.value), std::end(qp->counters.value), e->counters);
+        e->counters[kDirectOps] = qp->shared->direct_ops.load(std::memory_order_relaxed);
+        e->counters[kDirectBytes] = qp->shared->direct_bytes.load(std::memory_order_relaxed);
         e->state = qp->attr.qp_state;
         e->transport = qp_transport_state(*qp, w.now);
       }

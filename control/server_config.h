@@ -30,6 +30,10 @@ struct ServerConfig {
   // The socket: owner-only (0600) unless a group is given, then 0660 for that group (a root
   // vrnicd serving several users).
   gid_t socket_group = gid_t(-1);
+  // Whether clients may run work requests between this device's QPs themselves (the
+  // same-host direct path, provider/direct_path.h); --no-direct-path keeps every one on the
+  // workers.
+  bool direct_path = true;
 };
 
 }  // namespace vrnic

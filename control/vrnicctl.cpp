@@ -41,6 +41,7 @@ int stats(int sock) {
       {"faults_delayed", r->faults_delayed},
       {"wire_link_up", r->wire_link_up},
       {"workers", r->workers},
+      {"direct_path", r->direct_path},
       {"doorbell_user_look_max", r->doorbell_user_look_max},
       {"qp_moves", r->qp_moves},
       {"worker_stops", r->worker_stops},

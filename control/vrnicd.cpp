@@ -33,7 +33,7 @@ void usage(FILE *out) {
       out,
       "usage: vrnicd [--socket PATH] [--socket-group GROUP] [--limits SPEC] DEVICE\n"
       "              [--device DEVICE]...\n"
-      "  DEVICE: [--workers N] [--cpus LIST]\n"
+      "  DEVICE: [--workers N] [--cpus LIST] [--no-direct-path]\n"
       "          [--udp ADDR [--udp-port PORT] [--udp-buffer BYTES] [--no-gso]]\n"
       "          [--dpdk ADDR --eal 'EAL ARGS' [--udp-port PORT]] [--faults SPEC]\n"
       "  --socket PATH    control socket (default: $VRNIC_SOCKET, else\n"
@@ -72,6 +72,9 @@ void usage(FILE *out) {
       "  --udp-port PORT  UDP port to listen on and send to (default 4791)\n"
       "  --udp-buffer BYTES  each udp socket's receive and send buffer (default 33554432);\n"
       "                   without root the kernel caps it at net.core.rmem_max/wmem_max\n"
+      "  --no-direct-path every work request goes through the workers (by default a\n"
+      "                   client runs a WR between two QPs of its own process itself; the\n"
+      "                   environment variable VRNIC_DIRECT_PATH=0 does the same per process)\n"
       "  --no-gso         one sendmsg per packet (by default runs of equal-size packets to\n"
       "                   an IPv6 or loopback peer leave as one UDP GSO send)\n"
       "  --faults SPEC    inject faults on the wire port's receive path, e.g.\n"
@@ -191,6 +194,8 @@ int main(int argc, char **argv) {
     } else if (arg == "--eal") {
       for (absl::string_view word : absl::StrSplit(argv[++i], ' ', absl::SkipEmpty()))
         cfg.dpdk_port.eal_args.emplace_back(word);
+    } else if (arg == "--no-direct-path") {
+      cfg.direct_path = false;
     } else if (arg == "--no-gso") {
       cfg.udp_port.gso = false;
     } else if (arg == "--faults") {

@@ -276,7 +276,11 @@ void completer_retire(TransportHost &w, QueuePair &qp) {
       return;
     }
   }
-  if (retired) w.schedule(qp);
+  if (retired) {
+    // Every completion of what retired is written: the provider may run the next WR itself.
+    qp.shared->sq_retired.store(comp.wqe, std::memory_order_release);
+    w.schedule(qp);
+  }
   qp_check_drained(qp);
 }
 

@@ -14,13 +14,9 @@
 #include "spin_lock.h"
 #include "vrnic/counters.h"
 #include "vrnic/ctl_protocol.h"
+#include "vrnic/object_keys.h"
 
 namespace vrnic {
-
-inline constexpr uint32_t kQpnBase = 0x10;  // QPN 0 and 1 are special in IB; keep clear
-// A QPN is a random tag (bits 17-23) above the QP's table index (+ kQpnBase): looked up as an
-// array index, but not guessed from the QPNs one has seen (issue 17, row 2).
-inline constexpr uint32_t kQpnIndexBits = 17;
 
 // The kernel interface whose address prefix covers the GID's address (IPv4-mapped GIDs against
 // IPv4 addresses, others against IPv6), as the kernel ties a RoCE GID to its netdev; 0 if none.
@@ -73,7 +69,7 @@ class Device {
                                    uint32_t right) const;
   QueuePair *qp_by_qpn(uint32_t qpn) const {
     if (qpn == kGsiQpn) return gsi;
-    const uint32_t index = qpn & ((1u << kQpnIndexBits) - 1);
+    const uint32_t index = qpn_index(qpn);
     QueuePair *qp = index >= kQpnBase ? qps.get(index - kQpnBase + 1) : nullptr;
     return qp && qp->qpn == qpn ? qp : nullptr;
   }

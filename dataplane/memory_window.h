@@ -5,10 +5,9 @@
 
 #include <cstdint>
 
-namespace vrnic {
+#include "vrnic/object_keys.h"
 
-// Window rkeys have the top bit set, so they never collide with MR keys.
-inline constexpr uint32_t kMwKeyBit = 0x80000000u;
+namespace vrnic {
 
 struct MemoryWindow {
   uint32_t handle = 0;

@@ -107,6 +107,7 @@ void qp_reset_transport(QueuePair &qp) {
   // WQEs belong to the SRQ and stay).
   qp.req.wqe = qp.req.started = qp.comp.wqe = sq_pos;
   qp.shared->sq.consumer.store(sq_pos, std::memory_order_release);
+  qp.shared->sq_retired.store(sq_pos, std::memory_order_release);
   qp.own_rq.discard();
 }
 
@@ -216,6 +217,7 @@ void qp_flush_send_queue(QueuePair &qp) {
   qp.req.wqe = qp.req.started = qp.comp.wqe;
   qp.req.offset = 0;
   qp.shared->sq.consumer.store(qp.comp.wqe, std::memory_order_release);
+  qp.shared->sq_retired.store(qp.comp.wqe, std::memory_order_release);
 }
 
 static void qp_flush_receive_side(QueuePair &qp) {

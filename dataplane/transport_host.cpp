@@ -32,6 +32,12 @@ void TransportHost::ack_later(QueuePair &qp) {
   ack_list_.push_back(&qp);
 }
 
+// What the provider counted in a QP's shared page stays in the device's totals when it goes.
+void TransportHost::keep_direct_counts(const QueuePair &qp) {
+  counters[kDirectOps] += qp.shared->direct_ops.load(std::memory_order_relaxed);
+  counters[kDirectBytes] += qp.shared->direct_bytes.load(std::memory_order_relaxed);
+}
+
 void TransportHost::forget_qp(QueuePair &qp) {
   detach_peer(qp);
   std::erase(run_queue_, &qp);
@@ -43,7 +49,10 @@ void TransportHost::forget_qp(QueuePair &qp) {
 void TransportHost::forget_qps(std::span<QueuePair *const> qps) {
   if (qps.empty()) return;
   absl::flat_hash_set<const QueuePair *> gone(qps.begin(), qps.end());
-  for (QueuePair *qp : qps) detach_peer(*qp);
+  for (QueuePair *qp : qps) {
+    keep_direct_counts(*qp);
+    detach_peer(*qp);
+  }
   auto is_gone = [&](const QueuePair *qp) { return gone.contains(qp); };
   std::erase_if(run_queue_, is_gone);
   std::erase_if(run_next_, is_gone);

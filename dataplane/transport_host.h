@@ -59,8 +59,12 @@ class TransportHost {
   void ack_later(QueuePair &qp);
   // Takes the QP off every list (reset, destroy, move); detaches its peer window first.
   void forget_qp(QueuePair &qp);
-  // The same for many QPs at once (a closing session's), in one pass over each list.
+  // The same for many QPs at once (a closing session's, whose direct-path counts it keeps),
+  // in one pass over each list.
   void forget_qps(std::span<QueuePair *const> qps);
+  // Adds what the provider counted in a destroyed QP's shared page (direct_ops, direct_bytes)
+  // to this host's counters, so that the device's totals keep it.
+  void keep_direct_counts(const QueuePair &qp);
 
   // The window an RC requester shares with this host's other QPs to the same peer
   // (peer_window.h): attached at RTS, detached on error, reset, destroy and move (both

@@ -1,5 +1,6 @@
 // Completion queues and completion channels. Polling reads CQEs vrnicd wrote into the shared
-// ring: no system call. Events arrive as records on the channel's pipe.
+// ring, merged in order with those of the WRs the direct path ran: no system call. Events
+// arrive as records on the channel's pipe.
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -24,13 +25,55 @@ thread_local int t_empty_polls = 0;
 
 namespace vrnic::provider {
 
+CqCursor cq_cursor(const Cq *cq) { return {cq->consumer, cq->direct_head, nullptr}; }
+
+bool cq_next(Cq *cq, CqCursor &c, uint32_t producer) {
+  const bool direct = c.direct != cq->direct_tail;
+  const Cq::DirectCqe *d = direct ? &cq->direct[c.direct % Cq::kDirectSlots] : nullptr;
+  // A direct completion goes once every CQE vrnicd had written before it has gone.
+  if (d && (int32_t(d->after - c.worker) <= 0 || c.worker == producer)) {
+    c.cqe = &d->cqe;
+    c.direct++;
+    return true;
+  }
+  if (c.worker == producer) return false;
+  c.cqe = &cq->ring[c.worker & cq->mask];
+  c.worker++;
+  return true;
+}
+
+void cq_consume(Cq *cq, const CqCursor &c) {
+  cq->direct_head = c.direct;
+  if (c.worker == cq->consumer) return;
+  cq->consumer = c.worker;
+  cq->shared->ring.consumer.store(cq->consumer, std::memory_order_release);
+}
+
+bool cq_reserve_direct(Cq *cq) {
+  if (!cq->direct || pthread_spin_trylock(&cq->lock)) return false;
+  const bool room = cq->direct_tail - cq->direct_head + cq->direct_reserved < Cq::kDirectSlots;
+  if (room) cq->direct_reserved++;
+  pthread_spin_unlock(&cq->lock);
+  return room;
+}
+
+void cq_push_direct(Cq *cq, const shm::Cqe &cqe) {
+  pthread_spin_lock(&cq->lock);
+  cq->direct_reserved--;
+  cq->direct[cq->direct_tail % Cq::kDirectSlots] = {
+      cqe, cq->shared->ring.producer.load(std::memory_order_acquire)};
+  cq->direct_tail++;
+  pthread_spin_unlock(&cq->lock);
+}
+
 int poll_cq(ibv_cq *ibcq, int n, ibv_wc *wc) {
   Cq *cq = Cq::of(ibcq);
   pthread_spin_lock(&cq->lock);
   uint32_t producer = cq->shared->ring.producer.load(std::memory_order_acquire);
+  CqCursor c = cq_cursor(cq);
   int i = 0;
-  for (; i < n && cq->consumer != producer; i++, cq->consumer++) {
-    const shm::Cqe &e = cq->ring[cq->consumer & cq->mask];
+  for (; i < n && cq_next(cq, c, producer); i++) {
+    const shm::Cqe &e = *c.cqe;
     ibv_wc &w = wc[i];
     w.wr_id = e.wr_id;
     w.status = ibv_wc_status(e.status);
@@ -46,7 +89,7 @@ int poll_cq(ibv_cq *ibcq, int n, ibv_wc *wc) {
     w.sl = e.sl;
     w.dlid_path_bits = 0;
   }
-  if (i) cq->shared->ring.consumer.store(cq->consumer, std::memory_order_release);
+  if (i) cq_consume(cq, c);
   pthread_spin_unlock(&cq->lock);
   if (i) {
     t_empty_polls = 0;
@@ -59,13 +102,23 @@ int poll_cq(ibv_cq *ibcq, int n, ibv_wc *wc) {
 
 // vrnicd writes no more CQEs for the QP by now, but may append others at the producer end
 // while we work: so walk back from the producer index we read, slide each CQE we keep over
-// the ones dropped, and give the freed slots back by moving the consumer forward.
+// the ones dropped, and give the freed slots back by moving the consumer forward. A direct
+// completion's place among vrnicd's moves with them: past as many dropped as were after it.
 void clean_cq(ibv_cq *ibcq, uint32_t qpn) {
   Cq *cq = Cq::of(ibcq);
   pthread_spin_lock(&cq->lock);
   uint32_t producer = cq->shared->ring.producer.load(std::memory_order_acquire);
   uint32_t dropped = 0;
+  uint32_t d = cq->direct_tail;  // direct completions not yet moved; their places only grow
+  auto move_direct_from = [&](uint32_t boundary) {
+    for (; d != cq->direct_head; d--) {
+      Cq::DirectCqe &e = cq->direct[(d - 1) % Cq::kDirectSlots];
+      if (int32_t(e.after - boundary) < 0) break;
+      e.after += dropped;
+    }
+  };
   for (uint32_t i = producer; i != cq->consumer;) {
+    move_direct_from(i);
     i--;
     const shm::Cqe &e = cq->ring[i & cq->mask];
     if (e.qp_num == qpn)
@@ -73,10 +126,18 @@ void clean_cq(ibv_cq *ibcq, uint32_t qpn) {
     else if (dropped)
       cq->ring[(i + dropped) & cq->mask] = e;
   }
+  move_direct_from(cq->consumer - 0x7fffffffu);  // the rest: every dropped CQE was after them
   if (dropped) {
     cq->consumer += dropped;
     cq->shared->ring.consumer.store(cq->consumer, std::memory_order_release);
   }
+  // The QP's own direct completions go too, the others keep their order.
+  uint32_t kept = cq->direct_head;
+  for (uint32_t j = cq->direct_head; j != cq->direct_tail; j++) {
+    const Cq::DirectCqe &e = cq->direct[j % Cq::kDirectSlots];
+    if (e.cqe.qp_num != qpn) cq->direct[kept++ % Cq::kDirectSlots] = e;
+  }
+  cq->direct_tail = kept;
   pthread_spin_unlock(&cq->lock);
 }
 
@@ -122,6 +183,8 @@ Cq *create_cq(ibv_context *context, int cqe, void *cq_context, ibv_comp_channel 
   cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
   cq->mask = resp.slots - 1;
   cq->map_len = len;
+  // Without it (no memory) the CQ's QPs simply keep to the worker path.
+  if (c->direct) cq->direct.reset(new (std::nothrow) Cq::DirectCqe[Cq::kDirectSlots]);
   pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
   ibv_cq &ib = cq->ibv;
   ib.context = context;
@@ -205,6 +268,12 @@ VRNIC_EXPORT int ibv_resize_cq(ibv_cq *ibcq, int cqe) {
       cq->shared = static_cast<shm::CqShared *>(map);
       cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
       cq->mask = resp.slots - 1;
+      // The unpolled CQEs now start at index 0 of the new ring; the direct completions'
+      // places among them move with them.
+      for (uint32_t j = cq->direct_head; j != cq->direct_tail; j++) {
+        uint32_t &after = cq->direct[j % Cq::kDirectSlots].after;
+        after = int32_t(after - cq->consumer) > 0 ? after - cq->consumer : 0;
+      }
       cq->consumer = 0;
       cq->map_len = len;
       ibcq->cqe = int(resp.slots);

@@ -1,6 +1,6 @@
 // Extended CQs: ibv_create_cq_ex and the ibv_start_poll/next_poll/end_poll iterator. The
-// iterator reads CQEs in place in the ring vrnicd fills (the same ring, indices and protocol
-// as ibv_poll_cq in cq.cpp: acquire-load the producer, release-store the consumer), so an
+// iterator reads CQEs in place, in the order ibv_poll_cq gives them (cq.cpp: cq_next and
+// cq_consume, over the ring vrnicd fills and the direct path's completions), so an
 // ibv_cq_ex is also an ordinary ibv_cq for ibv_poll_cq, ibv_req_notify_cq and ibv_destroy_cq.
 #include <sched.h>
 
@@ -31,22 +31,17 @@ void note_poll(bool found) {
   }
 }
 
-// Whether vrnicd has written the CQE at free-running index pos.
-bool produced(const Cq *cq, uint32_t pos) {
-  return pos != cq->shared->ring.producer.load(std::memory_order_acquire);
-}
-
 // The CQE the iterator points at.
-const shm::Cqe &current(ibv_cq_ex *ex) {
-  const Cq *cq = Cq::of(ex);
-  return cq->ring[cq->poll_pos & cq->mask];
-}
+const shm::Cqe &current(ibv_cq_ex *ex) { return *Cq::of(ex)->poll.cqe; }
 
-void point_at(Cq *cq, uint32_t pos) {
-  cq->poll_pos = pos;
-  const shm::Cqe &e = cq->ring[pos & cq->mask];
-  cq->ex.wr_id = e.wr_id;
-  cq->ex.status = ibv_wc_status(e.status);
+// Steps the iterator to the next completion (cq.cpp's order of vrnicd's ring and the direct
+// path's); false when there is none.
+bool step(Cq *cq) {
+  if (!cq_next(cq, cq->poll, cq->shared->ring.producer.load(std::memory_order_acquire)))
+    return false;
+  cq->ex.wr_id = cq->poll.cqe->wr_id;
+  cq->ex.status = ibv_wc_status(cq->poll.cqe->status);
+  return true;
 }
 
 // Locked: the CQ's spinlock is held from a successful start_poll to end_poll. Without it
@@ -56,27 +51,20 @@ int start_poll(ibv_cq_ex *ex, ibv_poll_cq_attr *attr) {
   if (attr && attr->comp_mask) return EINVAL;
   Cq *cq = Cq::of(ex);
   if (kLocked) pthread_spin_lock(&cq->lock);
-  bool found = produced(cq, cq->consumer);
-  if (found) point_at(cq, cq->consumer);
+  cq->poll = cq_cursor(cq);
+  bool found = step(cq);
   if (!found && kLocked) pthread_spin_unlock(&cq->lock);
   note_poll(found);
   return found ? 0 : ENOENT;
 }
 
-int next_poll(ibv_cq_ex *ex) {
-  Cq *cq = Cq::of(ex);
-  uint32_t pos = cq->poll_pos + 1;
-  if (!produced(cq, pos)) return ENOENT;
-  point_at(cq, pos);
-  return 0;
-}
+int next_poll(ibv_cq_ex *ex) { return step(Cq::of(ex)) ? 0 : ENOENT; }
 
 // Consumes every CQE up to the one the iterator points at.
 template <bool kLocked>
 void end_poll(ibv_cq_ex *ex) {
   Cq *cq = Cq::of(ex);
-  cq->consumer = cq->poll_pos + 1;
-  cq->shared->ring.consumer.store(cq->consumer, std::memory_order_release);
+  cq_consume(cq, cq->poll);
   if (kLocked) pthread_spin_unlock(&cq->lock);
 }
 
@@ -121,7 +109,7 @@ int setup_cq_ex(Cq *cq, uint64_t wc_flags) {
   if (wc_flags & ~kSupportedWcFlags) return EOPNOTSUPP;
   ibv_cq_ex &ex = cq->ex;
   cq->wc_flags = wc_flags;
-  cq->poll_pos = cq->consumer;
+  cq->poll = cq_cursor(cq);
   ex.comp_mask = 0;
   ex.start_poll = start_poll<true>;
   ex.next_poll = next_poll;
@@ -168,6 +156,9 @@ ibv_cq_ex *create_cq_ex(ibv_context *context, ibv_cq_init_attr_ex *attr) {
   if (flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED) {
     cq->ex.start_poll = start_poll<false>;
     cq->ex.end_poll = end_poll<false>;
+    // Polled without the lock that posting threads take to add direct completions: its
+    // QPs keep to the worker path.
+    cq->direct.reset();
   }
   return &cq->ex;
 }

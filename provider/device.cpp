@@ -251,6 +251,7 @@ VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
   }
   c->session_shm = static_cast<shm::SessionShared *>(s);
   c->daemon_shm = static_cast<const shm::DaemonShared *>(d);
+  c->direct = make_direct_path(c->daemon_shm->direct_path.load(std::memory_order_relaxed) != 0);
   setup_ops(c);
   return &ctx;
 }

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "direct_path.h"
 #include "export.h"
 #include "vrnic/ctl_io.h"
 #include "vrnic/shm_layout.h"
@@ -64,6 +65,7 @@ struct Context {
   // nullptr when it cannot be.
   uint8_t *ring_chunk(uint32_t chunk, size_t bytes, int fd);
   std::atomic<bool> fatal_reported{false};
+  std::unique_ptr<DirectPath> direct;  // the same-host direct path; nullptr when off
 
   static Context *of(ibv_context *c) {
     return outer_of(reinterpret_cast<verbs_context *>(reinterpret_cast<char *>(c) -
@@ -109,7 +111,15 @@ struct Pd {
 struct Mr {
   ibv_mr ibv;
   int access = 0;
+  uint64_t iova = 0;  // the I/O address of ibv.addr (keys name memory by it)
   static Mr *of(ibv_mr *m) { return outer_of(m, &Mr::ibv); }
+};
+
+// A position in a CQ's two sources of completions, vrnicd's ring and the direct path's.
+struct CqCursor {
+  uint32_t worker = 0;  // the next index of vrnicd's ring
+  uint32_t direct = 0;  // the next of the direct completions
+  const shm::Cqe *cqe = nullptr;  // the completion last stepped over
 };
 
 struct Cq {
@@ -126,7 +136,18 @@ struct Cq {
   size_t map_len = 0;
   pthread_spinlock_t lock;
   uint64_t wc_flags = 0;  // what the ibv_cq_ex read functions may be asked for
-  uint32_t poll_pos = 0;  // ibv_start_poll/next_poll: the CQE being read
+  // Completions of WRs the direct path ran (direct_path.h), under `lock`: each is delivered
+  // after the CQEs vrnicd had written when it was made (`after`, an index of vrnicd's ring),
+  // so that a QP's completions come in the order of its WRs whichever path they took.
+  struct DirectCqe {
+    shm::Cqe cqe;
+    uint32_t after;
+  };
+  static constexpr uint32_t kDirectSlots = 256;
+  std::unique_ptr<DirectCqe[]> direct;
+  uint32_t direct_head = 0, direct_tail = 0;
+  uint32_t direct_reserved = 0;  // slots promised to WRs running on the direct path
+  CqCursor poll;                 // ibv_start_poll/next_poll: past the CQE being read
   static Cq *of(ibv_cq *c) { return reinterpret_cast<Cq *>(c); }
   static Cq *of(ibv_cq_ex *c) { return reinterpret_cast<Cq *>(c); }
 };
@@ -148,6 +169,10 @@ struct Qp {
   bool sq_sig_all = false;
   pthread_spinlock_t sq_lock, rq_lock;
   bool extended = false;  // created with send_ops_flags: ibv_qp_to_qp_ex works
+  // What the direct path checks of this QP as a peer, kept by ibv_modify_qp.
+  std::atomic<uint32_t> dest_qpn{0};
+  std::atomic<int> access_flags{0};
+  std::atomic<bool> dest_local{false};  // its path leads to one of this device's GIDs
   // ibv_wr_* batch between ibv_wr_start and ibv_wr_complete (sq_lock held meanwhile).
   uint32_t wr_producer = 0;  // next slot to fill
   int wr_error = 0;          // first error in the batch, reported by ibv_wr_complete
@@ -201,6 +226,16 @@ int poll_cq(ibv_cq *cq, int n, ibv_wc *wc);
 // moved to RESET or destroyed leaves nothing behind, as mlx5 and mlx4 do it.
 void clean_cq(ibv_cq *cq, uint32_t qpn);
 int req_notify_cq(ibv_cq *cq, int solicited_only);
+// The CQ's next completion in order after `c` (advancing it), from vrnicd's ring (up to
+// `producer`, its published index) or the direct path's; false when there is none. Under
+// the CQ's lock; cq_consume gives back everything up to `c`.
+bool cq_next(Cq *cq, CqCursor &c, uint32_t producer);
+CqCursor cq_cursor(const Cq *cq);
+void cq_consume(Cq *cq, const CqCursor &c);
+// The direct path's side: a slot promised (false when the CQ is full or its lock busy, as
+// when the posting thread itself is between ibv_start_poll and ibv_end_poll), then filled.
+bool cq_reserve_direct(Cq *cq);
+void cq_push_direct(Cq *cq, const shm::Cqe &cqe);
 int query_port(ibv_context *ctx, uint8_t port, ibv_port_attr *attr, size_t len);
 int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
                     ibv_device_attr_ex *attr, size_t attr_size);

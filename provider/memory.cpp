@@ -249,6 +249,7 @@ int register_range(ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigne
                         pieces.fds.size());
   if (err) return err;
   mr->access = int(access);
+  mr->iova = iova;
   mr->ibv.context = pd->context;
   mr->ibv.pd = pd;
   mr->ibv.addr = addr;
@@ -290,6 +291,7 @@ VRNIC_EXPORT ibv_mr *ibv_reg_mr_iova2(ibv_pd *pd, void *addr, size_t length, uin
     delete mr;
     return fail_null<ibv_mr>(err);
   }
+  direct_publish_mr(Context::of(pd->context)->direct.get(), mr);
   return &mr->ibv;
 }
 
@@ -303,9 +305,13 @@ VRNIC_EXPORT ibv_mr *ibv_reg_mr_iova(ibv_pd *pd, void *addr, size_t length, uint
 }
 
 VRNIC_EXPORT int ibv_dereg_mr(ibv_mr *mr) {
-  int err = Context::of(mr->context)->call_on(ctl::Op::kDeregMr, mr->handle);
-  if (!err) delete Mr::of(mr);
-  return err;
+  Context *c = Context::of(mr->context);
+  int err = c->call_on(ctl::Op::kDeregMr, mr->handle);
+  if (err) return err;
+  // vrnicd's workers can no longer reach it; now no direct section either.
+  direct_unpublish_mr(c->direct.get(), Mr::of(mr));
+  delete Mr::of(mr);
+  return 0;
 }
 
 // The new translation, PD and access replace the old in place: handle, lkey and rkey stay
@@ -327,8 +333,14 @@ VRNIC_EXPORT int ibv_rereg_mr(ibv_mr *mr, int flags, ibv_pd *pd, void *addr, siz
     errno = EINVAL;
     return IBV_REREG_MR_ERR_INPUT;
   }
-  if (int err = register_range(new_pd, new_addr, new_len, reinterpret_cast<uint64_t>(new_addr),
-                               unsigned(new_access), mr->handle, Mr::of(mr))) {
+  // Out of the direct path's reach while its translation changes (the worker path serves it
+  // meanwhile); back in whichever registration stands.
+  DirectPath *direct = Context::of(mr->context)->direct.get();
+  direct_unpublish_mr(direct, Mr::of(mr));
+  int err = register_range(new_pd, new_addr, new_len, reinterpret_cast<uint64_t>(new_addr),
+                           unsigned(new_access), mr->handle, Mr::of(mr));
+  direct_publish_mr(direct, Mr::of(mr));
+  if (err) {
     errno = err;
     return IBV_REREG_MR_ERR_INPUT;
   }

@@ -67,14 +67,26 @@ int post_send_wrs(Qp *qp, ibv_send_wr *wr, ibv_send_wr **bad_wr, bool allow_type
     *bad_wr = wr;
     return EINVAL;
   }
+  DirectPath *direct = Context::of(qp->ibv.context)->direct.get();
   pthread_spin_lock(&qp->sq_lock);
   uint32_t producer = qp->shared->sq.producer.load(std::memory_order_relaxed);
   uint32_t consumer = qp->shared->sq.consumer.load(std::memory_order_acquire);
   int err = 0;
+  // A list is posted whole before any of it completes: one longer than the queue does not
+  // fit, whichever path its WRs take.
+  uint32_t direct_ran = 0;
   for (; wr; wr = wr->next) {
-    if (producer - consumer >= qp->caps.max_send_wr) {
+    if (producer - consumer + direct_ran >= qp->caps.max_send_wr) {
       err = ENOMEM;
       break;
+    }
+    // On the direct path only while nothing earlier of this send queue is with vrnicd (or
+    // written into the ring by this call): a WR never overtakes an earlier one.
+    if (direct && !allow_type1 &&
+        producer == qp->shared->sq_retired.load(std::memory_order_acquire) &&
+        direct_post_send(direct, qp, wr)) {
+      direct_ran++;
+      continue;
     }
     if ((err = write_send_wqe(qp, wr, qp->sq[producer & (qp->sq_slots - 1)], allow_type1))) break;
     producer++;
@@ -222,6 +234,7 @@ ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
       return fail_null<ibv_qp>(e);
     }
   }
+  direct_publish_qp(c->direct.get(), qp);
   return &ib;
 }
 
@@ -263,6 +276,7 @@ VRNIC_EXPORT int ibv_modify_qp(ibv_qp *ibqp, ibv_qp_attr *attr, int attr_mask) {
   ctl::to_wire(*attr, req.attr);
   int err =
       Context::of(ibqp->context)->conn.call(ctl::Op::kModifyQp, &req, sizeof(req), nullptr, 0);
+  if (!err) direct_note_modify(qp, *attr, attr_mask);
   if (err || !(attr_mask & IBV_QP_STATE)) return err;
   ibqp->state = attr->qp_state;
   if (attr->qp_state == IBV_QPS_RESET) clean_cqs(ibqp);
@@ -316,8 +330,13 @@ VRNIC_EXPORT int ibv_query_qp(ibv_qp *ibqp, ibv_qp_attr *attr, int attr_mask,
 
 VRNIC_EXPORT int ibv_destroy_qp(ibv_qp *ibqp) {
   Qp *qp = Qp::of(ibqp);
-  int err = Context::of(ibqp->context)->call_on(ctl::Op::kDestroyQp, qp->handle);
-  if (err) return err;
+  Context *c = Context::of(ibqp->context);
+  direct_unpublish_qp(c->direct.get(), qp);  // no direct section still sees it as a peer
+  int err = c->call_on(ctl::Op::kDestroyQp, qp->handle);
+  if (err) {
+    direct_publish_qp(c->direct.get(), qp);
+    return err;
+  }
   clean_cqs(ibqp);  // (its memory stays mapped: its ring arena chunk serves the next QP)
   pthread_spin_destroy(&qp->sq_lock);
   pthread_spin_destroy(&qp->rq_lock);

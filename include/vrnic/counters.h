@@ -21,13 +21,17 @@ enum TransportCounter : uint32_t {
   kRnrNaksReceived,
   kDuplicates,     // requests received again (re-ACKed or replayed)
   kOutOfSequence,  // requests ahead of the expected PSN
+  // Work requests, and their bytes, that the posting thread ran itself between local QPs
+  // (the same-host direct path): counted by the provider in the QP's shared page.
+  kDirectOps,
+  kDirectBytes,
   kTransportCounterCount
 };
 
 inline constexpr const char *kTransportCounterNames[kTransportCounterCount] = {
     "packets_sent",      "bytes_sent", "packets_received", "bytes_received", "packets_dropped",
     "retransmits",       "timeouts",   "naks_sent",        "naks_received",  "rnr_naks_sent",
-    "rnr_naks_received", "duplicates", "out_of_sequence",
+    "rnr_naks_received", "duplicates", "out_of_sequence",   "direct_ops",     "direct_bytes",
 };
 
 struct TransportCounters {

@@ -115,6 +115,14 @@ struct QpShared {
   // The worker that runs the QP, whose doorbell ring the provider uses: vrnicd may move a QP
   // (a doorbell that still reaches the old worker is passed on).
   std::atomic<uint32_t> worker;
+  // The send queue position up to which vrnicd has retired every WQE and written its
+  // completion (sq.consumer moves before the CQE is written): the provider's direct path
+  // runs a WR itself only when nothing earlier is still with vrnicd.
+  std::atomic<uint32_t> sq_retired;
+  // Work requests and bytes the provider ran on the same-host direct path (it counts them,
+  // vrnicd reports them).
+  alignas(kCacheLine) std::atomic<uint64_t> direct_ops;
+  std::atomic<uint64_t> direct_bytes;
 };
 
 inline constexpr size_t kQpHeaderBytes = 512;
@@ -230,6 +238,10 @@ struct DaemonShared {
   WorkerStatus workers[kMaxWorkers];
   // enum ibv_port_state of port 1, kept current by vrnicd (ibv_query_port reads it here).
   alignas(kCacheLine) std::atomic<uint32_t> port_state;
+  // Whether providers may run work requests between local QPs themselves (the same-host
+  // direct path): vrnicd clears it when started with --direct-path=off and while fault
+  // injection is set, which only packets through a port can meet.
+  std::atomic<uint32_t> direct_path;
 };
 
 }  // namespace vrnic::shm

@@ -13,7 +13,40 @@ meson_fast_suite() {
 }
 check "meson test --suite fast: the unit and transport tests pass" meson_fast_suite
 run_catch2_binary daemon_test
+# The same-host direct path (issue 30): the data tests run two QPs in one process, so their
+# WRITEs, READs and atomics take it; with it off (VRNIC_DIRECT_PATH=0, vrnicd
+# --no-direct-path) the same tests pass on the worker path alone and it counts nothing.
+direct_ops_now() { vrnic_stat direct_ops; }
+direct_before=$(ensure_vrnicd >/dev/null && direct_ops_now)
 run_catch2_binary verbs_data_test
+direct_ops_grew() {
+  local now
+  now=$(direct_ops_now) || return 1
+  echo "direct_ops before verbs_data_test ${direct_before:-?}, after $now"
+  [[ -n $direct_before ]] && ((now > direct_before))
+}
+check "verbs_data_test: WRs between QPs of one process took the direct path (direct_ops grew)" \
+  direct_ops_grew
+run_catch2_binary direct_path_test
+# Every case of a binary in one run, with the environment given.
+whole_binary() {
+  local bin=$VRNIC_BUILD_DIR/tests/$1
+  shift
+  ensure_vrnicd || return 1
+  vrnic_fg "${VRUN[@]}" VRNIC_SOCKET="$VRNIC_SOCKET" VRNICCTL="$VRNICCTL" "$@" \
+    timeout -k 5 "$(vrnic_timeout 300)" "$bin" -r compact </dev/null
+}
+direct_off_env() {
+  local before now rc=0
+  before=$(direct_ops_now) || return 1
+  whole_binary verbs_data_test VRNIC_DIRECT_PATH=0 || rc=1
+  whole_binary direct_path_test VRNIC_DIRECT_PATH=0 || rc=1
+  now=$(direct_ops_now) || return 1
+  echo "direct_ops before $before, after $now (the worker path only: no change)"
+  ((rc == 0 && now == before))
+}
+check "verbs_data_test and direct_path_test with VRNIC_DIRECT_PATH=0: all pass, direct_ops +0" \
+  direct_off_env
 run_catch2_binary wr_api_test
 run_catch2_binary unsupported_test
 run_catch2_binary api_test
@@ -23,5 +56,18 @@ run_catch2_binary api_test
 # loaded 2-core machine outlasts the retry budget even without faults.
 VRNIC_CATCH2_TIMEOUT=600 VRNIC_WIRE_BYTES=1G VRNIC_WIRE_TIMEOUT=12 run_catch2_binary wire_integrity_test
 [[ -n $VRNICD_PID ]] && check "vrnicd: no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
+
+# vrnicd --no-direct-path: its clients keep every WR on the workers.
+direct_off_daemon() {
+  start_vrnicd --no-direct-path || return 1
+  local rc=0
+  [[ $(vrnic_stat direct_path) == 0 ]] || { echo "vrnicctl stats: direct_path is not 0"; rc=1; }
+  whole_binary direct_path_test || rc=1
+  [[ $(vrnic_stat direct_ops) == 0 ]] || { echo "direct_ops moved"; rc=1; }
+  vrnicd_idle_and_stop || rc=1
+  return "$rc"
+}
+check "vrnicd --no-direct-path: direct_path_test passes on the worker path, direct_ops 0" \
+  direct_off_daemon
 
 vrnic_script_finish

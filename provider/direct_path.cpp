@@ -1,0 +1,265 @@
+// The same-host direct path (direct_path.h): the posting thread's epoch, the tables it reads,
+// and the work requests it runs itself -- RC RDMA WRITE, READ and atomics between two QPs of
+// this process, where everything the responder checks passes.
+#include "direct_path.h"
+
+#include <sched.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "internal.h"
+#include "vrnic/object_keys.h"
+#include "vrnic/work_request.h"
+
+namespace vrnic::provider {
+namespace {
+
+// One cell per thread that ever takes the direct path: odd while it is in a section. Cells
+// are claimed once per thread and given back when it exits.
+constexpr uint32_t kReaderCells = 256;
+struct alignas(64) ReaderCell {
+  std::atomic<uint64_t> seq{0};
+  std::atomic<bool> taken{false};
+};
+ReaderCell g_cells[kReaderCells];
+
+struct ThreadCell {
+  ReaderCell *cell = nullptr;
+  bool tried = false;
+  ~ThreadCell() {
+    if (cell) cell->taken.store(false, std::memory_order_release);
+  }
+};
+thread_local ThreadCell t_cell;
+
+ReaderCell *my_cell() {
+  if (t_cell.cell || t_cell.tried) return t_cell.cell;
+  t_cell.tried = true;
+  for (ReaderCell &c : g_cells) {
+    bool expected = false;
+    if (c.taken.compare_exchange_strong(expected, true)) return t_cell.cell = &c;
+  }
+  return nullptr;  // more threads than cells: this one keeps to the worker path
+}
+
+// A direct section: what it looked up in the tables stays valid until it ends. The seq_cst
+// store pairs with direct_synchronize's seq_cst loads after an unpublish: either this section
+// sees the entry gone, or the synchronizer sees the section and waits for it.
+class Section {
+ public:
+  explicit Section(ReaderCell *c) : cell_(c) {
+    seq_ = cell_->seq.load(std::memory_order_relaxed) + 1;
+    cell_->seq.store(seq_, std::memory_order_seq_cst);
+  }
+  ~Section() { cell_->seq.store(seq_ + 1, std::memory_order_release); }
+  Section(const Section &) = delete;
+  Section &operator=(const Section &) = delete;
+
+ private:
+  ReaderCell *cell_;
+  uint64_t seq_;
+};
+
+// A registered range [addr, addr+len) of `mr` in this process, in the MR's I/O addresses;
+// nullptr when it is not all inside it.
+uint8_t *translate(const Mr *mr, uint64_t io_addr, uint64_t len) {
+  if (io_addr < mr->iova || len > mr->ibv.length || io_addr - mr->iova > mr->ibv.length - len)
+    return nullptr;
+  return static_cast<uint8_t *>(mr->ibv.addr) + (io_addr - mr->iova);
+}
+
+// The region a key names, if it is one of this process's MRs with all of `access` on `pd`.
+const Mr *region(const DirectPath *d, uint32_t key, bool remote, const ibv_pd *pd, int access) {
+  if (key & kMwKeyBit) return nullptr;  // windows: the worker path resolves them
+  const Mr *mr = d->mrs.get(key_handle(key));
+  if (!mr || (remote ? mr->ibv.rkey : mr->ibv.lkey) != key || mr->ibv.pd != pd ||
+      (mr->access & access) != access)
+    return nullptr;
+  return mr;
+}
+
+// The local side of a WR, each SGE translated; false when one does not check out.
+struct LocalSegments {
+  uint8_t *addr[shm::kMaxSge];
+  uint32_t len[shm::kMaxSge];
+  uint32_t n = 0;
+  uint64_t total = 0;
+};
+
+bool local_segments(const DirectPath *d, const Qp *qp, const ibv_send_wr *wr, int access,
+                    LocalSegments *out) {
+  if (wr->send_flags & IBV_SEND_INLINE) {
+    // Inline data is read from the application's buffers as given, with no key.
+    for (int i = 0; i < wr->num_sge; i++) {
+      out->addr[i] = reinterpret_cast<uint8_t *>(wr->sg_list[i].addr);
+      out->len[i] = wr->sg_list[i].length;
+      out->total += wr->sg_list[i].length;
+    }
+    out->n = uint32_t(wr->num_sge);
+    return out->total <= qp->caps.max_inline_data;
+  }
+  for (int i = 0; i < wr->num_sge; i++) {
+    const ibv_sge &s = wr->sg_list[i];
+    const Mr *mr = region(d, s.lkey, false, qp->ibv.pd, access);
+    uint8_t *p = mr ? translate(mr, s.addr, s.length) : nullptr;
+    if (!p) return false;
+    out->addr[i] = p;
+    out->len[i] = s.length;
+    out->total += s.length;
+  }
+  out->n = uint32_t(wr->num_sge);
+  return true;
+}
+
+// The peer QP, if it is this process's, connected back to `qp`, and able to respond.
+const Qp *local_peer(const DirectPath *d, const Qp *qp) {
+  if (!qp->dest_local.load(std::memory_order_relaxed)) return nullptr;
+  const uint32_t dest = qp->dest_qpn.load(std::memory_order_relaxed);
+  const Qp *peer = d->qps.get(qpn_index(dest));
+  if (!peer || peer->ibv.qp_num != dest || peer->ibv.qp_type != IBV_QPT_RC ||
+      peer->dest_qpn.load(std::memory_order_relaxed) != qp->ibv.qp_num)
+    return nullptr;
+  const uint32_t state = peer->shared->state.load(std::memory_order_acquire);
+  return state == IBV_QPS_RTR || state == IBV_QPS_RTS ? peer : nullptr;
+}
+
+// Copies between the local segments and remote memory at `remote` (write: out to it).
+void copy(const LocalSegments &l, uint8_t *remote, bool write) {
+  for (uint32_t i = 0; i < l.n; i++) {
+    if (write)
+      std::memmove(remote, l.addr[i], l.len[i]);
+    else
+      std::memmove(l.addr[i], remote, l.len[i]);
+    remote += l.len[i];
+  }
+}
+
+// An atomic needs one local segment of at least 8 bytes and an aligned target.
+bool atomic_fits(const LocalSegments &l, const uint8_t *remote) {
+  return l.n == 1 && l.len[0] >= 8 && reinterpret_cast<uintptr_t>(remote) % 8 == 0;
+}
+
+// Runs an atomic on the 8 bytes at `remote`, the original value into the local segment:
+// atomic against the workers' (the same pages) and other threads'.
+void run_atomic(const ibv_send_wr *wr, const LocalSegments &l, uint8_t *remote) {
+  std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t *>(remote));
+  uint64_t orig;
+  if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+    orig = wr->wr.atomic.compare_add;
+    word.compare_exchange_strong(orig, wr->wr.atomic.swap);
+  } else {
+    orig = word.fetch_add(wr->wr.atomic.compare_add);
+  }
+  std::memcpy(l.addr[0], &orig, 8);
+}
+
+}  // namespace
+
+std::unique_ptr<DirectPath> make_direct_path(bool daemon_allows) {
+  const char *env = std::getenv("VRNIC_DIRECT_PATH");
+  if (!daemon_allows || (env && std::strcmp(env, "0") == 0)) return nullptr;
+  return std::unique_ptr<DirectPath>(new (std::nothrow) DirectPath);
+}
+
+void direct_synchronize() {
+  for (ReaderCell &c : g_cells) {
+    const uint64_t seq = c.seq.load(std::memory_order_seq_cst);
+    if (!(seq & 1)) continue;
+    // A section is a few checks and one copy: wait, giving the CPU away.
+    while (c.seq.load(std::memory_order_acquire) == seq) sched_yield();
+  }
+}
+
+void direct_publish_mr(DirectPath *d, Mr *mr) {
+  if (d && mr->ibv.lkey) d->mrs.publish(key_handle(mr->ibv.lkey), mr);
+}
+
+void direct_unpublish_mr(DirectPath *d, Mr *mr) {
+  if (!d) return;
+  d->mrs.unpublish(key_handle(mr->ibv.lkey));
+  direct_synchronize();
+}
+
+void direct_publish_qp(DirectPath *d, Qp *qp) {
+  if (d) d->qps.publish(qpn_index(qp->ibv.qp_num), qp);
+}
+
+void direct_unpublish_qp(DirectPath *d, Qp *qp) {
+  if (!d) return;
+  d->qps.unpublish(qpn_index(qp->ibv.qp_num));
+  direct_synchronize();
+}
+
+void direct_note_modify(Qp *qp, const ibv_qp_attr &attr, int attr_mask) {
+  if (attr_mask & IBV_QP_ACCESS_FLAGS)
+    qp->access_flags.store(attr.qp_access_flags, std::memory_order_relaxed);
+  if (attr_mask & IBV_QP_DEST_QPN) qp->dest_qpn.store(attr.dest_qp_num, std::memory_order_relaxed);
+  if (attr_mask & IBV_QP_AV) {
+    // The peer is on this device when the path leads to one of its own GIDs.
+    bool local = false;
+    const ctl::DeviceInfo &info = Context::of(qp->ibv.context)->info;
+    for (uint32_t i = 0; attr.ah_attr.is_global && i < ctl::kGidTableLen; i++)
+      local |= info.gids[i].type != ctl::kGidEmpty &&
+               std::memcmp(info.gids[i].gid, attr.ah_attr.grh.dgid.raw, 16) == 0;
+    qp->dest_local.store(local, std::memory_order_relaxed);
+  }
+}
+
+bool direct_post_send(DirectPath *d, Qp *qp, const ibv_send_wr *wr) {
+  const wr::Kind kind = wr::rule(wr->opcode).kind;
+  const bool write = wr->opcode == IBV_WR_RDMA_WRITE;
+  if ((!write && kind != wr::Kind::kRead && kind != wr::Kind::kAtomic) ||
+      qp->ibv.qp_type != IBV_QPT_RC || wr->num_sge < 0 ||
+      uint32_t(wr->num_sge) > qp->caps.max_send_sge ||
+      ((wr->send_flags & IBV_SEND_INLINE) && !write) ||
+      qp->shared->state.load(std::memory_order_acquire) != IBV_QPS_RTS)
+    return false;
+  ReaderCell *cell = my_cell();
+  if (!cell) return false;
+  Cq *cq = Cq::of(qp->ibv.send_cq);
+  const bool signaled = (wr->send_flags & IBV_SEND_SIGNALED) || qp->sq_sig_all;
+  // An armed CQ's event comes from vrnicd: such a completion takes the worker path.
+  if (signaled && cq->shared->notify.load(std::memory_order_acquire) != shm::kNotifyNone)
+    return false;
+
+  Section section(cell);
+  const Qp *peer = local_peer(d, qp);
+  if (!peer) return false;
+  const int right = write                      ? IBV_ACCESS_REMOTE_WRITE
+                    : kind == wr::Kind::kRead ? IBV_ACCESS_REMOTE_READ
+                                              : IBV_ACCESS_REMOTE_ATOMIC;
+  if (!(peer->access_flags.load(std::memory_order_relaxed) & right)) return false;
+  LocalSegments local;
+  if (!local_segments(d, qp, wr, write ? 0 : IBV_ACCESS_LOCAL_WRITE, &local)) return false;
+  const bool atomic = kind == wr::Kind::kAtomic;
+  const uint64_t remote_addr = atomic ? wr->wr.atomic.remote_addr : wr->wr.rdma.remote_addr;
+  const uint32_t rkey = atomic ? wr->wr.atomic.rkey : wr->wr.rdma.rkey;
+  const Mr *target = region(d, rkey, true, peer->ibv.pd, right);
+  const uint64_t span = atomic ? 8 : local.total;
+  uint8_t *remote = target && span <= (1ull << 31) ? translate(target, remote_addr, span) : nullptr;
+  if (!remote || (atomic && !atomic_fits(local, remote))) return false;
+  // Room for the completion first: past this point the WR is done here (an atomic cannot be
+  // run twice).
+  if (signaled && !cq_reserve_direct(cq)) return false;
+  if (atomic)
+    run_atomic(wr, local, remote);
+  else
+    copy(local, remote, write);
+  if (signaled) {
+    shm::Cqe cqe{};
+    cqe.wr_id = wr->wr_id;
+    cqe.status = IBV_WC_SUCCESS;
+    cqe.opcode = wr::rule(wr->opcode).wc_opcode;
+    cqe.byte_len = uint32_t(span);
+    cqe.qp_num = qp->ibv.qp_num;
+    cq_push_direct(cq, cqe);
+  }
+  shm::QpShared &s = *qp->shared;
+  s.direct_ops.store(s.direct_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  s.direct_bytes.store(s.direct_bytes.load(std::memory_order_relaxed) + span,
+                       std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace vrnic::provider

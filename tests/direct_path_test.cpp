@@ -1,0 +1,233 @@
+// The same-host direct path (provider/direct_path.h): WRs between two QPs of one process that
+// the posting thread runs itself. What it must keep of the worker path: the data, byte for
+// byte; the completions, in the order of the WRs whichever path each took; no access after
+// ibv_dereg_mr returns. Run with VRNIC_DIRECT_PATH=0 too: every check holds on the worker path
+// alone, and the direct-path counter stays still.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "verbs_fixture.h"
+
+using namespace vt;
+
+namespace {
+
+long long stat(const char *name) {
+  std::string err;
+  auto stats = read_vrnic_stats(&err);
+  INFO(err);
+  REQUIRE(stats.has_value());
+  REQUIRE(stats->count(name) == 1);
+  return stats->at(name);
+}
+
+long long direct_ops() { return stat("direct_ops"); }
+
+// On unless this process turned it off or vrnicd runs with --no-direct-path.
+bool direct_path_on() {
+  const char *env = std::getenv("VRNIC_DIRECT_PATH");
+  return !(env && std::strcmp(env, "0") == 0) && stat("direct_path") == 1;
+}
+
+ibv_send_wr rdma_wr(uint64_t id, ibv_wr_opcode op, ibv_sge *sg, const Region &remote, size_t off) {
+  ibv_send_wr wr = make_send_wr(id, op, sg, 1);
+  wr.wr.rdma.remote_addr = remote.addr() + off;
+  wr.wr.rdma.rkey = remote.rkey();
+  return wr;
+}
+
+WcExpect success(const char *what, uint64_t wr_id, uint32_t qpn, int opcode, int64_t len = -1) {
+  WcExpect e;
+  e.what = what;
+  e.wr_id = wr_id;
+  e.qp_num = qpn;
+  e.opcode = opcode;
+  e.byte_len = len;
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("direct path: WRITE, READ and atomics between two QPs of one process, every byte",
+          "[direct]") {
+  Pair p;
+  constexpr size_t kLen = 256 * 1024;
+  Region src(p.a.pd(), kLen, seed_for("direct src"));
+  Region dst(p.b.pd(), kLen, seed_for("direct dst"));
+  Region back(p.a.pd(), kLen, seed_for("direct back"));
+  const long long before = direct_ops();
+  // Sizes across any threshold: 1 byte to 256 KiB, each written then read back.
+  const size_t sizes[] = {1, 63, 4096, 65536, kLen};
+  uint64_t id = 1;
+  for (size_t n : sizes) {
+    INFO(n << " bytes");
+    fill_pattern(src.payload(), n, seed_for("direct size", n));
+    ibv_sge sg = make_sge(src.payload(), n, src.lkey());
+    ibv_send_wr w = rdma_wr(id, IBV_WR_RDMA_WRITE, &sg, dst, 0);
+    post_send(p.a.qp(), &w);
+    check_wc(poll_one(p.a.scq(), "write"), success("write", id++, p.a.qpn(), IBV_WC_RDMA_WRITE));
+    REQUIRE(std::memcmp(dst.payload(), src.payload(), n) == 0);
+    ibv_sge rs = make_sge(back.payload(), n, back.lkey());
+    ibv_send_wr r = rdma_wr(id, IBV_WR_RDMA_READ, &rs, dst, 0);
+    post_send(p.a.qp(), &r);
+    check_wc(poll_one(p.a.scq(), "read"),
+             success("read", id++, p.a.qpn(), IBV_WC_RDMA_READ, int64_t(n)));
+    REQUIRE(std::memcmp(back.payload(), src.payload(), n) == 0);
+  }
+  // Fetch-and-add then compare-and-swap on one word, the originals coming back.
+  uint64_t word = 41;
+  std::memcpy(dst.payload() + 64, &word, 8);
+  ibv_sge as = make_sge(back.payload(), 8, back.lkey());
+  ibv_send_wr fa = make_send_wr(id, IBV_WR_ATOMIC_FETCH_AND_ADD, &as, 1);
+  fa.wr.atomic.remote_addr = dst.addr() + 64;
+  fa.wr.atomic.rkey = dst.rkey();
+  fa.wr.atomic.compare_add = 1;
+  post_send(p.a.qp(), &fa);
+  check_wc(poll_one(p.a.scq(), "fetch-add"),
+           success("fetch-add", id++, p.a.qpn(), IBV_WC_FETCH_ADD));
+  std::memcpy(&word, back.payload(), 8);
+  CHECK(word == 41);
+  ibv_send_wr cs = make_send_wr(id, IBV_WR_ATOMIC_CMP_AND_SWP, &as, 1);
+  cs.wr.atomic.remote_addr = dst.addr() + 64;
+  cs.wr.atomic.rkey = dst.rkey();
+  cs.wr.atomic.compare_add = 42;
+  cs.wr.atomic.swap = 7;
+  post_send(p.a.qp(), &cs);
+  check_wc(poll_one(p.a.scq(), "cmp-swap"),
+           success("cmp-swap", id++, p.a.qpn(), IBV_WC_COMP_SWAP));
+  std::memcpy(&word, back.payload(), 8);
+  CHECK(word == 42);
+  std::memcpy(&word, dst.payload() + 64, 8);
+  CHECK(word == 7);
+  // Each of these WRs found the queue empty: all took the direct path, or none did.
+  const long long ran = direct_ops() - before;
+  CHECK(ran == (direct_path_on() ? static_cast<long long>(2 * std::size(sizes) + 2) : 0));
+}
+
+TEST_CASE("direct path: direct and worker WRs interleaved on one QP keep their order",
+          "[direct]") {
+  Pair p;
+  constexpr int kRounds = 192;  // batches of 16
+  Region src(p.a.pd(), 8 * kRounds, seed_for("order src"));
+  Region dst(p.b.pd(), 64, seed_for("order dst"));
+  Region back(p.a.pd(), 8 * kRounds, seed_for("order back"));
+  Region rbuf(p.b.pd(), 8 * kRounds, seed_for("order recv"));
+  for (int i = 0; i < kRounds; i++) {
+    ibv_sge rs = make_sge(rbuf.payload() + 8 * i, 8, rbuf.lkey());
+    ibv_recv_wr rw = make_recv_wr(i, &rs, 1);
+    post_recv(p.b.qp(), &rw);
+  }
+  const long long before = direct_ops();
+  // Round i: WRITE value i to one word (direct when the queue is empty), SEND i (always the
+  // worker path), READ the word back (direct only once the SEND has retired). Posted one by
+  // one, so that each may take either path: the READ must see round i's WRITE, never an
+  // earlier or a later one, and the completions must come in posting order.
+  for (int i = 0; i < kRounds; i++) {
+    uint64_t v = 0x1000 + i;
+    std::memcpy(src.payload() + 8 * i, &v, 8);
+    ibv_sge ws = make_sge(src.payload() + 8 * i, 8, src.lkey());
+    ibv_send_wr w = rdma_wr(3 * i, IBV_WR_RDMA_WRITE, &ws, dst, 0);
+    // Fenced: without it a WRITE may pass the READ before it (the worker path sends it while
+    // the READ's response, read from memory as it leaves, is still to come).
+    w.send_flags |= IBV_SEND_FENCE;
+    post_send(p.a.qp(), &w);
+    ibv_sge ss = make_sge(src.payload() + 8 * i, 8, src.lkey());
+    ibv_send_wr s = make_send_wr(3 * i + 1, IBV_WR_SEND, &ss, 1);
+    post_send(p.a.qp(), &s);
+    ibv_sge rs = make_sge(back.payload() + 8 * i, 8, back.lkey());
+    ibv_send_wr r = rdma_wr(3 * i + 2, IBV_WR_RDMA_READ, &rs, dst, 0);
+    post_send(p.a.qp(), &r);
+    if (i % 16 == 15) {  // let some rounds find the queue idle again
+      auto wcs = poll_n(p.a.scq(), 48, "a batch of rounds");
+      for (size_t k = 0; k < wcs.size(); k++) {
+        INFO("completion " << k << " of rounds " << i - 15 << ".." << i << ": "
+                           << describe(wcs[k]));
+        REQUIRE(wcs[k].status == IBV_WC_SUCCESS);
+        REQUIRE(wcs[k].wr_id == uint64_t(3 * (i - 15)) + k);
+      }
+    }
+  }
+  auto rwcs = poll_n(p.b.rcq(), kRounds, "receives");
+  for (int i = 0; i < kRounds; i++) {
+    INFO("round " << i);
+    REQUIRE(rwcs[i].status == IBV_WC_SUCCESS);
+    REQUIRE(rwcs[i].wr_id == uint64_t(i));
+    uint64_t got, read;
+    std::memcpy(&got, rbuf.payload() + 8 * i, 8);
+    std::memcpy(&read, back.payload() + 8 * i, 8);
+    CHECK(got == uint64_t(0x1000 + i));
+    CHECK(read == uint64_t(0x1000 + i));  // the READ came after its round's WRITE
+  }
+  const long long ran = direct_ops() - before;
+  INFO(ran << " of " << 2 * kRounds << " WRITEs and READs ran on the direct path");
+  if (direct_path_on())
+    CHECK(ran > 0);
+  else
+    CHECK(ran == 0);
+}
+
+TEST_CASE("direct path: completions left unpolled go with their QP's reset", "[direct]") {
+  Pair p;
+  Region src(p.a.pd(), 64, seed_for("reset src"));
+  Region dst(p.b.pd(), 64, seed_for("reset dst"));
+  ibv_sge sg = make_sge(src.payload(), 64, src.lkey());
+  for (int i = 0; i < 3; i++) {
+    ibv_send_wr w = rdma_wr(i, IBV_WR_RDMA_WRITE, &sg, dst, 0);
+    post_send(p.a.qp(), &w);
+  }
+  // Written before the reset (the direct path ran them, or the worker acknowledged them).
+  for (int i = 0; i < 200 && std::memcmp(dst.payload(), src.payload(), 64); i++)
+    std::this_thread::sleep_for(Ms{10});
+  REQUIRE(std::memcmp(dst.payload(), src.payload(), 64) == 0);
+  std::this_thread::sleep_for(Ms{50});  // the worker path's completions are written by now
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RESET;
+  REQUIRE(ibv_modify_qp(p.a.qp(), &attr, IBV_QP_STATE) == 0);
+  require_no_completion(p.a.scq(), Ms{50}, "a reset QP's send CQ");
+}
+
+TEST_CASE("direct path: ibv_dereg_mr racing a stream of WRITEs: nothing lands after it returns",
+          "[direct]") {
+  Pair p;
+  constexpr size_t kLen = 64 * 1024;
+  Region src(p.a.pd(), kLen, seed_for("dereg src"));
+  AlignedBuf target(kLen);
+  std::memset(target.data(), 0, kLen);
+  ibv_mr *mr = ibv_reg_mr(p.b.pd(), target.data(), kLen, int(kAllAccess));
+  REQUIRE(mr != nullptr);
+  const uint32_t rkey = mr->rkey;
+  std::atomic<long> written{0};
+  std::atomic<int> last_status{-1};
+  std::atomic<bool> done{false};
+  // The poster: one signaled WRITE of the whole region at a time, until one fails.
+  std::thread poster([&] {
+    ibv_sge sg = make_sge(src.payload(), kLen, src.lkey());
+    for (;;) {
+      ibv_send_wr w = make_send_wr(written.load(), IBV_WR_RDMA_WRITE, &sg, 1);
+      w.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(target.data());
+      w.wr.rdma.rkey = rkey;
+      ibv_send_wr *bad = nullptr;
+      if (ibv_post_send(p.a.qp(), &w, &bad)) break;
+      ibv_wc wc{};
+      if (poll_until(p.a.scq(), &wc, Clock::now() + kCompletionTimeout) != 1) break;
+      last_status = wc.status;
+      if (wc.status != IBV_WC_SUCCESS) break;
+      written++;
+    }
+    done = true;
+  });
+  while (written.load() < 200 && !done.load()) std::this_thread::yield();
+  REQUIRE(written.load() >= 200);
+  REQUIRE(ibv_dereg_mr(mr) == 0);
+  // From here on the memory is the program's alone: mark it and watch it stay so.
+  std::memset(target.data(), 0xEE, kLen);
+  poster.join();
+  INFO(written.load() << " writes completed before the one that failed");
+  CHECK(last_status.load() == IBV_WC_REM_ACCESS_ERR);
+  std::vector<uint8_t> want(kLen, 0xEE);
+  CHECK(std::memcmp(target.data(), want.data(), kLen) == 0);
+}
