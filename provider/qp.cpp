@@ -69,7 +69,8 @@ int post_send_wrs(Qp *qp, ibv_send_wr *wr, ibv_send_wr **bad_wr, bool allow_type
   }
   DirectPath *direct = Context::of(qp->ibv.context)->direct.get();
   pthread_spin_lock(&qp->sq_lock);
-  uint32_t producer = qp->shared->sq.producer.load(std::memory_order_relaxed);
+  const uint32_t first = qp->shared->sq.producer.load(std::memory_order_relaxed);
+  uint32_t producer = first;
   uint32_t consumer = qp->shared->sq.consumer.load(std::memory_order_acquire);
   int err = 0;
   // A list is posted whole before any of it completes: one longer than the queue does not
@@ -94,7 +95,7 @@ int post_send_wrs(Qp *qp, ibv_send_wr *wr, ibv_send_wr **bad_wr, bool allow_type
   qp->shared->sq.producer.store(producer, std::memory_order_release);
   pthread_spin_unlock(&qp->sq_lock);
   if (err) *bad_wr = wr;
-  ring_sq_doorbell(qp);
+  if (producer != first) ring_sq_doorbell(qp);  // not for WRs the direct path ran
   return err;
 }
 
