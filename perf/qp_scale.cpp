@@ -264,7 +264,10 @@ struct Run {
     // Each QP's WRs (and its SEND peer's receives) fit its CQ.
     const uint32_t per_qp = 2 * o.outstanding;
     qps_per_cq = std::max<uint32_t>(1, std::min<uint32_t>(count(), uint32_t(attr.max_cqe) / per_qp));
-    const uint64_t bytes = uint64_t(count()) * o.size;
+    // Whole pages, as perftest registers them: vrnicd reaches a page an MR covers only in
+    // part through process_vm_readv/writev (a system call per access), not shared memory.
+    const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+    const uint64_t bytes = (uint64_t(count()) * o.size + page - 1) / page * page;
     src = buffer(bytes);
     dst = buffer(bytes);
     for (uint32_t q = 0; q < count(); q++)
