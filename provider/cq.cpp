@@ -64,6 +64,14 @@ void cq_push_direct(Cq *cq, const shm::Cqe &cqe) {
       cqe, cq->shared->ring.producer.load(std::memory_order_acquire)};
   cq->direct_tail++;
   pthread_spin_unlock(&cq->lock);
+  // As vrnicd does after a CQE (dataplane/completion_queue.cpp): a CQ armed for the next
+  // completion raises one event, whoever disarms it first. A send completion is never
+  // solicited, so a solicited-only arm stays.
+  if (cq->shared->notify.load(std::memory_order_seq_cst) == shm::kNotifyNext &&
+      cq->shared->notify.exchange(shm::kNotifyNone) != shm::kNotifyNone && cq->ibv.channel) {
+    ctl::EventRecord rec{ctl::kEventCompletion, 0, reinterpret_cast<uint64_t>(cq)};
+    ctl::send_event(Channel::of(cq->ibv.channel)->write_fd, &rec, sizeof(rec));
+  }
 }
 
 int poll_cq(ibv_cq *ibcq, int n, ibv_wc *wc) {
@@ -209,14 +217,16 @@ VRNIC_EXPORT ibv_comp_channel *ibv_create_comp_channel(ibv_context *context) {
   ctl::HandleResp resp{};
   int err = Context::of(context)->conn.call(ctl::Op::kCreateChannel, &req, sizeof(req), &resp,
                                             sizeof(resp), &fds[1], 1);
-  ::close(fds[1]);  // vrnicd keeps its own copy of the write end
+  // vrnicd has its own copy of the write end; ours raises the direct path's events.
   auto *ch = err ? nullptr : new (std::nothrow) Channel{};
   if (!ch) {
     ::close(fds[0]);
+    ::close(fds[1]);
     return fail_null<ibv_comp_channel>(err ? err : ENOMEM);
   }
   ch->ibv = {context, fds[0], 0};
   ch->handle = resp.handle;
+  ch->write_fd = fds[1];
   return &ch->ibv;
 }
 
@@ -225,6 +235,7 @@ VRNIC_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel *channel) {
   int err = Context::of(channel->context)->call_on(ctl::Op::kDestroyChannel, ch->handle);
   if (err) return err;
   ::close(channel->fd);
+  ::close(ch->write_fd);
   delete ch;
   return 0;
 }

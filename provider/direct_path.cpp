@@ -219,9 +219,6 @@ bool direct_post_send(DirectPath *d, Qp *qp, const ibv_send_wr *wr) {
   if (!cell) return false;
   Cq *cq = Cq::of(qp->ibv.send_cq);
   const bool signaled = (wr->send_flags & IBV_SEND_SIGNALED) || qp->sq_sig_all;
-  // An armed CQ's event comes from vrnicd: such a completion takes the worker path.
-  if (signaled && cq->shared->notify.load(std::memory_order_acquire) != shm::kNotifyNone)
-    return false;
 
   Section section(cell);
   const Qp *peer = local_peer(d, qp);

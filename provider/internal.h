@@ -203,6 +203,7 @@ struct Srq {
 struct Channel {
   ibv_comp_channel ibv;
   uint32_t handle = 0;
+  int write_fd = -1;  // our copy of the end vrnicd writes: the direct path's events
   static Channel *of(ibv_comp_channel *c) { return outer_of(c, &Channel::ibv); }
 };
 

@@ -84,17 +84,10 @@ struct MwDeleter {
       if (int rc = ibv_dealloc_mw(p)) report_destroy_failure("ibv_dealloc_mw", rc);
   }
 };
-struct ChannelDeleter {
-  void operator()(ibv_comp_channel *p) const {
-    if (p != nullptr)
-      if (int rc = ibv_destroy_comp_channel(p))
-        report_destroy_failure("ibv_destroy_comp_channel", rc);
-  }
-};
 using SrqPtr = std::unique_ptr<ibv_srq, SrqDeleter>;
 using AhPtr = std::unique_ptr<ibv_ah, AhDeleter>;
 using MwPtr = std::unique_ptr<ibv_mw, MwDeleter>;
-using ChannelPtr = std::unique_ptr<ibv_comp_channel, ChannelDeleter>;
+// (ChannelPtr: verbs_fixture.h)
 
 const char *qpt_name(ibv_qp_type t) {
   switch (t) {

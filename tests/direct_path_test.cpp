@@ -5,6 +5,8 @@
 // alone, and the direct-path counter stays still.
 #include <catch2/catch.hpp>
 
+#include <poll.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -230,4 +232,43 @@ TEST_CASE("direct path: ibv_dereg_mr racing a stream of WRITEs: nothing lands af
   CHECK(last_status.load() == IBV_WC_REM_ACCESS_ERR);
   std::vector<uint8_t> want(kLen, 0xEE);
   CHECK(std::memcmp(target.data(), want.data(), kLen) == 0);
+}
+
+TEST_CASE("direct path: an armed CQ raises one event for a direct completion", "[direct]") {
+  QpConfig cfg;
+  cfg.cq_channel = true;
+  Pair p(cfg);
+  Region src(p.a.pd(), 64, seed_for("event src"));
+  Region dst(p.b.pd(), 64, seed_for("event dst"));
+  ibv_sge sg = make_sge(src.payload(), 64, src.lkey());
+  auto readable = [&](int ms) {
+    pollfd pfd{p.a.channel()->fd, POLLIN, 0};
+    return ::poll(&pfd, 1, ms) == 1;
+  };
+  const long long before = direct_ops();
+  // Armed for the next completion: exactly one event, for this CQ.
+  REQUIRE(ibv_req_notify_cq(p.a.scq(), 0) == 0);
+  ibv_send_wr w = rdma_wr(1, IBV_WR_RDMA_WRITE, &sg, dst, 0);
+  post_send(p.a.qp(), &w);
+  REQUIRE(readable(int(kCompletionTimeout.count())));
+  ibv_cq *ev_cq = nullptr;
+  void *ev_ctx = nullptr;
+  REQUIRE(ibv_get_cq_event(p.a.channel(), &ev_cq, &ev_ctx) == 0);
+  CHECK(ev_cq == p.a.scq());
+  ibv_ack_cq_events(ev_cq, 1);
+  check_wc(poll_one(p.a.scq(), "armed write"), success("armed write", 1, p.a.qpn(), IBV_WC_RDMA_WRITE));
+  // Not armed again: a second completion raises nothing.
+  w.wr_id = 2;
+  post_send(p.a.qp(), &w);
+  check_wc(poll_one(p.a.scq(), "unarmed write"),
+           success("unarmed write", 2, p.a.qpn(), IBV_WC_RDMA_WRITE));
+  CHECK_FALSE(readable(50));
+  // Armed for solicited completions only: a send-side completion is not one.
+  REQUIRE(ibv_req_notify_cq(p.a.scq(), 1) == 0);
+  w.wr_id = 3;
+  post_send(p.a.qp(), &w);
+  check_wc(poll_one(p.a.scq(), "solicited-only"),
+           success("solicited-only", 3, p.a.qpn(), IBV_WC_RDMA_WRITE));
+  CHECK_FALSE(readable(50));
+  CHECK(direct_ops() - before == (direct_path_on() ? 3 : 0));
 }

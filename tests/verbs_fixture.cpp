@@ -295,6 +295,9 @@ const char *verbs_object_name(ibv_qp *) {
 const char *verbs_object_name(ibv_mr *) {
   return "ibv_dereg_mr";
 }
+const char *verbs_object_name(ibv_comp_channel *) {
+  return "ibv_destroy_comp_channel";
+}
 
 void report_destroy_failure(const char *what, int rc) {
   std::fprintf(stderr, "verbs test: %s failed: %s\n", what, errno_text(rc).c_str());
@@ -390,9 +393,13 @@ std::string try_create_endpoint(Device &d, const QpConfig &c, Endpoint &e) {
   e.pd_.reset(ibv_alloc_pd(ctx));
   if (!e.pd_) return "ibv_alloc_pd failed: " + errno_text(errno);
   const int depth = d.attr.max_cqe > 0 ? std::min(c.cq_depth, d.attr.max_cqe) : c.cq_depth;
-  e.send_cq_.reset(ibv_create_cq(ctx, depth, nullptr, nullptr, 0));
+  if (c.cq_channel) {
+    e.channel_.reset(ibv_create_comp_channel(ctx));
+    if (!e.channel_) return "ibv_create_comp_channel failed: " + errno_text(errno);
+  }
+  e.send_cq_.reset(ibv_create_cq(ctx, depth, nullptr, e.channel_.get(), 0));
   if (!e.send_cq_) return "ibv_create_cq failed: " + errno_text(errno);
-  e.recv_cq_.reset(ibv_create_cq(ctx, depth, nullptr, nullptr, 0));
+  e.recv_cq_.reset(ibv_create_cq(ctx, depth, nullptr, e.channel_.get(), 0));
   if (!e.recv_cq_) return "ibv_create_cq failed: " + errno_text(errno);
 
   ibv_qp_init_attr ia{};

@@ -76,6 +76,7 @@ const char *verbs_object_name(ibv_pd *);
 const char *verbs_object_name(ibv_cq *);
 const char *verbs_object_name(ibv_qp *);
 const char *verbs_object_name(ibv_mr *);
+const char *verbs_object_name(ibv_comp_channel *);
 void report_destroy_failure(const char *what, int rc);
 
 template <class T, int (*Destroy)(T *)>
@@ -91,6 +92,8 @@ using PdPtr = std::unique_ptr<ibv_pd, VerbsDeleter<ibv_pd, ibv_dealloc_pd>>;
 using CqPtr = std::unique_ptr<ibv_cq, VerbsDeleter<ibv_cq, ibv_destroy_cq>>;
 using QpPtr = std::unique_ptr<ibv_qp, VerbsDeleter<ibv_qp, ibv_destroy_qp>>;
 using MrPtr = std::unique_ptr<ibv_mr, VerbsDeleter<ibv_mr, ibv_dereg_mr>>;
+using ChannelPtr =
+    std::unique_ptr<ibv_comp_channel, VerbsDeleter<ibv_comp_channel, ibv_destroy_comp_channel>>;
 
 // Page-aligned heap memory (posix_memalign), zero-filled.
 class AlignedBuf {
@@ -154,6 +157,7 @@ struct QpConfig {
   uint8_t retry_cnt = 7;
   uint8_t rnr_retry = 7;
   bool sq_sig_all = false;
+  bool cq_channel = false;  // both CQs on a completion channel of the endpoint's own
 };
 
 struct PeerInfo {
@@ -166,6 +170,7 @@ struct PeerInfo {
 // One RC QP with its own PD and its own send and receive CQs. Members are destroyed in
 // reverse order: QP, CQs, PD.
 struct Endpoint {
+  ChannelPtr channel_;  // (QpConfig::cq_channel)
   PdPtr pd_;
   CqPtr send_cq_;
   CqPtr recv_cq_;
@@ -177,6 +182,7 @@ struct Endpoint {
   ibv_cq *scq() const { return send_cq_.get(); }
   ibv_cq *rcq() const { return recv_cq_.get(); }
   ibv_qp *qp() const { return qp_.get(); }
+  ibv_comp_channel *channel() const { return channel_.get(); }
   uint32_t qpn() const { return qp_->qp_num; }
 };
 
