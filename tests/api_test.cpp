@@ -45,20 +45,6 @@ constexpr uint32_t kRemoteAccess =
 constexpr uint32_t kQkey = 0x11110000;  // bit 31 clear: not a controlled Q_Key
 constexpr uint32_t kBogusLkey = 0x7fffff5a;
 
-// A completion's expected fields (see check_wc).
-WcExpect want(const char *what, uint64_t wr_id, uint32_t qp_num,
-              ibv_wc_status status = IBV_WC_SUCCESS, int opcode = -1, int64_t byte_len = -1,
-              bool recv = false) {
-  WcExpect e;
-  e.what = what;
-  e.wr_id = wr_id;
-  e.qp_num = qp_num;
-  e.status = status;
-  e.opcode = opcode;
-  e.byte_len = byte_len;
-  e.recv = recv;
-  return e;
-}
 
 std::string errno_str(int e) {
   return std::string(std::strerror(e)) + " (" + std::to_string(e) + ")";

@@ -43,13 +43,7 @@ ibv_send_wr rdma_wr(uint64_t id, ibv_wr_opcode op, ibv_sge *sg, const Region &re
 }
 
 WcExpect success(const char *what, uint64_t wr_id, uint32_t qpn, int opcode, int64_t len = -1) {
-  WcExpect e;
-  e.what = what;
-  e.wr_id = wr_id;
-  e.qp_num = qpn;
-  e.opcode = opcode;
-  e.byte_len = len;
-  return e;
+  return want(what, wr_id, qpn, IBV_WC_SUCCESS, opcode, len);
 }
 
 }  // namespace
@@ -84,25 +78,21 @@ TEST_CASE("direct path: WRITE, READ and atomics between two QPs of one process, 
   uint64_t word = 41;
   std::memcpy(dst.payload() + 64, &word, 8);
   ibv_sge as = make_sge(back.payload(), 8, back.lkey());
-  ibv_send_wr fa = make_send_wr(id, IBV_WR_ATOMIC_FETCH_AND_ADD, &as, 1);
-  fa.wr.atomic.remote_addr = dst.addr() + 64;
-  fa.wr.atomic.rkey = dst.rkey();
-  fa.wr.atomic.compare_add = 1;
-  post_send(p.a.qp(), &fa);
-  check_wc(poll_one(p.a.scq(), "fetch-add"),
-           success("fetch-add", id++, p.a.qpn(), IBV_WC_FETCH_ADD));
-  std::memcpy(&word, back.payload(), 8);
-  CHECK(word == 41);
-  ibv_send_wr cs = make_send_wr(id, IBV_WR_ATOMIC_CMP_AND_SWP, &as, 1);
-  cs.wr.atomic.remote_addr = dst.addr() + 64;
-  cs.wr.atomic.rkey = dst.rkey();
-  cs.wr.atomic.compare_add = 42;
-  cs.wr.atomic.swap = 7;
-  post_send(p.a.qp(), &cs);
-  check_wc(poll_one(p.a.scq(), "cmp-swap"),
-           success("cmp-swap", id++, p.a.qpn(), IBV_WC_COMP_SWAP));
-  std::memcpy(&word, back.payload(), 8);
-  CHECK(word == 42);
+  // One atomic on the word, its original value into `back`.
+  auto atomic = [&](ibv_wr_opcode op, uint64_t compare_add, uint64_t swap, int wc_opcode) {
+    ibv_send_wr w = make_send_wr(id, op, &as, 1);
+    w.wr.atomic.remote_addr = dst.addr() + 64;
+    w.wr.atomic.rkey = dst.rkey();
+    w.wr.atomic.compare_add = compare_add;
+    w.wr.atomic.swap = swap;
+    post_send(p.a.qp(), &w);
+    check_wc(poll_one(p.a.scq(), "atomic"), success("atomic", id++, p.a.qpn(), wc_opcode));
+    uint64_t orig;
+    std::memcpy(&orig, back.payload(), 8);
+    return orig;
+  };
+  CHECK(atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, 1, 0, IBV_WC_FETCH_ADD) == 41);
+  CHECK(atomic(IBV_WR_ATOMIC_CMP_AND_SWP, 42, 7, IBV_WC_COMP_SWAP) == 42);
   std::memcpy(&word, dst.payload() + 64, 8);
   CHECK(word == 7);
   // Each of these WRs found the queue empty: all took the direct path, or none did.

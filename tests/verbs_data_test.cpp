@@ -222,14 +222,7 @@ void expect_wc(ibv_cq *cq, const char *what, uint64_t wr_id, uint32_t qpn, ibv_w
                int opcode = -1, int64_t byte_len = -1, bool recv = false,
                std::optional<uint32_t> imm = std::nullopt, Ms timeout = kCompletionTimeout) {
   const ibv_wc wc = poll_one(cq, what, timeout);
-  WcExpect e;
-  e.what = what;
-  e.wr_id = wr_id;
-  e.qp_num = qpn;
-  e.status = st;
-  e.opcode = opcode;
-  e.byte_len = byte_len;
-  e.recv = recv;
+  WcExpect e = want(what, wr_id, qpn, st, opcode, byte_len, recv);
   e.imm_be = imm;
   check_wc(wc, e);
 }

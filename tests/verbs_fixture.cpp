@@ -610,6 +610,19 @@ void require_no_completion(ibv_cq *cq, Ms window, const char *what) {
   if (n > 0) FAIL("unexpected completion on " << what << ": " << describe(wc));
 }
 
+WcExpect want(const char *what, uint64_t wr_id, uint32_t qp_num, ibv_wc_status status,
+              int opcode, int64_t byte_len, bool recv) {
+  WcExpect e;
+  e.what = what;
+  e.wr_id = wr_id;
+  e.qp_num = qp_num;
+  e.status = status;
+  e.opcode = opcode;
+  e.byte_len = byte_len;
+  e.recv = recv;
+  return e;
+}
+
 void check_wc(const ibv_wc &wc, const WcExpect &e) {
   INFO(e.what << ": " << describe(wc));
   CHECK(wc.wr_id == e.wr_id);

@@ -254,6 +254,10 @@ struct WcExpect {
   std::optional<uint32_t> imm_be;  // expected immediate (network order), if any
 };
 void check_wc(const ibv_wc &wc, const WcExpect &e);
+// A completion's expected fields, the others as WcExpect leaves them.
+WcExpect want(const char *what, uint64_t wr_id, uint32_t qp_num,
+              ibv_wc_status status = IBV_WC_SUCCESS, int opcode = -1, int64_t byte_len = -1,
+              bool recv = false);
 
 std::optional<ibv_qp_state> try_query_state(ibv_qp *qp);
 ibv_qp_state query_state(ibv_qp *qp);
