@@ -3,6 +3,7 @@
 // this process, where everything the responder checks passes.
 #include "direct_path.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <cstdlib>
@@ -32,6 +33,17 @@ struct ThreadCell {
   }
 };
 thread_local ThreadCell t_cell;
+
+// A forked child has its parent's tables but not its parent's standing: a region its parent
+// registered is reached by vrnicd through the parent, and is no longer reachable when that
+// process is gone, so the child must meet exactly what the worker path gives it (the hostile
+// group's row 1). The child takes the worker path only, and its copies of the cells, odd
+// for sections other threads of its parent were in, must not hold its own deregistrations.
+std::atomic<bool> g_forked{false};
+void forked_child() {
+  g_forked.store(true, std::memory_order_relaxed);
+  for (ReaderCell &c : g_cells) c.seq.store(0, std::memory_order_relaxed);
+}
 
 ReaderCell *my_cell() {
   if (t_cell.cell || t_cell.tried) return t_cell.cell;
@@ -159,6 +171,8 @@ void run_atomic(const ibv_send_wr *wr, const LocalSegments &l, uint8_t *remote) 
 std::unique_ptr<DirectPath> make_direct_path(bool daemon_allows) {
   const char *env = std::getenv("VRNIC_DIRECT_PATH");
   if (!daemon_allows || (env && std::strcmp(env, "0") == 0)) return nullptr;
+  static std::once_flag at_fork;
+  std::call_once(at_fork, [] { ::pthread_atfork(nullptr, nullptr, forked_child); });
   return std::unique_ptr<DirectPath>(new (std::nothrow) DirectPath);
 }
 
@@ -215,7 +229,7 @@ bool direct_post_send(DirectPath *d, Qp *qp, const ibv_send_wr *wr) {
       ((wr->send_flags & IBV_SEND_INLINE) && !write) ||
       qp->shared->state.load(std::memory_order_acquire) != IBV_QPS_RTS)
     return false;
-  ReaderCell *cell = my_cell();
+  ReaderCell *cell = g_forked.load(std::memory_order_relaxed) ? nullptr : my_cell();
   if (!cell) return false;
   Cq *cq = Cq::of(qp->ibv.send_cq);
   const bool signaled = (wr->send_flags & IBV_SEND_SIGNALED) || qp->sq_sig_all;

@@ -182,6 +182,34 @@ TEST_CASE("direct path: completions left unpolled go with their QP's reset", "[d
   require_no_completion(p.a.scq(), Ms{50}, "a reset QP's send CQ");
 }
 
+TEST_CASE("direct path: unpolled completions keep their order across ibv_resize_cq",
+          "[direct]") {
+  Pair p;
+  Region src(p.a.pd(), 64, seed_for("resize src"));
+  Region dst(p.b.pd(), 64, seed_for("resize dst"));
+  Region rbuf(p.b.pd(), 64, seed_for("resize recv"));
+  ibv_sge rs = make_sge(rbuf.payload(), 8, rbuf.lkey());
+  ibv_recv_wr rw = make_recv_wr(100, &rs, 1);
+  post_recv(p.b.qp(), &rw);
+  ibv_sge sg = make_sge(src.payload(), 8, src.lkey());
+  // WRITE (direct), SEND (worker), WRITE (after it: worker or direct), all left unpolled.
+  ibv_send_wr w1 = rdma_wr(1, IBV_WR_RDMA_WRITE, &sg, dst, 0);
+  post_send(p.a.qp(), &w1);
+  ibv_send_wr s2 = make_send_wr(2, IBV_WR_SEND, &sg, 1);
+  post_send(p.a.qp(), &s2);
+  check_wc(poll_one(p.b.rcq(), "receive"), want("receive", 100, p.b.qpn()));
+  ibv_send_wr w3 = rdma_wr(3, IBV_WR_RDMA_WRITE, &sg, dst, 8);
+  post_send(p.a.qp(), &w3);
+  for (int i = 0; i < 200 && std::memcmp(dst.payload() + 8, src.payload(), 8); i++)
+    std::this_thread::sleep_for(Ms{10});
+  REQUIRE(ibv_resize_cq(p.a.scq(), 4 * p.cfg.cq_depth) == 0);
+  const auto wcs = poll_n(p.a.scq(), 3, "after the resize");
+  CHECK(wcs[0].wr_id == 1);
+  CHECK(wcs[1].wr_id == 2);
+  CHECK(wcs[2].wr_id == 3);
+  for (const ibv_wc &wc : wcs) CHECK(wc.status == IBV_WC_SUCCESS);
+}
+
 TEST_CASE("direct path: ibv_dereg_mr racing a stream of WRITEs: nothing lands after it returns",
           "[direct]") {
   Pair p;
