@@ -47,6 +47,7 @@ class MemoryObjects {
                  ctl::RegMrResp &resp);
   // Out of the key table, its quotas released; freed by the caller after a grace period.
   std::unique_ptr<MemoryRegion> remove_mr(Session &s, uint32_t handle);
+  void publish_direct(Session &s, MemoryRegion &mr, bool clear = false);
   // A window out of its table and past a grace period: its region counts it no more.
   void unbind_removed(const MemoryWindow &mw);
 

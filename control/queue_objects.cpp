@@ -211,6 +211,7 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
   const uint32_t handle = dev_.qps.insert(std::move(qp), 1, [&](QueuePair &q, uint32_t h, uint8_t) {
     q.handle = h;
     q.qpn = Device::qpn_of_handle(h, ::arc4random());
+    if (s.directory && q.type == IBV_QPT_RC) q.directory = &s.directory->qps[qpn_index(q.qpn)];
     qp_attach_queues(q, dev_.cqs.get(req.send_cq), dev_.cqs.get(req.recv_cq),
                      req.srq ? dev_.srqs.get(req.srq) : nullptr);
   });
@@ -453,6 +454,7 @@ int QueueObjects::destroy_ah(Session &s, uint32_t handle) {
 // A QP out of its table and off its worker's lists, after the grace periods: its queues
 // count it no more. (Its memory is its session's ring arena's.)
 void QueueObjects::free_qp(std::unique_ptr<QueuePair> qp) {
+  qp_publish_direct(*qp, true);  // no worker has it now: this thread is its only writer
   qp_detach_queues(*qp);
   workers_.qp_removed(qp->worker);
 }

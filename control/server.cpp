@@ -379,6 +379,15 @@ int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::
   fds.push_back(s.shm_fd);
   fds.push_back(daemon_shm_fd_);
   for (auto &w : workers_.all()) fds.push_back(w->wake_fd());
+  if (cfg_.direct_path) {
+    DirectDirectories::Shared d = directories_.acquire(s.uid);
+    if (d.entries) {
+      s.directory = d.entries;
+      resp.directory = 1;
+      fds.push_back(d.entries_fd);
+      fds.push_back(d.cells_fd);
+    }
+  }
   return 0;
 }
 
@@ -517,6 +526,10 @@ int Server::set_faults(Session &, const ctl::SetFaultsReq &req) {
   absl::StatusOr<FaultConfig> cfg = FaultConfig::parse(spec);
   if (!cfg.ok()) return EINVAL;
   if (int err = workers_.set_faults(*cfg)) return err;
+  // Faults are met by packets through the port: while any are set, the providers send every
+  // WR through it.
+  daemon_shm_->direct_path.store(cfg_.direct_path && !cfg->any() ? 1 : 0,
+                                 std::memory_order_relaxed);
   // In the log, so that what a run's packets went through is on record.
   std::fprintf(stderr, "vrnicd: vrnic%u: faults %s\n", cfg_.device_index,
                cfg->any() ? cfg->to_string().c_str() : "off");
@@ -547,6 +560,7 @@ void Server::close_session(uint32_t id) {
   queues_.release(s);
   memory_.release(s);
   if (s.shm) quotas_.release(s.uid, Quota::kMappings);
+  if (s.directory) directories_.release(s.uid, s.id);  // its entries are all cleared by now
   if (!s.refused) {
     quotas_.release(s.uid, Quota::kSessions);
   } else if (auto w = refused_per_user_.find(s.uid); w != refused_per_user_.end() && !--w->second) {

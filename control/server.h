@@ -22,6 +22,7 @@
 #include "dataplane/udp_port.h"
 #include "dataplane/worker.h"
 #include "cm_service.h"
+#include "direct_directories.h"
 #include "memory_objects.h"
 #include "queue_objects.h"
 #include "quota.h"
@@ -112,6 +113,7 @@ class Server {
   int step_cm_qp(Session &caller, const ctl::CmQpSteps &steps);
 
   ServerConfig cfg_;
+  DirectDirectories directories_;  // one per user with a session (the direct path)
   std::vector<ctl::DeviceListEntry> device_list_;
   std::string path_;
   int listen_fd_ = -1;

@@ -11,6 +11,7 @@
 #include "ring_arena.h"
 #include "vrnic/ctl_io.h"
 #include "vrnic/ctl_protocol.h"
+#include "vrnic/direct_directory.h"
 #include "vrnic/shm_layout.h"
 
 namespace vrnic {
@@ -49,9 +50,16 @@ struct Session {
   int mem_fd = -1;  // the client's /proc/self/mem, or -1 (it sent none)
   int shm_fd = -1;
   shm::SessionShared *shm = nullptr;
+  // Its user's direct-path directory (direct_directories.h), or nullptr: its RC QPs and its
+  // one-memfd regions are entered there.
+  shm::Directory *directory = nullptr;
   // What it owns, by handle: sets, so that each check and each removal costs the same
   // whatever a session holds (a million MRs, then exit: teardown is linear, issue 17 row 10).
   absl::flat_hash_set<uint32_t> pds, mrs, cqs, qps, ahs, channels, srqs, mws;
+  // What its MRs hold of its user's quotas, given back in one call when it closes (not one
+  // per MR: a million of them), and those of its MRs in its user's directory.
+  uint64_t mr_bytes = 0, mr_mappings = 0;
+  absl::flat_hash_set<uint32_t> direct_mrs;
   RingArena rings;  // its QPs' memory
   ~Session();
 };

@@ -9,7 +9,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "vrnic/direct_directory.h"
 
 namespace vrnic {
 
@@ -42,6 +45,10 @@ class MemoryRegion {
   uint64_t addr = 0;  // client VA of the first byte
   uint64_t iova = 0;  // address the region is accessed by
   uint64_t length = 0;
+  // What its user's direct-path directory says of it once it has a key (control/
+  // memory_objects.cpp): only for a region with one memfd piece (a pointer: a million null
+  // MRs are not made bigger by it).
+  std::unique_ptr<shm::DirectoryMr> direct;
   // ibv_alloc_null_mr: reads give zeros, writes are dropped, any address is in range.
   bool null_mr = false;
   // Windows bound to it (bound and unbound by the workers of the QPs that post the binds):

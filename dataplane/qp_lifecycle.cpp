@@ -115,6 +115,21 @@ uint32_t mtu_bytes(uint32_t ibv_mtu) {
   return 128u << std::clamp<uint32_t>(ibv_mtu, IBV_MTU_256, IBV_MTU_4096);
 }
 
+void qp_publish_direct(QueuePair &qp, bool clear) {
+  if (!qp.directory) return;
+  shm::DirectoryQp e{};
+  if (!clear)
+    e = {qp.qpn, qp.attr.qp_state, qp.attr.dest_qp_num, qp.pd, qp.attr.qp_access_flags, 0};
+  qp.directory->write(e);
+}
+
+// The state as vrnicd holds it, the provider's mirror and the directory's, together.
+static void set_state(QueuePair &qp, uint32_t state) {
+  qp.attr.qp_state = state;
+  qp.shared->state.store(state, std::memory_order_release);
+  qp_publish_direct(qp);
+}
+
 bool qp_modify(TransportHost &w, QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask,
                uint32_t next) {
   const uint32_t cur = qp.attr.qp_state;
@@ -160,8 +175,7 @@ bool qp_modify(TransportHost &w, QueuePair &qp, const ctl::QpAttrWire &a, uint32
     qp.comp.rnr_left = q.rnr_retry;
   }
   if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD) qp.sq_drained_reported = false;
-  q.qp_state = next;
-  qp.shared->state.store(next, std::memory_order_release);
+  set_state(qp, next);
   if (next == IBV_QPS_RTS && qp.type == IBV_QPT_RC) w.attach_peer(qp);
   if (next == IBV_QPS_RTS) w.schedule(qp);  // WQEs posted before RTS may now go
   if (next == IBV_QPS_SQD) qp_check_drained(qp);
@@ -170,8 +184,7 @@ bool qp_modify(TransportHost &w, QueuePair &qp, const ctl::QpAttrWire &a, uint32
 
 void qp_enter_error(TransportHost &w, QueuePair &qp) {
   if (qp.attr.qp_state == IBV_QPS_ERR) return;
-  qp.attr.qp_state = IBV_QPS_ERR;
-  qp.shared->state.store(IBV_QPS_ERR, std::memory_order_release);
+  set_state(qp, IBV_QPS_ERR);
   qp.comp.ack_deadline = qp.comp.rnr_deadline = 0;
   w.detach_peer(qp);  // it sends no more: what it had out holds no other QP back
   qp_flush(w, qp);
@@ -186,8 +199,7 @@ void qp_fatal(TransportHost &w, QueuePair &qp) {
 }
 
 void qp_enter_send_error(TransportHost &w, QueuePair &qp) {
-  qp.attr.qp_state = IBV_QPS_SQE;
-  qp.shared->state.store(IBV_QPS_SQE, std::memory_order_release);
+  set_state(qp, IBV_QPS_SQE);
   qp_flush_send_queue(qp);
   (void)w;
 }

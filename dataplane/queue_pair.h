@@ -15,6 +15,7 @@
 #include "send_window.h"
 #include "vrnic/counters.h"
 #include "vrnic/ctl_protocol.h"
+#include "vrnic/direct_directory.h"
 #include "vrnic/shm_layout.h"
 
 namespace vrnic {
@@ -155,6 +156,9 @@ class QueuePair {
   int async_fd = -1;
 
   shm::QpShared *shared = nullptr;
+  // Its entry in its user's direct-path directory (an RC QP of a session that has one), kept
+  // by qp_publish_direct: what a poster in another process checks of it as a peer.
+  shm::Published<shm::DirectoryQp> *directory = nullptr;
   shm::SendWqe *sq = nullptr;
   uint32_t sq_mask = 0;
   ReceiveQueue own_rq;         // the QP's receive ring

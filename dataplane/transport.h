@@ -71,6 +71,10 @@ uint32_t mtu_bytes(uint32_t ibv_mtu);
 bool qp_modify(TransportHost &w, QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask,
                uint32_t next);
 void qp_enter_error(TransportHost &w, QueuePair &qp);
+// What the direct path of another process checks of the QP (its directory entry), written
+// again after every change of state, access flags or destination; cleared when it goes
+// (clear: the QP left its table and its worker forgot it).
+void qp_publish_direct(QueuePair &qp, bool clear = false);
 // A completion could not be written (its CQ is full): the QP is lost to its owner, who is
 // told with IBV_EVENT_QP_FATAL (the CQ's owner got IBV_EVENT_CQ_ERR).
 void qp_fatal(TransportHost &w, QueuePair &qp);

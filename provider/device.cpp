@@ -229,7 +229,8 @@ VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
   // vrnicd keeps the only write end, so that its death reads as end-of-file.
   ::close(c->async_write_fd);
   c->async_write_fd = -1;
-  if (!err && fds.size() != 2 + resp->device.num_workers) err = EPROTO;
+  const size_t directory_fds = !err && resp->directory ? 2 : 0;
+  if (!err && fds.size() != 2 + resp->device.num_workers + directory_fds) err = EPROTO;
   if (err) {
     for (int fd : fds) ::close(fd);
     free_context(c);
@@ -242,7 +243,10 @@ VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
   void *d = ::mmap(nullptr, sizeof(shm::DaemonShared), PROT_READ, MAP_SHARED, fds[1], 0);
   ::close(fds[0]);
   ::close(fds[1]);
-  c->wake_fds.assign(fds.begin() + 2, fds.end());
+  c->wake_fds.assign(fds.begin() + 2, fds.end() - directory_fds);
+  std::unique_ptr<DirectPeers> peers =
+      directory_fds ? DirectPeers::open(fds[fds.size() - 2], fds[fds.size() - 1], c->session)
+                    : nullptr;
   if (s == MAP_FAILED || d == MAP_FAILED) {
     if (s != MAP_FAILED) ::munmap(s, sizeof(shm::SessionShared));
     if (d != MAP_FAILED) ::munmap(d, sizeof(shm::DaemonShared));
@@ -251,7 +255,7 @@ VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
   }
   c->session_shm = static_cast<shm::SessionShared *>(s);
   c->daemon_shm = static_cast<const shm::DaemonShared *>(d);
-  c->direct = make_direct_path(c->daemon_shm->direct_path.load(std::memory_order_relaxed) != 0);
+  c->direct = make_direct_path(c->daemon_shm->direct_path, std::move(peers));
   setup_ops(c);
   return &ctx;
 }

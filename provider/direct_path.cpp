@@ -4,11 +4,12 @@
 #include "direct_path.h"
 
 #include <pthread.h>
-#include <sched.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
+#include "direct_section.h"
 #include "internal.h"
 #include "vrnic/object_keys.h"
 #include "vrnic/work_request.h"
@@ -54,24 +55,6 @@ ReaderCell *my_cell() {
   }
   return nullptr;  // more threads than cells: this one keeps to the worker path
 }
-
-// A direct section: what it looked up in the tables stays valid until it ends. The seq_cst
-// store pairs with direct_synchronize's seq_cst loads after an unpublish: either this section
-// sees the entry gone, or the synchronizer sees the section and waits for it.
-class Section {
- public:
-  explicit Section(ReaderCell *c) : cell_(c) {
-    seq_ = cell_->seq.load(std::memory_order_relaxed) + 1;
-    cell_->seq.store(seq_, std::memory_order_seq_cst);
-  }
-  ~Section() { cell_->seq.store(seq_ + 1, std::memory_order_release); }
-  Section(const Section &) = delete;
-  Section &operator=(const Section &) = delete;
-
- private:
-  ReaderCell *cell_;
-  uint64_t seq_;
-};
 
 // A registered range [addr, addr+len) of `mr` in this process, in the MR's I/O addresses;
 // nullptr when it is not all inside it.
@@ -124,18 +107,6 @@ bool local_segments(const DirectPath *d, const Qp *qp, const ibv_send_wr *wr, in
   return true;
 }
 
-// The peer QP, if it is this process's, connected back to `qp`, and able to respond.
-const Qp *local_peer(const DirectPath *d, const Qp *qp) {
-  if (!qp->dest_local.load(std::memory_order_relaxed)) return nullptr;
-  const uint32_t dest = qp->dest_qpn.load(std::memory_order_relaxed);
-  const Qp *peer = d->qps.get(qpn_index(dest));
-  if (!peer || peer->ibv.qp_num != dest || peer->ibv.qp_type != IBV_QPT_RC ||
-      peer->dest_qpn.load(std::memory_order_relaxed) != qp->ibv.qp_num)
-    return nullptr;
-  const uint32_t state = peer->shared->state.load(std::memory_order_acquire);
-  return state == IBV_QPS_RTR || state == IBV_QPS_RTS ? peer : nullptr;
-}
-
 // Copies between the local segments and remote memory at `remote` (write: out to it).
 void copy(const LocalSegments &l, uint8_t *remote, bool write) {
   for (uint32_t i = 0; i < l.n; i++) {
@@ -166,23 +137,116 @@ void run_atomic(const ibv_send_wr *wr, const LocalSegments &l, uint8_t *remote) 
   std::memcpy(l.addr[0], &orig, 8);
 }
 
-}  // namespace
+// What a WR asks of its peer's memory.
+struct Target {
+  uint32_t rkey;
+  uint64_t addr;
+  uint64_t span;
+  int right;  // IBV_ACCESS_REMOTE_*
+};
 
-std::unique_ptr<DirectPath> make_direct_path(bool daemon_allows) {
-  const char *env = std::getenv("VRNIC_DIRECT_PATH");
-  if (!daemon_allows || (env && std::strcmp(env, "0") == 0)) return nullptr;
-  static std::once_flag at_fork;
-  std::call_once(at_fork, [] { ::pthread_atfork(nullptr, nullptr, forked_child); });
-  return std::unique_ptr<DirectPath>(new (std::nothrow) DirectPath);
+// Where a WR's target is: here (`remote` points at it), for the worker path to decide, in
+// another process, or in a region of another process this one must map first.
+enum class Reach { kHere, kWorkerPath, kElsewhere, kMapFirst };
+
+// The peer QP (by `dest_qpn`) if it is this process's.
+Reach reach_in_process(const DirectPath *d, const Qp *qp, const Target &t, uint8_t **remote) {
+  const uint32_t dest = qp->dest_qpn.load(std::memory_order_relaxed);
+  const Qp *peer = d->qps.get(qpn_index(dest));
+  if (!peer || peer->ibv.qp_num != dest) return Reach::kElsewhere;
+  const uint32_t state = peer->shared->state.load(std::memory_order_acquire);
+  if (peer->ibv.qp_type != IBV_QPT_RC ||
+      peer->dest_qpn.load(std::memory_order_relaxed) != qp->ibv.qp_num ||
+      (state != IBV_QPS_RTR && state != IBV_QPS_RTS) ||
+      !(peer->access_flags.load(std::memory_order_relaxed) & t.right))
+    return Reach::kWorkerPath;
+  const Mr *target = region(d, t.rkey, true, peer->ibv.pd, t.right);
+  *remote = target ? translate(target, t.addr, t.span) : nullptr;
+  return *remote ? Reach::kHere : Reach::kWorkerPath;
 }
 
-void direct_synchronize() {
-  for (ReaderCell &c : g_cells) {
-    const uint64_t seq = c.seq.load(std::memory_order_seq_cst);
-    if (!(seq & 1)) continue;
-    // A section is a few checks and one copy: wait, giving the CPU away.
-    while (c.seq.load(std::memory_order_acquire) == seq) sched_yield();
+// The peer QP as its user's directory has it, in another process (or in this one, a QP the
+// tables above do not have). Inside a poster section: the region's owner, deregistering it,
+// waits for this section.
+Reach reach_other_process(const DirectPeers &peers, const Qp *qp, const Target &t,
+                          uint8_t **remote, PeerMrWanted *want) {
+  const shm::Directory &dir = peers.directory();
+  const uint32_t dest = qp->dest_qpn.load(std::memory_order_relaxed);
+  shm::DirectoryQp peer{};
+  uint64_t version;
+  if (!dir.qps[qpn_index(dest)].read(&peer, &version) || peer.qpn != dest ||
+      peer.dest_qpn != qp->ibv.qp_num ||
+      (peer.state != IBV_QPS_RTR && peer.state != IBV_QPS_RTS) || !(peer.access & t.right))
+    return Reach::kWorkerPath;
+  const uint32_t handle = key_handle(t.rkey);
+  shm::DirectoryMr mr{};
+  if ((t.rkey & kMwKeyBit) || handle >= shm::kDirectoryMrs ||
+      !dir.mrs[handle].read(&mr, &version) || mr.key != t.rkey || mr.pd != peer.pd ||
+      (mr.access & t.right) != uint32_t(t.right) || t.addr < mr.iova || t.span > mr.length ||
+      t.addr - mr.iova > mr.length - t.span)
+    return Reach::kWorkerPath;
+  const PeerMr *mapped = peers.mapped(handle, mr.key, version);
+  if (!mapped) {
+    *want = {handle, version, mr};
+    return Reach::kMapFirst;
   }
+  if (!mapped->base) return Reach::kWorkerPath;  // it could not be mapped
+  *remote = mapped->base + (t.addr - mr.iova);
+  return Reach::kHere;
+}
+
+// Runs the WR against `remote` and completes it; false (nothing done) when the atomic's
+// target is misaligned or there is no room for the completion.
+bool run(Qp *qp, const ibv_send_wr *wr, const LocalSegments &local, uint8_t *remote,
+         uint64_t span) {
+  const wr::Kind kind = wr::rule(wr->opcode).kind;
+  const bool atomic = kind == wr::Kind::kAtomic;
+  if (atomic && !atomic_fits(local, remote)) return false;
+  Cq *cq = Cq::of(qp->ibv.send_cq);
+  const bool signaled = (wr->send_flags & IBV_SEND_SIGNALED) || qp->sq_sig_all;
+  // Room for the completion first: past this point the WR is done here (an atomic cannot be
+  // run twice).
+  if (signaled && !cq_reserve_direct(cq)) return false;
+  if (atomic)
+    run_atomic(wr, local, remote);
+  else
+    copy(local, remote, wr->opcode == IBV_WR_RDMA_WRITE);
+  if (signaled) {
+    shm::Cqe cqe{};
+    cqe.wr_id = wr->wr_id;
+    cqe.status = IBV_WC_SUCCESS;
+    cqe.opcode = wr::rule(wr->opcode).wc_opcode;
+    cqe.byte_len = uint32_t(span);
+    cqe.qp_num = qp->ibv.qp_num;
+    cq_push_direct(cq, cqe);
+  }
+  shm::QpShared &s = *qp->shared;
+  s.direct_ops.store(s.direct_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  s.direct_bytes.store(s.direct_bytes.load(std::memory_order_relaxed) + span,
+                       std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<DirectPath> make_direct_path(const std::atomic<uint32_t> &daemon_allows,
+                                             std::unique_ptr<DirectPeers> peers) {
+  const char *env = std::getenv("VRNIC_DIRECT_PATH");
+  if (env && std::strcmp(env, "0") == 0) return nullptr;
+  static std::once_flag at_fork;
+  std::call_once(at_fork, [] { ::pthread_atfork(nullptr, nullptr, forked_child); });
+  std::unique_ptr<DirectPath> d(new (std::nothrow) DirectPath);
+  if (d) {
+    d->peers = std::move(peers);
+    d->allowed = &daemon_allows;
+  }
+  return d;
+}
+
+void direct_synchronize() { wait_for_sections(g_cells, kReaderCells); }
+
+void direct_synchronize_peers(DirectPath *d) {
+  if (d && d->peers) d->peers->synchronize();
 }
 
 void direct_publish_mr(DirectPath *d, Mr *mr) {
@@ -193,6 +257,7 @@ void direct_unpublish_mr(DirectPath *d, Mr *mr) {
   if (!d) return;
   d->mrs.unpublish(key_handle(mr->ibv.lkey));
   direct_synchronize();
+  direct_synchronize_peers(d);
 }
 
 void direct_publish_qp(DirectPath *d, Qp *qp) {
@@ -227,50 +292,42 @@ bool direct_post_send(DirectPath *d, Qp *qp, const ibv_send_wr *wr) {
       qp->ibv.qp_type != IBV_QPT_RC || wr->num_sge < 0 ||
       uint32_t(wr->num_sge) > qp->caps.max_send_sge ||
       ((wr->send_flags & IBV_SEND_INLINE) && !write) ||
-      qp->shared->state.load(std::memory_order_acquire) != IBV_QPS_RTS)
+      !d->allowed->load(std::memory_order_relaxed) ||
+      qp->shared->state.load(std::memory_order_acquire) != IBV_QPS_RTS ||
+      !qp->dest_local.load(std::memory_order_relaxed))
     return false;
   ReaderCell *cell = g_forked.load(std::memory_order_relaxed) ? nullptr : my_cell();
   if (!cell) return false;
-  Cq *cq = Cq::of(qp->ibv.send_cq);
-  const bool signaled = (wr->send_flags & IBV_SEND_SIGNALED) || qp->sq_sig_all;
-
-  Section section(cell);
-  const Qp *peer = local_peer(d, qp);
-  if (!peer) return false;
-  const int right = write                      ? IBV_ACCESS_REMOTE_WRITE
-                    : kind == wr::Kind::kRead ? IBV_ACCESS_REMOTE_READ
-                                              : IBV_ACCESS_REMOTE_ATOMIC;
-  if (!(peer->access_flags.load(std::memory_order_relaxed) & right)) return false;
-  LocalSegments local;
-  if (!local_segments(d, qp, wr, write ? 0 : IBV_ACCESS_LOCAL_WRITE, &local)) return false;
   const bool atomic = kind == wr::Kind::kAtomic;
-  const uint64_t remote_addr = atomic ? wr->wr.atomic.remote_addr : wr->wr.rdma.remote_addr;
-  const uint32_t rkey = atomic ? wr->wr.atomic.rkey : wr->wr.rdma.rkey;
-  const Mr *target = region(d, rkey, true, peer->ibv.pd, right);
-  const uint64_t span = atomic ? 8 : local.total;
-  uint8_t *remote = target && span <= (1ull << 31) ? translate(target, remote_addr, span) : nullptr;
-  if (!remote || (atomic && !atomic_fits(local, remote))) return false;
-  // Room for the completion first: past this point the WR is done here (an atomic cannot be
-  // run twice).
-  if (signaled && !cq_reserve_direct(cq)) return false;
-  if (atomic)
-    run_atomic(wr, local, remote);
-  else
-    copy(local, remote, write);
-  if (signaled) {
-    shm::Cqe cqe{};
-    cqe.wr_id = wr->wr_id;
-    cqe.status = IBV_WC_SUCCESS;
-    cqe.opcode = wr::rule(wr->opcode).wc_opcode;
-    cqe.byte_len = uint32_t(span);
-    cqe.qp_num = qp->ibv.qp_num;
-    cq_push_direct(cq, cqe);
+  const int right = write    ? IBV_ACCESS_REMOTE_WRITE
+                    : atomic ? IBV_ACCESS_REMOTE_ATOMIC
+                             : IBV_ACCESS_REMOTE_READ;
+  // A region of another process not mapped here yet is mapped between two tries, outside
+  // any section; the WR takes the worker path if it still cannot run.
+  for (int attempt = 0; attempt < 2; attempt++) {
+    PeerMrWanted want;
+    {
+      Section section(cell);
+      LocalSegments local;
+      if (!local_segments(d, qp, wr, write ? 0 : IBV_ACCESS_LOCAL_WRITE, &local)) return false;
+      const Target t{atomic ? wr->wr.atomic.rkey : wr->wr.rdma.rkey,
+                     atomic ? wr->wr.atomic.remote_addr : wr->wr.rdma.remote_addr,
+                     atomic ? 8 : local.total, right};
+      if (t.span > (1ull << 31)) return false;
+      uint8_t *remote = nullptr;
+      Reach r = reach_in_process(d, qp, t, &remote);
+      if (r == Reach::kHere) return run(qp, wr, local, remote, t.span);
+      shm::PosterCell *poster_cell = nullptr;
+      if (r != Reach::kElsewhere || !d->peers || !(poster_cell = d->peers->my_cell()))
+        return false;
+      Section poster(poster_cell);
+      r = reach_other_process(*d->peers, qp, t, &remote, &want);
+      if (r == Reach::kHere) return run(qp, wr, local, remote, t.span);
+      if (r != Reach::kMapFirst) return false;
+    }
+    d->peers->map(want);
   }
-  shm::QpShared &s = *qp->shared;
-  s.direct_ops.store(s.direct_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  s.direct_bytes.store(s.direct_bytes.load(std::memory_order_relaxed) + span,
-                       std::memory_order_relaxed);
-  return true;
+  return false;
 }
 
 }  // namespace vrnic::provider

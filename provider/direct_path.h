@@ -18,7 +18,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
+
+#include "direct_peers.h"
+#include "index_table.h"
 
 namespace vrnic::provider {
 
@@ -26,63 +28,29 @@ struct Mr;
 struct Qp;
 struct Cq;
 
-// Index -> object, read without locks on the fast path; pages are allocated on the control
-// path (publish), never freed before the table.
-template <typename T, uint32_t kIndexBits>
-class IndexTable {
- public:
-  ~IndexTable() {
-    for (auto &p : pages_) delete[] p.load(std::memory_order_relaxed);
-  }
-  // False when the page cannot be allocated: the object then just never takes the direct path.
-  bool publish(uint32_t index, T *obj) {
-    if (index >> kIndexBits) return false;
-    std::atomic<T *> *page = pages_[index >> kPageBits].load(std::memory_order_acquire);
-    if (!page) {
-      std::lock_guard lock(mu_);
-      page = pages_[index >> kPageBits].load(std::memory_order_relaxed);
-      if (!page) {
-        page = new (std::nothrow) std::atomic<T *>[kPageSize]();
-        if (!page) return false;
-        pages_[index >> kPageBits].store(page, std::memory_order_release);
-      }
-    }
-    page[index & (kPageSize - 1)].store(obj, std::memory_order_seq_cst);
-    return true;
-  }
-  void unpublish(uint32_t index) {
-    if (index >> kIndexBits) return;
-    std::atomic<T *> *page = pages_[index >> kPageBits].load(std::memory_order_acquire);
-    if (page) page[index & (kPageSize - 1)].store(nullptr, std::memory_order_seq_cst);
-  }
-  T *get(uint32_t index) const {
-    if (index >> kIndexBits) return nullptr;
-    std::atomic<T *> *page = pages_[index >> kPageBits].load(std::memory_order_acquire);
-    return page ? page[index & (kPageSize - 1)].load(std::memory_order_seq_cst) : nullptr;
-  }
-
- private:
-  static constexpr uint32_t kPageBits = 12;
-  static constexpr uint32_t kPageSize = 1u << kPageBits;
-  static constexpr uint32_t kPages = (1u << kIndexBits) / kPageSize;
-  std::atomic<std::atomic<T *> *> pages_[kPages] = {};
-  std::mutex mu_;
-};
-
 // A context's direct path: present only when vrnicd allows it and VRNIC_DIRECT_PATH is not 0.
 struct DirectPath {
   IndexTable<Mr, 23> mrs;  // by key handle (vrnic/object_keys.h)
   IndexTable<Qp, 17> qps;  // by QPN index
+  // Peers in other processes of the same user, when vrnicd gave us the user's directory.
+  std::unique_ptr<DirectPeers> peers;
+  // vrnicd's word (DaemonShared::direct_path): off while faults are injected.
+  const std::atomic<uint32_t> *allowed = nullptr;
 };
 
 // The context's direct path, or nullptr (vrnicd's --no-direct-path, VRNIC_DIRECT_PATH=0).
-std::unique_ptr<DirectPath> make_direct_path(bool daemon_allows);
+std::unique_ptr<DirectPath> make_direct_path(const std::atomic<uint32_t> &daemon_allows,
+                                             std::unique_ptr<DirectPeers> peers);
 
-// Waits until every direct section that began before the call has ended.
+// Waits until every direct section of this process that began before the call has ended.
 void direct_synchronize();
+// The same for every poster of the user's other processes: called after vrnicd took one of
+// our regions out of the directory (ibv_dereg_mr, ibv_rereg_mr).
+void direct_synchronize_peers(DirectPath *d);
 
 // Publishing and taking out what the direct path may reach. Taking out returns once no
-// direct section can still use the object.
+// direct section can still use the object (a region: in any process, vrnicd having already
+// taken it out of the directory).
 void direct_publish_mr(DirectPath *d, Mr *mr);
 void direct_unpublish_mr(DirectPath *d, Mr *mr);
 void direct_publish_qp(DirectPath *d, Qp *qp);

@@ -142,7 +142,7 @@ struct PieceList {
       return 0;
     }
     if (pieces.size() == ctl::kMaxMrPieces) return ENOMEM;
-    ctl::MrPiece p{va, len, fd_off, uint32_t(kind), 0};
+    ctl::MrPiece p{va, len, fd_off, uint32_t(kind), 0, kind == ctl::PieceKind::kMemfd ? fd : -1, 0};
     if (kind == ctl::PieceKind::kMemfd) {
       auto it = std::find(fds.begin(), fds.end(), fd);
       p.fd_index = uint32_t(it - fds.begin());
@@ -339,6 +339,8 @@ VRNIC_EXPORT int ibv_rereg_mr(ibv_mr *mr, int flags, ibv_pd *pd, void *addr, siz
   direct_unpublish_mr(direct, Mr::of(mr));
   int err = register_range(new_pd, new_addr, new_len, reinterpret_cast<uint64_t>(new_addr),
                            unsigned(new_access), mr->handle, Mr::of(mr));
+  // vrnicd has the new translation in the directory: no poster elsewhere is on the old one.
+  direct_synchronize_peers(direct);
   direct_publish_mr(direct, Mr::of(mr));
   if (err) {
     errno = err;

@@ -390,7 +390,7 @@ TEST_CASE("reg_mr takes only memfds sealed against shrinking", "[daemon]") {
     req.addr = req.iova = reinterpret_cast<uint64_t>(map);
     req.length = kLen;
     req.npieces = 1;
-    req.pieces[0] = {req.addr, kLen, 0, uint32_t(vrnic::ctl::PieceKind::kMemfd), 0};
+    req.pieces[0] = {req.addr, kLen, 0, uint32_t(vrnic::ctl::PieceKind::kMemfd), 0, -1, 0};
     size_t len = offsetof(vrnic::ctl::RegMrReq, pieces) + sizeof(vrnic::ctl::MrPiece);
     REQUIRE(vrnic::ctl::send_message(raw.sock, vrnic::ctl::Op::kRegMr, 0, &req, len, &fd, 1) == 0);
     vrnic::ctl::Message resp;

@@ -13,7 +13,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 11;
+inline constexpr uint32_t kProtocolVersion = 12;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -122,7 +122,10 @@ struct HelloResp {
   uint32_t version;
   uint32_t session_id;
   DeviceInfo device;
-};  // fds: [0] session memfd, [1] daemon memfd, [2..] worker eventfds
+  uint32_t directory;  // 1: the user's direct-path directory follows the eventfds
+  uint32_t reserved;
+};  // fds: [0] session memfd, [1] daemon memfd, [2..] worker eventfds, then, with
+    // `directory`, its entries (read-only) and its poster cells (vrnic/direct_directory.h)
 
 struct HandleReq {
   uint32_t handle;
@@ -142,6 +145,9 @@ struct MrPiece {
   uint64_t fd_offset;  // kMemfd: offset of va within the memfd
   uint32_t kind;       // PieceKind
   uint32_t fd_index;   // kMemfd: index into the attached descriptors
+  int32_t client_fd;   // kMemfd: the memfd's number in the client, for the direct path's
+                       // directory (checked against the inode vrnicd was given), or -1
+  uint32_t reserved;
 };
 inline constexpr uint32_t kMaxMrPieces = 128;
 

@@ -239,8 +239,9 @@ struct DaemonShared {
   // enum ibv_port_state of port 1, kept current by vrnicd (ibv_query_port reads it here).
   alignas(kCacheLine) std::atomic<uint32_t> port_state;
   // Whether providers may run work requests between local QPs themselves (the same-host
-  // direct path): vrnicd clears it when started with --direct-path=off and while fault
-  // injection is set, which only packets through a port can meet.
+  // direct path): vrnicd clears it when started with --no-direct-path and while fault
+  // injection is set, which only packets through a port can meet (providers look at it
+  // before each direct WR).
   std::atomic<uint32_t> direct_path;
 };
 

@@ -37,6 +37,20 @@ perftest() {
   cat "$CLIENT_LOG"
 }
 
+# The same-host direct path (issue 30): perftest's two processes are of one user, so its RC
+# WRITEs, READs and atomics take it, direct_ops growing; with VRNIC_DIRECT_PATH=0 the same
+# runs pass on the worker path and it counts nothing.
+ensure_vrnicd >/dev/null  # here, not in the $(...) below: its vrnicd would be the subshell's
+direct_before=$(vrnic_stat direct_ops)
+direct_moved() {
+  local now
+  now=$(vrnic_stat direct_ops) || return 1
+  echo "direct_ops before ${direct_before:-?}, now $now"
+  [[ -n $direct_before ]] && (($1 ? now > direct_before : now == direct_before))
+}
+# env_off_perftest PROG ARGS...: perftest with the direct path off in both processes.
+env_off_perftest() { VRNIC_DIRECT_PATH=0 perftest "$@"; }
+
 check "ib_write_bw -s 65536 -n 5000" perftest ib_write_bw -s 65536 -n 5000
 check "ib_read_bw -s 65536 -n 5000" perftest ib_read_bw -s 65536 -n 5000
 check "ib_send_bw -s 65536 -n 5000" perftest ib_send_bw -s 65536 -n 5000
@@ -46,6 +60,15 @@ check "ib_write_lat -n 1000" perftest ib_write_lat -n 1000
 check "ib_read_lat -n 1000" perftest ib_read_lat -n 1000
 check "ib_send_lat -n 1000" perftest ib_send_lat -n 1000
 check "ib_atomic_lat -n 1000" perftest ib_atomic_lat -n 1000
+check "the RC WRITE, READ and atomic runs took the direct path between their two processes (direct_ops grew)" \
+  direct_moved 1
+direct_before=$(vrnic_stat direct_ops)
+for args in "ib_write_bw -s 65536 -n 2000" "ib_read_bw -s 65536 -n 2000" "ib_atomic_bw -n 2000" \
+  "ib_write_lat -n 500" "ib_read_lat -n 500" "ib_atomic_lat -n 500"; do
+  # shellcheck disable=SC2086 # the words of args
+  check "VRNIC_DIRECT_PATH=0: $args" env_off_perftest $args
+done
+check "VRNIC_DIRECT_PATH=0: those runs took the worker path only (direct_ops +0)" direct_moved 0
 # Other transports and queue shapes.
 check "ib_send_bw -c UD -n 5000" perftest ib_send_bw -c UD -n 5000
 check "ib_send_lat -c UD -n 1000" perftest ib_send_lat -c UD -n 1000

@@ -416,6 +416,23 @@ cross_worker_doorbells() {
   return "$rc"
 }
 
+# Issue 30: the same-host direct path is only between processes of one user. A root poster's
+# WRITEs into a region of the account's process take the worker path (direct_ops stays 0 on
+# a vrnicd of their own, of this build) and land byte for byte.
+other_user_direct() {
+  local dir=$SHARE/direct-$1 rc=0
+  local -x VRNIC_SOCKET
+  own_vrnicd "$1" "$dir" --socket-group "$ACCOUNT" || return 1
+  vrnic_fg "${VRUN[@]}" timeout -k 5 60 "$VRNIC_BUILD_DIR/tests/direct_peers" --case other-user \
+    --uid "$(id -u "$ACCOUNT")" --gid "$(id -g "$ACCOUNT")" || rc=1
+  local ops
+  ops=$(vrnic_stat direct_ops)
+  echo "vrnicd: direct_ops=$ops"
+  [[ $ops == 0 ]] || { echo "FAIL: the direct path was taken between two users"; rc=1; }
+  own_vrnicd_stop "$dir" || rc=1
+  return "$rc"
+}
+
 # Round 2, row 8: on a --udp vrnicd (of this build) root's victim connects over the loop port;
 # the account, with no access to vrnicd's socket, forges WRITEs into it from a UDP socket on
 # 127.0.0.1 (vrnicd's own address: the loop peer's). They reach the udp port whole (no ICRC
@@ -598,6 +615,8 @@ attacks() {
   check "$k root's traffic verified throughout; no objects left; no sanitizer report; exit 0" finish
   check "$k round 2, row 4: doorbells through the other worker's ring while the workers park" \
     cross_worker_doorbells "$1"
+  check "$k a root poster and a target of another user: the worker path (direct_ops 0), every WRITE landed" \
+    other_user_direct "$1"
   check "$k round 2, row 8: WRITEs forged from 127.0.0.1 by a user without the socket: dropped" \
     udp_forgery "$1"
   check "$k row 10: a client exits holding 1,000,000 MRs: linear teardown, stats within 1 s" \

@@ -192,7 +192,7 @@ int mr_bytes(const char *path, uint64_t bytes) {
     req->addr = req->iova = 0x100000000000ull + uint64_t(i) * bytes;
     req->length = bytes;
     req->npieces = 1;
-    req->pieces[0] = {req->addr, bytes, 0, uint32_t(vrnic::ctl::PieceKind::kMemfd), 0};
+    req->pieces[0] = {req->addr, bytes, 0, uint32_t(vrnic::ctl::PieceKind::kMemfd), 0, -1, 0};
     vrnic::ctl::RegMrResp resp{};
     err = rs.call(vrnic::ctl::Op::kRegMr, req.get(),
                   offsetof(vrnic::ctl::RegMrReq, pieces) + sizeof(vrnic::ctl::MrPiece), &resp,

@@ -105,7 +105,7 @@ int sparse_mr(RawSession &rs, uint32_t *handle) {
   req->length = ctl::kMaxMrPieces;
   req->npieces = ctl::kMaxMrPieces;
   for (uint32_t i = 0; i < ctl::kMaxMrPieces; i++)
-    req->pieces[i] = {next_va + i, 1, i * page, uint32_t(ctl::PieceKind::kMemfd), 0};
+    req->pieces[i] = {next_va + i, 1, i * page, uint32_t(ctl::PieceKind::kMemfd), 0, -1, 0};
   next_va += 1 << 20;
   ctl::RegMrResp resp{};
   int err = rs.call(ctl::Op::kRegMr, req.get(), sizeof(*req), &resp, sizeof(resp), &memfd, 1);
