@@ -48,9 +48,15 @@ socket_from_xdg() {
 }
 
 # A perftest client is SIGKILLed while ib_write_bw runs; vrnicd must free everything it (and
-# then the server, which exits) owned, and keep running.
+# then the server, which exits) owned, and keep running. PATH worker: its WRITEs go through
+# vrnicd's workers (VRNIC_DIRECT_PATH=0 in both), under way once vrnicd sent 20000 packets;
+# direct: on the same-host direct path, under way once 20000 took it.
 sigkill_reclaim() {
-  local port cpid deadline ok=0
+  local port cpid deadline ok=0 stat=direct_ops
+  if [[ $1 == worker ]]; then
+    local -x VRNIC_DIRECT_PATH=0  # for both ends, until this returns
+    stat=packets_sent
+  fi
   require_provider || return 1
   start_vrnicd || return 1
   port=$(next_port)
@@ -63,10 +69,10 @@ sigkill_reclaim() {
     >"$CLIENT_LOG" 2>&1 </dev/null &
   cpid=$!
   _vrnic_track "$cpid"
-  # The transfer is well under way once vrnicd has moved 20000 packets (perftest's own
+  # The transfer is well under way once 20000 packets (or direct WRITEs) went (perftest's own
   # output is block-buffered into the log, so it tells nothing until the end).
-  under_way() { stat_over packets_sent 20000 || ! _vrnic_running "$cpid"; }
-  if ! wait_for 20 "20000 packets sent" under_way || ! _vrnic_running "$cpid"; then
+  under_way() { stat_over "$stat" 20000 || ! _vrnic_running "$cpid"; }
+  if ! wait_for 20 "20000 $stat" under_way || ! _vrnic_running "$cpid"; then
     echo "FAIL: the client never started its transfer. Client output:"
     vrnic_tail "$CLIENT_LOG"
     echo "Server output:"
@@ -91,7 +97,10 @@ check "vrnicd exits 0 on SIGTERM and removes its socket" stop_with TERM
 check "vrnicd exits 0 on SIGINT and removes its socket" stop_with INT
 check "vrnicd, vrnicctl and the provider use \$VRNIC_SOCKET" socket_from_env
 check "vrnicd, vrnicctl and the provider default to \$XDG_RUNTIME_DIR/vrnicd.sock" socket_from_xdg
-check "client SIGKILLed mid-transfer (ib_write_bw): vrnicd frees all its objects" sigkill_reclaim
+check "client SIGKILLed mid-transfer (ib_write_bw, worker path): vrnicd frees all its objects" \
+  sigkill_reclaim worker
+check "client SIGKILLed mid-transfer (ib_write_bw, direct path): vrnicd frees all its objects" \
+  sigkill_reclaim direct
 
 # Every open of the device (one per verbs program, ibv_devinfo's included) used to leave vrnicd
 # one fd more: its copy of the event pipe the client sends with Hello. 10,000 opens and closes

@@ -27,8 +27,10 @@ on_udp() { with_hosts start_udp_hosts u1 u2 -- "$@"; }
 
 # bw_run_start TAG ARGS...: ib_write_bw ARGS, server and client on the two-worker vrnicd,
 # running in the background; bw_run_finish TAG waits for both and fails if the client did.
+# Their WRITEs go through the workers (VRNIC_DIRECT_PATH=0): what the checks watch.
 bw_run_start() {
   local tag=$1
+  local -x VRNIC_DIRECT_PATH=0
   shift
   BW_PORT=$(next_port)
   VRNIC_SOCKET=${SOCK[w]} start_server "$tag" "$BW_PORT" ib_write_bw -d vrnic0 -x 0 -F "$@" \
@@ -93,6 +95,7 @@ catch2_suite() {
 # carries on.
 dead_client() {
   local port cpid spid
+  local -x VRNIC_DIRECT_PATH=0  # killed while the workers carry their QPs
   port=$(next_port)
   echo "+ ib_write_bw -q 4 -D 20 (server and client on the two-worker vrnicd); kill -KILL both"
   VRNIC_SOCKET=${SOCK[w]} "${VRUN[@]}" ib_write_bw -d vrnic0 -x 0 -F -q 4 -D 20 -p "$port" \
