@@ -24,6 +24,8 @@ namespace {
 
 constexpr unsigned kRingEntries = 1024;
 constexpr uint32_t kRxPosted = 128;  // receives kept posted
+constexpr uint32_t kTxChainSends = 256;  // sends in one chain: with the receives, the ring's room
+constexpr size_t kTxBacklog = 4096;      // packets waiting for the chain in flight
 // user_data: a Packet (one datagram sent), a TxBatch (tag 2) or an RxBuffer (tag 1); all
 // are at least 8-aligned.
 constexpr uint64_t kRxTag = 1;
@@ -250,6 +252,7 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
   if (int err = io_uring_register_eventfd(&ring_, wake_fd))
     return absl::ErrnoToStatus(-err, "io_uring_register_eventfd");
   ready_.reserve(kRxPosted * 2);
+  tx_backlog_.reserve(kTxBacklog);
   for (uint32_t i = 0; i < kRxPosted; i++) {
     rx_buffers_.push_back(std::make_unique<RxBuffer>());
     free_rx_buffers_.push_back(rx_buffers_.back().get());
@@ -287,15 +290,23 @@ UdpPort::~UdpPort() {
     io_uring_queue_exit(&ring_);
   }
   for (; ready_head_ < ready_.size(); ready_head_++) pool_.free(ready_[ready_head_]);
+  for (; tx_backlog_head_ < tx_backlog_.size(); tx_backlog_head_++)
+    pool_.free(tx_backlog_[tx_backlog_head_]);
   for (int fd : tx_fds_) ::close(fd);
   if (rx_fd_ >= 0) ::close(rx_fd_);
 }
 
+// Receives are posted as one linked chain, and the next chain only once this one has ended:
+// one request reads the socket at a time, so datagrams complete in the order they arrived.
+// Posted side by side, each datagram woke them all, and those that lost the race went to
+// io-wq threads whose completions could overtake later datagrams (a UD receiver saw its
+// datagrams out of order, the wire had them in order).
 void UdpPort::post_receives() {
-  bool posted = false;
-  while (!free_rx_buffers_.empty()) {
+  if (rx_posted_ != 0) return;
+  const uint32_t room = std::min<uint32_t>(uint32_t(free_rx_buffers_.size()),
+                                           io_uring_sq_space_left(&ring_));
+  for (uint32_t k = 0; k < room; k++) {
     io_uring_sqe *sqe = io_uring_get_sqe(&ring_);
-    if (!sqe) break;
     RxBuffer &buf = *free_rx_buffers_.back();
     free_rx_buffers_.pop_back();
     buf.iov = {buf.data, sizeof(buf.data)};
@@ -308,10 +319,10 @@ void UdpPort::post_receives() {
     buf.msg.msg_controllen = sizeof(buf.control);
     io_uring_prep_recvmsg(sqe, rx_fd_, &buf.msg, 0);
     io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(&buf) | kRxTag);
+    if (k + 1 < room) sqe->flags |= IOSQE_IO_LINK;  // a short datagram does not break it
     rx_posted_++;
-    posted = true;
   }
-  if (posted) io_uring_submit(&ring_);
+  if (room) io_uring_submit(&ring_);
 }
 
 // IPv4 puts an ID in every datagram and the ICRC covers it. The kernel gives the segments
@@ -422,27 +433,52 @@ bool UdpPort::submit_batch(io_uring_sqe *sqe, Packet **pkts, uint16_t n) {
   return true;
 }
 
+// Packets leave in the order given: one linked chain of sends is in flight at a time, and
+// what comes meanwhile waits in the backlog. A send that finds the socket buffer full waits
+// for room (io_uring polls for it) and everything after it waits too; with chains side by
+// side a later burst went first, and the peer saw a QP's packets reordered.
 uint16_t UdpPort::tx_burst(Packet **pkts, uint16_t n) {
-  uint16_t i = 0;
-  while (i < n) {
-    io_uring_sqe *sqe = io_uring_get_sqe(&ring_);
-    if (!sqe) {
-      io_uring_submit(&ring_);
-      sqe = io_uring_get_sqe(&ring_);
-      if (!sqe) break;
-    }
-    uint16_t run = gso_run(pkts + i, uint16_t(n - i));
-    if (run > 1 && submit_batch(sqe, pkts + i, run)) {
-      i = uint16_t(i + run);
-    } else {
-      submit_single(sqe, pkts[i++]);
-    }
-    // Linked, so the sends happen in order: unlinked, a send that finds the socket buffer
-    // full waits while later ones may go first, and the peer sees the packets reordered.
-    if (i < n) sqe->flags |= IOSQE_IO_LINK;
+  if (tx_backlog_head_ == tx_backlog_.size()) {
+    tx_backlog_.clear();
+    tx_backlog_head_ = 0;
   }
-  if (i) io_uring_submit(&ring_);
-  return i;
+  const size_t waiting = tx_backlog_.size() - tx_backlog_head_;
+  const auto taken = uint16_t(std::min<size_t>(n, kTxBacklog - waiting));  // the rest: lost
+  if (tx_backlog_.size() + taken > tx_backlog_.capacity()) {  // keep to the reserved room
+    tx_backlog_.erase(tx_backlog_.begin(), tx_backlog_.begin() + ptrdiff_t(tx_backlog_head_));
+    tx_backlog_head_ = 0;
+  }
+  tx_backlog_.insert(tx_backlog_.end(), pkts, pkts + taken);
+  if (tx_chain_ != 0) reap_completions();  // it may have ended since; then it sends the rest
+  if (tx_chain_ == 0) submit_backlog();
+  return taken;
+}
+
+// The backlog (up to a chain's worth) as one chain of linked sends, GSO runs as one send.
+void UdpPort::submit_backlog() {
+  io_uring_sqe *last = nullptr;
+  size_t i = tx_backlog_head_;
+  while (i < tx_backlog_.size() && tx_chain_ < kTxChainSends) {
+    io_uring_sqe *sqe = io_uring_get_sqe(&ring_);
+    if (!sqe) break;  // cannot be while the chain is this short: the next chain takes the rest
+    Packet **p = tx_backlog_.data() + i;
+    const auto left = uint16_t(std::min<size_t>(tx_backlog_.size() - i, TxBatch::kMaxSegments));
+    const uint16_t run = gso_run(p, left);
+    if (run > 1 && submit_batch(sqe, p, run)) {
+      i += run;
+    } else {
+      submit_single(sqe, *p);
+      i++;
+    }
+    sqe->flags |= IOSQE_IO_LINK;
+    last = sqe;
+    tx_chain_++;
+  }
+  tx_backlog_head_ = i;
+  if (last) {
+    last->flags &= ~IOSQE_IO_LINK;
+    io_uring_submit(&ring_);
+  }
 }
 
 // A received UDP payload: checked whole (shape, ICRC) before anything reads it.
@@ -542,6 +578,7 @@ void UdpPort::complete_tx(uint64_t data, int res) {
     pool_.free(reinterpret_cast<Packet *>(data));
   }
   tx_in_flight_ -= packets;
+  tx_chain_--;
   if (res < 0) {
     counters_[kPortTxErrors] += packets;  // e.g. no route: lost packets, which RC recovers from
   } else {
@@ -565,6 +602,7 @@ void UdpPort::reap_completions() {
     }
   }
   io_uring_cq_advance(&ring_, seen);
+  if (tx_chain_ == 0 && tx_backlog_head_ < tx_backlog_.size()) submit_backlog();
 }
 
 uint16_t UdpPort::rx_burst(Packet **pkts, uint16_t n) {

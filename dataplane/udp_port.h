@@ -73,6 +73,7 @@ class UdpPort final : public Port {
   uint16_t gso_run(Packet **pkts, uint16_t n) const;
   void submit_single(io_uring_sqe *sqe, Packet *pkt);
   bool submit_batch(io_uring_sqe *sqe, Packet **pkts, uint16_t n);
+  void submit_backlog();
   void on_datagram(RxBuffer &buf, int len);
   void complete_tx(uint64_t data, int res);
 
@@ -89,7 +90,10 @@ class UdpPort final : public Port {
   bool gso_ = true;
   bool reuse_port_ = false;
   uint32_t tx_in_flight_ = 0;  // packets
-  uint32_t rx_posted_ = 0;
+  uint32_t rx_posted_ = 0;     // receives of the chain in flight (post_receives)
+  uint32_t tx_chain_ = 0;      // sends of the chain in flight (tx_burst)
+  std::vector<Packet *> tx_backlog_;  // taken, in order, for the next chain
+  size_t tx_backlog_head_ = 0;
   std::vector<std::unique_ptr<TxBatch>> batches_;
   std::vector<TxBatch *> free_batches_;
   std::vector<std::unique_ptr<RxBuffer>> rx_buffers_;
