@@ -18,10 +18,11 @@ void FaultInjector::configure(const FaultConfig &cfg) {
   rng_.seed(cfg.seed);
 }
 
-void FaultInjector::maybe_corrupt(uint8_t *frame, uint32_t len) {
-  if (!len || !roll(cfg_.corrupt, counters_.corrupted)) return;
+bool FaultInjector::maybe_corrupt(uint8_t *frame, uint32_t len) {
+  if (!len || !roll(cfg_.corrupt, counters_.corrupted)) return false;
   uint64_t bit = rng_() % (uint64_t(len) * 8);
   frame[bit / 8] ^= uint8_t(1u << (bit % 8));
+  return true;
 }
 
 bool FaultInjector::drop_mad(const uint8_t *pkt, uint32_t len) {

@@ -43,7 +43,7 @@ struct FaultCounters {
   uint64_t dropped = 0;
   uint64_t duplicated = 0;
   uint64_t reordered = 0;
-  uint64_t corrupted = 0;
+  uint64_t corrupted = 0;  // corrupted frames delivered: a duplicated one counts twice
   uint64_t delayed = 0;
 };
 
@@ -67,8 +67,10 @@ class FaultInjector {
     }
     return roll(cfg_.reorder, counters_.reordered);
   }
-  // Flips one random bit of the frame when the dice say so.
-  void maybe_corrupt(uint8_t *frame, uint32_t len);
+  // Flips one random bit of the frame when the dice say so; whether it did.
+  bool maybe_corrupt(uint8_t *frame, uint32_t len);
+  // A corrupted frame was duplicated: the copy carries the same flipped bit.
+  void count_corrupted_copy() { counters_.corrupted++; }
   uint64_t delay_ns() const { return uint64_t(cfg_.delay_us) * 1000; }
   void count_delayed() { counters_.delayed++; }
 

@@ -47,13 +47,14 @@ void RxFaultStage::push(RxFrame frame) {
     pool_.free(frame.pkt);
     return;
   }
-  f.maybe_corrupt(frame.data, frame.len);
+  const bool corrupted = f.maybe_corrupt(frame.data, frame.len);
   if (f.duplicate()) {
     // The copy lives in its own packet's bounce buffer, with the port's per-packet notes
     // (the sender's address) but not the original's hold on a port buffer.
     if (Packet *copy = pool_.alloc(); copy && frame.len <= kPacketBufferBytes) {
       std::memcpy(copy->bounce, frame.data, frame.len);
       copy->wire = frame.pkt->wire;
+      if (corrupted) f.count_corrupted_copy();
       deliver_or_delay({copy, copy->bounce, frame.len});
     } else if (copy) {
       pool_.free(copy);

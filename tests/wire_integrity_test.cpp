@@ -1521,6 +1521,13 @@ TEST_CASE("RC across the wire under corrupt=1: every byte and completion verifie
   run_rc_setting({"corrupt=1", "corrupt=1"});
 }
 
+TEST_CASE(
+    "RC across the wire under loss=1, dup=1, reorder=5 and corrupt=1 at once: every byte and "
+    "completion verified",
+    "[wire][rc]") {
+  run_rc_setting({"all four", "loss=1,dup=1,reorder=5,corrupt=1"});
+}
+
 // An answer overtaken on the way by a later one: the responder answers in PSN order, so the
 // later answer (an ACK, a read response, an atomic acknowledge) tells the requester that the
 // earlier one went missing, and it asks again at once (the spec's implied NAK) rather than
