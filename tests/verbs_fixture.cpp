@@ -9,7 +9,9 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <spawn.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -715,6 +717,27 @@ void child_prepare(unsigned max_seconds) {
   }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   alarm(max_seconds);
+}
+
+int run_program(const std::vector<std::string> &argv, unsigned max_seconds) {
+  std::vector<char *> args;
+  for (const std::string &a : argv) args.push_back(const_cast<char *>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return -1;
+  const auto deadline = Clock::now() + std::chrono::seconds(max_seconds);
+  int st = 0;
+  for (;;) {
+    const pid_t r = ::waitpid(pid, &st, WNOHANG);
+    if (r == pid) return st;
+    if (r < 0 && errno != EINTR) return -1;
+    if (Clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &st, 0);
+      return st;
+    }
+    std::this_thread::sleep_for(Ms{2});
+  }
 }
 
 bool read_full(int fd, void *buf, size_t n, Ms timeout) {

@@ -272,6 +272,11 @@ std::optional<std::map<std::string, long long>> read_vrnic_stats(std::string *er
 // Fork helpers
 // For a freshly forked child: default signal dispositions, die with the parent, hard limit.
 void child_prepare(unsigned max_seconds);
+// Runs a program (argv[0] a path) to its end and returns its wait status, or -1 if it could not
+// start; killed (SIGKILL) after max_seconds. Spawned, not forked: a fork of a test process
+// with registered memory gives the child copies of all of it (as the kernel gives of pinned
+// pages), which for a program exec'd at once is time thrown away (0.6 s per 256 MB here).
+int run_program(const std::vector<std::string> &argv, unsigned max_seconds);
 // Reads/writes exactly n bytes, waiting at most `timeout`; false on EOF, error or timeout.
 bool read_full(int fd, void *buf, size_t n, Ms timeout);
 bool write_full(int fd, const void *buf, size_t n);

@@ -361,20 +361,10 @@ class WireDaemon {
 
   // `vrnicctl --socket S faults SPEC`; FAILs unless it exits 0 within 10 s.
   void set_faults(const std::string &spec) const {
-    const std::string ctl = vrnicctl_path();
-    const pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      child_prepare(10);
-      execl(ctl.c_str(), ctl.c_str(), "--socket", socket_.c_str(), "faults", spec.c_str(),
-            static_cast<char *>(nullptr));
-      _exit(127);
-    }
-    int st = 0;
-    const pid_t r = waitpid(pid, &st, 0);
-    INFO(ctl << " --socket " << socket_ << " faults '" << spec << "' (vrnicd on " << addr_
-             << "): wait status " << st);
-    REQUIRE(r == pid);
+    const int st = run_program({vrnicctl_path(), "--socket", socket_, "faults", spec}, 10);
+    INFO(vrnicctl_path() << " --socket " << socket_ << " faults '" << spec << "' (vrnicd on "
+                         << addr_ << "): wait status " << st);
+    REQUIRE(st >= 0);
     REQUIRE(WIFEXITED(st));
     REQUIRE(WEXITSTATUS(st) == 0);
   }
