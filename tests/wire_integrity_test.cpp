@@ -930,7 +930,16 @@ class Flow {
     if (rc != 0) FAIL(name_ << ": ibv_post_recv #" << rseq << ": " << errno_str(rc));
   }
 
-  uint32_t pick_len() {
+  // The first 2 x kOps messages of a flow are each op in turn, once of one packet and once of
+  // three (first, middle, last): whatever the byte count, every packet opcode occurs, so a
+  // fault aimed at one kind (hold_op) always has something to hit.
+  bool in_preamble(uint64_t seq) const {
+    return seq < static_cast<uint64_t>(2 * kOps) && mix().weight[seq % kOps] != 0;
+  }
+
+  uint32_t pick_len(uint64_t seq) {
+    if (in_preamble(seq))
+      return std::clamp<uint32_t>(seq < kOps ? 1 + rng_() % 64 : 3 * mtu_ - 1, 1, mix().max_msg);
     const uint32_t r = rng_() % 100;
     uint32_t len;
     if (r < 15) {
@@ -949,6 +958,7 @@ class Flow {
   }
 
   Op pick_op() {
+    if (in_preamble(next_seq_)) return static_cast<Op>(next_seq_ % kOps);
     const Mix &m = mix();
     const uint32_t r = static_cast<uint32_t>(rng_() % m.weight_sum);
     uint32_t acc = 0;
@@ -969,7 +979,7 @@ class Flow {
     ibv_sge sge{};
     ibv_send_wr wr{};
     if (is_write(op) || is_send(op)) {
-      p.len = pick_len();
+      p.len = pick_len(seq);
       p.seed = seed_for("wire data", static_cast<uint64_t>(id_), seq);
       fill_pattern(src_.at(seq), p.len, p.seed);
       sge = make_sge(src_.at(seq), p.len, src_.mr->lkey);
@@ -983,7 +993,7 @@ class Flow {
       if (consumes_recv(op))
         expected_recvs_.push_back({next_rseq_++, seq, op, p.len, p.seed, wr.imm_data});
     } else if (op == Op::Read) {
-      p.len = pick_len();
+      p.len = pick_len(seq);
       p.read_off = rng_() % (kReadSrcBytes - p.len + 1);
       read_dst_.poison(seq, p.len);
       sge = make_sge(read_dst_.at(seq), p.len, read_dst_.mr->lkey);
