@@ -168,6 +168,12 @@ bool qp_modify(TransportHost &w, QueuePair &qp, const ctl::QpAttrWire &a, uint32
     qp.resp.psn = q.rq_psn;
     resolve = qp.type != IBV_QPT_UD && q.ah.is_global;
   }
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) || (cur == IBV_QPS_INIT && next == IBV_QPS_RTR)) {
+    // Room for what the peer may have outstanding; what is held stays (SQD to SQD).
+    ResponderState &r = qp.resp;
+    r.res.resize(q.max_dest_rd_atomic, r.res_sending, r.res_head);
+    r.atomics.resize(q.max_dest_rd_atomic, r.atomics_next - r.atomics.capacity(), r.atomics_next);
+  }
   if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
     qp.req.psn = qp.req.psn_end = q.sq_psn;
     qp.comp.acked_psn = wire::psn_add(q.sq_psn, -1u);

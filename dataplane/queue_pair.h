@@ -12,6 +12,7 @@
 #include "completion_queue.h"
 #include "peer_window.h"
 #include "receive_queue.h"
+#include "responder_ring.h"
 #include "send_window.h"
 #include "vrnic/counters.h"
 #include "vrnic/ctl_protocol.h"
@@ -19,8 +20,6 @@
 #include "vrnic/shm_layout.h"
 
 namespace vrnic {
-
-inline constexpr uint32_t kMaxRdAtomic = 16;
 
 // Worker-private bookkeeping per send-queue slot (never trusted to shared memory).
 struct WqeMeta {
@@ -132,9 +131,9 @@ struct ResponderState {
     bool valid;
     uint64_t orig;
   };
-  std::array<AtomicResult, kMaxRdAtomic> atomics{};
+  ResponderRing<AtomicResult> atomics;  // the newest capacity() of them
   uint32_t atomics_next = 0;
-  std::array<ResponderResource, kMaxRdAtomic> res;
+  ResponderRing<ResponderResource> res;
   uint32_t res_head = 0;     // one past the newest
   uint32_t res_sending = 0;  // first resource with read responses left to send
 };

@@ -191,10 +191,10 @@ ResponderResource *new_resource(QueuePair &qp, bool replay) {
   ResponderState &r = qp.resp;
   uint32_t limit = std::max<uint32_t>(1, qp.attr.max_dest_rd_atomic);
   while (r.res_head - r.res_sending >= limit) {
-    if (!r.res[r.res_sending % kMaxRdAtomic].replay) return nullptr;
+    if (!r.res[r.res_sending ].replay) return nullptr;
     r.res_sending++;
   }
-  ResponderResource &res = r.res[r.res_head++ % kMaxRdAtomic];
+  ResponderResource &res = r.res[r.res_head++ ];
   res = ResponderResource{};
   res.replay = replay;
   return &res;
@@ -205,7 +205,7 @@ ResponderResource *new_resource(QueuePair &qp, bool replay) {
 void forget_responses_from(QueuePair &qp, uint32_t psn) {
   ResponderState &r = qp.resp;
   while (r.res_head != r.res_sending) {
-    const ResponderResource &newest = r.res[(r.res_head - 1) % kMaxRdAtomic];
+    const ResponderResource &newest = r.res[(r.res_head - 1) ];
     if (psn_diff(psn_add(newest.first_psn, newest.packets - 1), psn) < 0) break;
     r.res_head--;
   }
@@ -261,7 +261,7 @@ void receive_atomic(TransportHost &w, QueuePair &qp, const Packet &pkt, const Op
   res->first_psn = psn;
   res->packets = 1;
   res->atomic_orig = orig;
-  qp.resp.atomics[qp.resp.atomics_next++ % kMaxRdAtomic] = {psn, true, orig};
+  qp.resp.atomics[qp.resp.atomics_next++ ] = {psn, true, orig};
   qp.resp.psn = psn_add(psn, 1);
   finish_message(qp);
   w.schedule(qp);
@@ -447,7 +447,7 @@ void responder_send_ack(TransportHost &w, QueuePair &qp) {
   if (responder_has_work(qp)) {
     // An ACK must not overtake read or atomic responses still queued: acknowledge what lies
     // before them now (so the requester's timer sees progress) and the rest after them.
-    const ResponderResource &oldest = r.res[r.res_sending % kMaxRdAtomic];
+    const ResponderResource &oldest = r.res[r.res_sending ];
     uint32_t before = psn_add(oldest.first_psn, -1u);
     if (psn_diff(before, psn) < 0) psn = before;
     if (r.ack_sent_valid && psn_diff(psn, r.ack_sent) <= 0) return;  // nothing new yet
@@ -463,7 +463,7 @@ uint32_t responder_send_reads(TransportHost &w, QueuePair &qp, uint32_t budget) 
   ResponderState &r = qp.resp;
   uint32_t sent = 0;
   while (sent < budget && r.res_sending != r.res_head) {
-    ResponderResource &res = r.res[r.res_sending % kMaxRdAtomic];
+    ResponderResource &res = r.res[r.res_sending ];
     uint32_t psn = psn_add(res.first_psn, res.sent);
     if (res.kind == ResponderResource::kAtomic) {
       Packet *pkt = new_packet(w, qp, kAtomicAcknowledge, psn, false);

@@ -19,7 +19,7 @@ namespace {
 using namespace wire;
 
 constexpr uint32_t kPd = 1;
-constexpr uint32_t kSlots = 64;
+constexpr uint32_t kSlots = 256;
 constexpr uint32_t kRoceV2 = 1;  // GidEntry::type
 
 void *zeroed_region(size_t bytes) {
