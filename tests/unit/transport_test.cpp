@@ -399,6 +399,36 @@ TEST_CASE("transport: 128 reads and atomics in flight, some answers lost", "[tra
   CHECK(p.b.qp->counters[kDuplicates] > 0);
 }
 
+// max_dest_rd_atomic changed on a live responder (SQD to SQD, as the spec allows): its memory
+// of atomics grows and keeps what it held, so an atomic whose answer was lost before the
+// change is replayed after it, not executed again; and the larger depth is there to use.
+TEST_CASE("transport: a responder given more reads and atomics keeps what it remembers",
+          "[transport]") {
+  QpPair p;  // max_rd_atomic 16 on both ends
+  uint64_t before = 7;
+  std::memcpy(p.b.mem.data() + 64, &before, 8);
+  p.script = drop_once([](const WireRecord &r) { return r.from == 'B'; });
+  p.a.post_send(fetch_add_wqe(1, p.a, 0, p.b, 64, 5));
+  p.run(1'000'000);  // the answer lost; A waits for its ACK timer
+  REQUIRE(p.log.size() == 2);
+  ctl::QpAttrWire attr{};
+  attr.qp_state = IBV_QPS_SQD;
+  p.b.modify(attr, IBV_QP_STATE);
+  attr.max_dest_rd_atomic = 64;
+  p.b.modify(attr, IBV_QP_STATE | IBV_QP_MAX_DEST_RD_ATOMIC);
+  CHECK(p.b.qp->resp.res.capacity() == 64);
+  CHECK(p.b.qp->resp.atomics.capacity() == 64);
+  attr.qp_state = IBV_QPS_RTS;
+  p.b.modify(attr, IBV_QP_STATE);
+  p.run();
+  uint64_t at_b, at_a;
+  std::memcpy(&at_b, p.b.mem.data() + 64, 8);
+  std::memcpy(&at_a, p.a.mem.data(), 8);
+  CHECK(at_b == 12);  // added once
+  CHECK(at_a == 7);   // the value before, replayed
+  CHECK(one_send_completion(p.a).status == IBV_WC_SUCCESS);
+}
+
 TEST_CASE("transport: UC drops a message that lost a packet and takes the next", "[transport]") {
   PairOptions o;
   o.type = IBV_QPT_UC;
