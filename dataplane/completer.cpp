@@ -105,41 +105,85 @@ uint32_t unanswered_wqe_at(const QueuePair &qp, uint32_t psn) {
   return qp.req.started;
 }
 
-// The responder answers in PSN order, so an answer to a later request -- or an ACK of PSNs
-// past the oldest unfinished read or atomic -- while that one still lacks its answer means the
-// answer went missing: lost, or overtaken on the way (loopback reorders when the sending
-// thread moves between CPUs). The spec's implied NAK: without it the requester waited for the
-// ack timer (17 ms and more, with the window halved). The packet shows that the responder has
-// answered everything before `answered_before`: an answer's own PSN, or one past an ACK's.
-void reask_missing_answer(TransportHost &w, QueuePair &qp, uint32_t answered_before) {
-  if (!outstanding(qp)) return;
-  const WqeMeta &meta = qp.wqe_meta(qp.comp.wqe);
-  if (!wr::is_read_or_atomic(meta.opcode) || meta.resp_done || meta.status) return;
-  if (psn_diff(answered_before, meta.last_psn) <= 0) return;  // its own answer, or older
-  if (psn_diff(qp.comp.acked_psn, meta.last_psn) < 0) return;
-  reask(w, qp, meta.resp_psn);
+// The QP's table of missing read answers, taken from the host's pool at the first gap;
+// nullptr when the pool has none left.
+ReadHoles *holes_for(TransportHost &w, QueuePair &qp) {
+  if (!qp.comp.holes) qp.comp.holes = w.read_holes.take();
+  return qp.comp.holes;
+}
+
+// Asks again for the lowest hole of the read at `index`, unless the answer to a request for
+// one of its holes is still awaited: one at a time per read, in PSN order (read_holes.h).
+void ask_next_hole(TransportHost &w, QueuePair &qp, uint32_t index) {
+  ReadHoles *holes = qp.comp.holes;
+  if (!holes || holes->asking(index)) return;
+  ReadHoles::Hole *h = holes->lowest(index);
+  if (!h) return;
+  w.count(qp, kRetransmits);
+  h->asked = requester_reask_read(w, qp, index, h->psn, h->packets);
+}
+
+// The answers to the read at `index` from its frontier to its end are missing: a hole, asked
+// for. False when there is no room to note it.
+bool missing_tail(TransportHost &w, QueuePair &qp, uint32_t index) {
+  WqeMeta &m = qp.wqe_meta(index);
+  ReadHoles *holes = holes_for(w, qp);
+  if (!holes || holes->full()) return false;
+  holes->add(index, m.resp_psn, uint32_t(psn_diff(m.last_psn, m.resp_psn)) + 1, false);
+  m.resp_psn = psn_add(m.last_psn, 1);
+  ask_next_hole(w, qp, index);
+  return true;
+}
+
+// The responder answers requests in PSN order (rxe answers a request asked again after those
+// it had queued, vrnic's responder in its PSN order among them), so an answer to a later
+// request -- or an ACK of PSNs past an unfinished read or atomic -- while that one still
+// lacks answers it was sent means they went missing: lost, or overtaken on the way. The spec's
+// implied NAK: without it the requester waited for the ack timer (17 ms and more, with the
+// window halved). A read's missing tail is asked for on its own; a missing atomic answer, or
+// a tail with no room to note it, takes the requester back to the oldest such WQE. The packet
+// shows that the responder has answered everything before `answered_before`: an answer's own
+// PSN, or one past an ACK's.
+void reask_missing_answers(TransportHost &w, QueuePair &qp, uint32_t answered_before) {
+  for (uint32_t i = qp.comp.wqe; i != qp.req.started; i++) {
+    WqeMeta &m = qp.wqe_meta(i);
+    if (psn_diff(answered_before, m.last_psn) <= 0) return;  // its own answer, or older
+    if (!wr::is_read_or_atomic(m.opcode) || m.resp_done || m.status) continue;
+    if (psn_diff(qp.comp.acked_psn, m.last_psn) < 0) return;
+    if (m.opcode == IBV_WR_RDMA_READ) {
+      if (psn_diff(m.resp_psn, m.last_psn) > 0) continue;  // its tail came; holes are asked
+      if (missing_tail(w, qp, i)) continue;
+    }
+    if (i == qp.comp.wqe) reask(w, qp, m.resp_psn);
+    return;
+  }
 }
 
 // A read response for the read at `index` (the oldest, or a later one whose answer overtook
-// an earlier one's): taken in order within the read, dropped otherwise.
+// an earlier one's), taken in any order: at its frontier, past it (a gap: the PSNs between
+// become a hole, asked for at once), or into a hole. Duplicates are dropped.
 void read_response(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   uint32_t psn = pkt.bth().psn();
   acknowledge(w, qp, psn_add(psn, -1u));
-  reask_missing_answer(w, qp, psn);
+  reask_missing_answers(w, qp, psn);
   uint32_t index = unanswered_wqe_at(qp, psn);
   if (index == qp.req.started) return;  // a duplicate, or for what has been answered
   shm::SendWqe &wqe = qp.wqe(index);
   WqeMeta &meta = qp.wqe_meta(index);
   if (meta.opcode != IBV_WR_RDMA_READ) return;
-  if (psn_diff(psn, meta.resp_psn) > 0) {  // a response went missing
-    if (index == qp.comp.wqe) reask(w, qp, meta.resp_psn);
-    return;
-  }
-  if (psn != meta.resp_psn) return;  // a duplicate
   uint32_t offset = uint32_t(psn_diff(psn, meta.first_psn)) * qp.mtu;
-  bool last = pkt.info().flags & kOpLast;
-  uint32_t expect = last ? meta.length - offset : qp.mtu;
+  uint32_t expect = psn == meta.last_psn ? meta.length - offset : qp.mtu;
   if (offset > meta.length || pkt.payload_len != expect) return;  // malformed: drop
+  int32_t ahead = psn_diff(psn, meta.resp_psn);
+  ReadHoles *holes = qp.comp.holes;
+  if (ahead < 0 && (!holes || !holes->can_fill(index, psn))) return;  // a duplicate
+  if (ahead > 0) {
+    holes = holes_for(w, qp);
+    if (!holes || holes->full()) {  // no room to note the gap: go back to it
+      if (index == qp.comp.wqe) reask(w, qp, meta.resp_psn);
+      return;
+    }
+  }
   SgeList list = send_sge_list(wqe, qp.pd);
   SgeCursor cur = sge_seek(list, offset);
   if (int st = sge_scatter(w.dev, list, cur, pkt.payload, pkt.payload_len)) {
@@ -147,11 +191,21 @@ void read_response(TransportHost &w, QueuePair &qp, const Packet &pkt) {
     completer_retire(w, qp);
     return;
   }
-  meta.resp_psn = psn_add(psn, 1);
   qp.comp.retry_left = qp.attr.retry_cnt;
-  if (last) {
+  if (ahead > 0) {
+    w.count(qp, kReadGaps);
+    holes->add(index, meta.resp_psn, uint32_t(ahead), false);
+    meta.resp_psn = psn_add(psn, 1);
+    ask_next_hole(w, qp, index);
+  } else if (ahead == 0) {
+    meta.resp_psn = psn_add(psn, 1);
+  } else if (holes->fill(index, psn)) {
+    ask_next_hole(w, qp, index);
+  }
+  if (psn_diff(meta.resp_psn, meta.last_psn) > 0 && !(holes && holes->any(index))) {
+    if (holes && holes->empty()) w.release_read_holes(qp, false);
     answered(qp, index);
-    acknowledge(w, qp, psn);  // the whole read, up to its last PSN
+    acknowledge(w, qp, meta.last_psn);  // the whole read, up to its last PSN
     w.schedule(qp);
     return;
   }
@@ -161,7 +215,7 @@ void read_response(TransportHost &w, QueuePair &qp, const Packet &pkt) {
 void atomic_ack(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   uint32_t psn = pkt.bth().psn();
   acknowledge(w, qp, psn_add(psn, -1u));
-  reask_missing_answer(w, qp, psn);
+  reask_missing_answers(w, qp, psn);
   uint32_t index = unanswered_wqe_at(qp, psn);
   if (index == qp.req.started) return;
   shm::SendWqe &wqe = qp.wqe(index);
@@ -231,6 +285,36 @@ void nak(TransportHost &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
 }
 
 }  // namespace
+
+uint32_t read_lowest_missing(QueuePair &qp, uint32_t index) {
+  const WqeMeta &m = qp.wqe_meta(index);
+  const ReadHoles::Hole *h = qp.comp.holes ? qp.comp.holes->lowest(index) : nullptr;
+  return h && psn_diff(h->psn, m.resp_psn) < 0 ? h->psn : m.resp_psn;
+}
+
+ReadAsk completer_read_resend(TransportHost &w, QueuePair &qp, uint32_t index) {
+  WqeMeta &m = qp.wqe_meta(index);
+  // The timer or a NAK sent the requester back: whatever was asked for is presumed lost.
+  if (qp.comp.holes) qp.comp.holes->unask(index);
+  ReadHoles *holes = holes_for(w, qp);
+  bool tail = psn_diff(m.resp_psn, m.last_psn) <= 0;
+  if (holes && tail && !holes->full()) {
+    // The tail as a hole: answers still on their way from earlier requests fill it, and
+    // open no gap of their own to ask for again.
+    holes->add(index, m.resp_psn, uint32_t(psn_diff(m.last_psn, m.resp_psn)) + 1, false);
+    m.resp_psn = psn_add(m.last_psn, 1);
+    tail = false;
+  }
+  ReadHoles::Hole *h = holes && !tail ? holes->lowest(index) : nullptr;
+  if (h) {
+    h->asked = true;
+    return {h->psn, h->packets};
+  }
+  // No table, or a full one with the tail still missing: go back to the first missing answer.
+  uint32_t from = holes ? holes->collapse(index, m.resp_psn) : m.resp_psn;
+  m.resp_psn = from;
+  return {from, uint32_t(psn_diff(m.last_psn, from)) + 1};
+}
 
 void completer_retire(TransportHost &w, QueuePair &qp) {
   CompleterState &comp = qp.comp;
@@ -314,7 +398,7 @@ void completer_receive(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   if (aeth_kind(syndrome) != kAethAck) return nak(w, qp, psn, syndrome);
   if (op == kAtomicAcknowledge) return atomic_ack(w, qp, pkt);
   acknowledge(w, qp, psn);
-  reask_missing_answer(w, qp, psn_add(psn, 1));
+  reask_missing_answers(w, qp, psn_add(psn, 1));
 }
 
 // A probe resends from the oldest unacknowledged PSN after a few round trips without progress,

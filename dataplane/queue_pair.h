@@ -21,12 +21,16 @@
 
 namespace vrnic {
 
+class ReadHoles;  // read_holes.h
+
 // Worker-private bookkeeping per send-queue slot (never trusted to shared memory).
 struct WqeMeta {
   uint32_t first_psn;
   uint32_t last_psn;
   uint32_t length;
-  uint32_t resp_psn;  // read/atomic: next response PSN expected
+  // Read/atomic: next response PSN expected. A read's answers below it have arrived, but for
+  // the holes its QP's ReadHoles lists.
+  uint32_t resp_psn;
   uint8_t opcode;     // the ibv_wr_opcode read when the WQE was started
   uint8_t flags;
   uint8_t status;  // ibv_wc_status found while sending (local errors), else 0
@@ -61,8 +65,11 @@ struct CompleterState {
   uint8_t rnr_left = 0;
   uint64_t ack_deadline = 0;     // local ACK timeout; 0: not armed
   uint64_t rnr_deadline = 0;     // requester paused until then; 0: not paused
-  uint32_t rerequested_psn = 0;  // read response gap already asked again for
+  uint32_t rerequested_psn = 0;  // read response gap already asked again for (going back)
   bool rerequested_psn_valid = false;
+  // Missing answers below outstanding reads' frontiers (read_holes.h): a table from the
+  // host's pool while there are any, else none.
+  ReadHoles *holes = nullptr;
   // The PSN a sequence NAK last made the requester resend from, until the next progress: a
   // NAK at or before it is old news (a copy of it, or one overtaken on the way).
   uint32_t nak_rewound_psn = 0;

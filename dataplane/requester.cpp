@@ -175,26 +175,43 @@ bool send_data_packet(TransportHost &w, QueuePair &qp, shm::SendWqe &wqe, WqeMet
   return true;
 }
 
+// A READ request for the read's PSNs [psn, psn + packets): the whole read, or a part of it
+// asked for again. Its answers carry the PSNs they would have had.
+bool send_read_request(TransportHost &w, QueuePair &qp, const shm::SendWqe &wqe,
+                       const WqeMeta &meta, uint32_t psn, uint32_t packets) {
+  Packet *pkt = new_packet(w, qp, kReadRequest, psn, true);
+  if (!pkt) return false;
+  uint32_t offset = uint32_t(psn_diff(psn, meta.first_psn)) * qp.mtu;
+  uint32_t length = std::min(meta.length - offset, packets * qp.mtu);
+  pkt->ext<Reth>(opcode_info(kReadRequest).reth_off)
+      .set(wqe.remote_addr + offset, wqe.rkey, length);
+  w.transmit(qp, pkt);
+  return true;
+}
+
 bool send_read_or_atomic(TransportHost &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
   uint8_t opcode = meta.opcode == IBV_WR_RDMA_READ            ? kReadRequest
                    : meta.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap
                                                               : kFetchAdd;
-  // A read resumed after lost responses asks only for what is missing (req.offset bytes
-  // arrived); its responses then carry the PSNs they would have had.
-  uint32_t offset = opcode == kReadRequest ? qp.req.offset : 0;
-  Packet *pkt = new_packet(w, qp, opcode, psn_add(meta.first_psn, offset / qp.mtu), true);
-  if (!pkt) return false;
-  const OpcodeInfo &info = opcode_info(opcode);
   if (opcode == kReadRequest) {
-    pkt->ext<Reth>(info.reth_off).set(wqe.remote_addr + offset, wqe.rkey, meta.length - offset);
-  } else if (opcode == kCompareSwap) {
-    pkt->ext<AtomicEth>(info.atomic_eth_off)
-        .set(wqe.remote_addr, wqe.rkey, wqe.swap, wqe.compare_add);
+    // Sent before: ask for what is still missing (its lowest hole); new: all of it.
+    ReadAsk ask = psn_diff(meta.last_psn, qp.req.psn_end) < 0
+                      ? completer_read_resend(w, qp, qp.req.wqe)
+                      : ReadAsk{meta.first_psn, uint32_t(psn_diff(meta.last_psn,
+                                                                  meta.first_psn)) + 1};
+    if (!send_read_request(w, qp, wqe, meta, ask.psn, ask.packets)) return false;
   } else {
-    pkt->ext<AtomicEth>(info.atomic_eth_off).set(wqe.remote_addr, wqe.rkey, wqe.compare_add, 0);
+    Packet *pkt = new_packet(w, qp, opcode, meta.first_psn, true);
+    if (!pkt) return false;
+    const OpcodeInfo &info = opcode_info(opcode);
+    if (opcode == kCompareSwap) {
+    pkt->ext<AtomicEth>(info.atomic_eth_off)
+          .set(wqe.remote_addr, wqe.rkey, wqe.swap, wqe.compare_add);
+    } else {
+      pkt->ext<AtomicEth>(info.atomic_eth_off).set(wqe.remote_addr, wqe.rkey, wqe.compare_add, 0);
+    }
+    w.transmit(qp, pkt);
   }
-  w.transmit(qp, pkt);
-  if (!offset) meta.resp_psn = meta.first_psn;
   meta.resp_done = false;
   qp.req.offset = 0;
   qp.req.psn = psn_add(meta.last_psn, 1);
@@ -204,6 +221,11 @@ bool send_read_or_atomic(TransportHost &w, QueuePair &qp, shm::SendWqe &wqe, Wqe
 }
 
 }  // namespace
+
+bool requester_reask_read(TransportHost &w, QueuePair &qp, uint32_t index, uint32_t psn,
+                          uint32_t packets) {
+  return send_read_request(w, qp, qp.wqe(index), qp.wqe_meta(index), psn, packets);
+}
 
 // Go-back-N: send again from `psn`, the first PSN the responder has not taken -- from the
 // middle of a SEND or WRITE if need be (the responder still holds the message's context).
@@ -244,9 +266,9 @@ void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask) {
     if (wr::is_read_or_atomic(m.opcode)) {
       if (m.resp_done) continue;
       if (reask == Reask::kNo && psn_diff(psn, m.last_psn) > 0) continue;  // awaits its answer
-      // A read asks again from its first missing response; an atomic is asked again whole.
-      resume_at(qp, i, m.opcode == IBV_WR_RDMA_READ ? m.resp_psn : m.first_psn);
-      req.offset = uint32_t(psn_diff(req.psn, m.first_psn)) * qp.mtu;
+      // A read asks again from its first missing answer (send_read_or_atomic); an atomic is
+      // asked again whole.
+      resume_at(qp, i, m.opcode == IBV_WR_RDMA_READ ? read_lowest_missing(qp, i) : m.first_psn);
       return;
     }
     if (psn_diff(psn, m.last_psn) > 0) continue;  // all of it was acknowledged

@@ -180,35 +180,57 @@ void receive_write(TransportHost &w, QueuePair &qp, const Packet &pkt, const Opc
   }
 }
 
-// Takes a responder resource slot; nullptr when the peer exceeds max_dest_rd_atomic.
-//
-// The queue [res_sending, res_head) stays in PSN order (a repeated request first drops the
-// answers queued from its PSN on), and a conforming requester has at most max_rd_atomic
-// requests outstanding, the newest of them the one arriving. So when the queue is full, its
-// oldest entries answer requests the requester has finished with: a replay there is stale
-// and is dropped. A first answer there is still owed, so the peer really exceeded the limit.
-ResponderResource *new_resource(QueuePair &qp, bool replay) {
+// Takes a responder resource slot for a new request; nullptr when the peer exceeds
+// max_dest_rd_atomic. A conforming requester has at most max_rd_atomic requests outstanding,
+// the newest of them the one arriving, so when the queue is full of first answers the peer
+// really exceeded the limit; a replay queued there may be useless (the original answer may
+// have arrived after all) and gives way.
+ResponderResource *new_resource(QueuePair &qp) {
   ResponderState &r = qp.resp;
   uint32_t limit = std::max<uint32_t>(1, qp.attr.max_dest_rd_atomic);
-  while (r.res_head - r.res_sending >= limit) {
-    if (!r.res[r.res_sending ].replay) return nullptr;
-    r.res_sending++;
+  if (r.res_head - r.res_sending >= limit) {
+    uint32_t i = r.res_sending;
+    while (i != r.res_head && !r.res[i].replay) i++;
+    if (i == r.res_head) return nullptr;
+    for (; i + 1 != r.res_head; i++) r.res[i] = r.res[i + 1];
+    r.res_head--;
   }
-  ResponderResource &res = r.res[r.res_head++ ];
+  ResponderResource &res = r.res[r.res_head++];
   res = ResponderResource{};
-  res.replay = replay;
   return &res;
 }
 
-// The requester asks again from `psn` (it went back to there): responses still queued for
-// PSNs from there on are stale -- it will ask for them again too.
-void forget_responses_from(QueuePair &qp, uint32_t psn) {
+uint32_t next_unsent(const ResponderResource &res) { return psn_add(res.first_psn, res.sent); }
+
+// A request asked again for PSNs [psn, psn + packets): a queued answer whose unsent rest it
+// covers gives way (it will be sent again), and the replay takes its place in PSN order, ahead
+// of a later answer being sent, so the queue stays in PSN order. A requester that goes back N
+// (rxe) asks again for every later request too, and each of those takes its queued answer's
+// place in turn; one that asks only for what is missing (vrnic, read_holes.h) keeps the answers
+// queued for everything else (dropping them made it wait for its timer). nullptr when the
+// queue is full: the request is dropped, as the spec allows, and asked for again.
+ResponderResource *insert_replay(QueuePair &qp, uint32_t psn, uint32_t packets) {
   ResponderState &r = qp.resp;
-  while (r.res_head != r.res_sending) {
-    const ResponderResource &newest = r.res[(r.res_head - 1) ];
-    if (psn_diff(psn_add(newest.first_psn, newest.packets - 1), psn) < 0) break;
-    r.res_head--;
+  const uint32_t end = psn_add(psn, packets);
+  uint32_t kept = r.res_sending;
+  for (uint32_t i = r.res_sending; i != r.res_head; i++) {
+    const ResponderResource &queued = r.res[i];
+    uint32_t last = psn_add(queued.first_psn, queued.packets - 1);
+    if (psn_diff(next_unsent(queued), psn) >= 0 && psn_diff(last, end) < 0) continue;
+    if (kept != i) r.res[kept] = queued;
+    kept++;
   }
+  r.res_head = kept;
+  if (r.res_head - r.res_sending >= std::max<uint32_t>(1, qp.attr.max_dest_rd_atomic))
+    return nullptr;
+  uint32_t at = r.res_sending;
+  while (at != r.res_head && psn_diff(next_unsent(r.res[at]), psn) <= 0) at++;
+  for (uint32_t i = r.res_head; i != at; i--) r.res[i] = r.res[i - 1];
+  r.res_head++;
+  ResponderResource &res = r.res[at];
+  res = ResponderResource{};
+  res.replay = true;
+  return &res;
 }
 
 void receive_read(TransportHost &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info,
@@ -222,15 +244,15 @@ void receive_read(TransportHost &w, QueuePair &qp, const Packet &pkt, const Opco
     if (!duplicate) fail(w, qp, psn, kNakRemoteAccess);
     return;
   }
-  if (duplicate) forget_responses_from(qp, psn);
-  ResponderResource *res = new_resource(qp, duplicate);
+  uint32_t packets = reth.dma_len() ? (reth.dma_len() + qp.mtu - 1) / qp.mtu : 1;
+  ResponderResource *res = duplicate ? insert_replay(qp, psn, packets) : new_resource(qp);
   if (!res) {
     if (!duplicate) fail(w, qp, psn, kNakInvalidRequest);
     return;
   }
   res->kind = ResponderResource::kRead;
   res->first_psn = psn;
-  res->packets = reth.dma_len() ? (reth.dma_len() + qp.mtu - 1) / qp.mtu : 1;
+  res->packets = packets;
   res->va = reth.va();
   res->rkey = reth.rkey();
   res->length = reth.dma_len();
@@ -247,7 +269,7 @@ void receive_atomic(TransportHost &w, QueuePair &qp, const Packet &pkt, const Op
   if (eth.va() & 7) return fail(w, qp, psn, kNakInvalidRequest);
   const MemoryRegion *mr = remote_mr(w, qp, eth.rkey(), eth.va(), 8, IBV_ACCESS_REMOTE_ATOMIC);
   if (!mr) return fail(w, qp, psn, kNakRemoteAccess);
-  ResponderResource *res = new_resource(qp, false);
+  ResponderResource *res = new_resource(qp);
   if (!res) return fail(w, qp, psn, kNakInvalidRequest);
   uint64_t orig;
   bool ok = pkt.bth().opcode() == kCompareSwap
@@ -276,8 +298,7 @@ void receive_duplicate(TransportHost &w, QueuePair &qp, const Packet &pkt, const
   if (info.flags & kOpAtomic) {
     for (const ResponderState::AtomicResult &done : r.atomics) {
       if (!done.valid || done.psn != psn) continue;
-      forget_responses_from(qp, psn);  // the requester went back to here
-      if (ResponderResource *again = new_resource(qp, true)) {
+      if (ResponderResource *again = insert_replay(qp, psn, 1)) {
         again->kind = ResponderResource::kAtomic;
         again->first_psn = psn;
         again->packets = 1;

@@ -29,6 +29,11 @@ enum class Reask : bool {
 // Go-back-N: the requester sends again from `psn` (on a NAK, a timeout or a read gap, and
 // when ACKs show it was about to send again what the responder has).
 void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask);
+// Asks again for PSNs [psn, psn + packets) of the read at send-queue index `index` (a hole in
+// its answers, read_holes.h), apart from the requester's go-back-N order; false when no
+// packet buffer was free.
+bool requester_reask_read(TransportHost &w, QueuePair &qp, uint32_t index, uint32_t psn,
+                          uint32_t packets);
 
 // Local operations of the send queue (memory window bind, local invalidate), executed when
 // the requester reaches them; returns 0 or the ibv_wc_status of the failure.
@@ -41,6 +46,16 @@ void completer_receive(TransportHost &w, QueuePair &qp, const Packet &pkt);
 void completer_check_timers(TransportHost &w, QueuePair &qp);
 void completer_arm_probe(TransportHost &w, QueuePair &qp);
 void completer_retire(TransportHost &w, QueuePair &qp);
+// The read at `index` is about to be asked for again (the requester went back to it): which
+// of its PSNs to ask for. Its lowest hole (read_holes.h), its missing tail noted as one more;
+// with no table to hold holes, everything from its first missing answer on.
+struct ReadAsk {
+  uint32_t psn;
+  uint32_t packets;
+};
+ReadAsk completer_read_resend(TransportHost &w, QueuePair &qp, uint32_t index);
+// The read's first missing answer: its lowest hole, else its frontier.
+uint32_t read_lowest_missing(QueuePair &qp, uint32_t index);
 
 // Responder.
 void responder_receive(TransportHost &w, QueuePair &qp, const Packet &pkt);

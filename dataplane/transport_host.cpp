@@ -38,7 +38,22 @@ void TransportHost::keep_direct_counts(const QueuePair &qp) {
   counters[kDirectBytes] += qp.shared->direct_bytes.load(std::memory_order_relaxed);
 }
 
+void TransportHost::release_read_holes(QueuePair &qp, bool keep_frontiers) {
+  ReadHoles *holes = qp.comp.holes;
+  if (!holes) return;
+  if (keep_frontiers) {
+    for (uint32_t i = 0; i < holes->size(); i++) {
+      const ReadHoles::Hole &h = (*holes)[i];
+      WqeMeta &m = qp.wqe_meta(h.wqe);
+      if (wire::psn_diff(h.psn, m.resp_psn) < 0) m.resp_psn = h.psn;
+    }
+  }
+  read_holes.give(holes);
+  qp.comp.holes = nullptr;
+}
+
 void TransportHost::forget_qp(QueuePair &qp) {
+  release_read_holes(qp, true);
   detach_peer(qp);
   std::erase(run_queue_, &qp);
   std::erase(run_next_, &qp);
@@ -50,6 +65,7 @@ void TransportHost::forget_qps(std::span<QueuePair *const> qps) {
   if (qps.empty()) return;
   absl::flat_hash_set<const QueuePair *> gone(qps.begin(), qps.end());
   for (QueuePair *qp : qps) {
+    release_read_holes(*qp, false);
     keep_direct_counts(*qp);
     detach_peer(*qp);
   }

@@ -19,6 +19,7 @@
 #include "packet.h"
 #include "peer_window.h"
 #include "queue_pair.h"
+#include "read_holes.h"
 #include "vrnic/counters.h"
 #include "vrnic/wire.h"
 
@@ -38,6 +39,10 @@ class TransportHost {
 
   Device &dev;
   PacketPool pool;
+  // Tables of missing read answers for this host's QPs (read_holes.h): few QPs lose answers
+  // to several large reads at once.
+  static constexpr uint32_t kReadHoleTables = 64;
+  ReadHolesPool read_holes{kReadHoleTables};
   TransportCounters counters;  // this host's share of the device's counters
   uint64_t now = 0;            // ns, CLOCK_MONOTONIC (a worker) or virtual (the tests)
 
@@ -62,6 +67,10 @@ class TransportHost {
   // The same for many QPs at once (a closing session's, whose direct-path counts it keeps),
   // in one pass over each list.
   void forget_qps(std::span<QueuePair *const> qps);
+  // Gives the QP's table of missing read answers back to the pool; with `keep_frontiers`,
+  // each read it listed holes for first goes back to its lowest missing answer (what comes
+  // above it is taken again as new).
+  void release_read_holes(QueuePair &qp, bool keep_frontiers);
   // Adds what the provider counted in a destroyed QP's shared page (direct_ops, direct_bytes)
   // to this host's counters, so that the device's totals keep it.
   void keep_direct_counts(const QueuePair &qp);

@@ -13,7 +13,7 @@ enum TransportCounter : uint32_t {
   kPacketsReceived,
   kBytesReceived,
   kPacketsDropped,  // not for any QP, or refused by one (bad state, address, opcode, ...)
-  kRetransmits,     // go-back-N restarts (sequence NAK, timeout) and RNR retries
+  kRetransmits,     // go-back-N restarts (sequence NAK, timeout), RNR retries, holes asked for
   kTimeouts,        // local ACK timeouts
   kNaksSent,
   kNaksReceived,
@@ -21,6 +21,9 @@ enum TransportCounter : uint32_t {
   kRnrNaksReceived,
   kDuplicates,     // requests received again (re-ACKed or replayed)
   kOutOfSequence,  // requests ahead of the expected PSN
+  // Read responses that arrived past a gap in a read's answers, taken there (read_holes.h):
+  // the missing ones are asked for on their own.
+  kReadGaps,
   // Work requests, and their bytes, that the posting thread ran itself between local QPs
   // (the same-host direct path): counted by the provider in the QP's shared page.
   kDirectOps,
@@ -31,7 +34,8 @@ enum TransportCounter : uint32_t {
 inline constexpr const char *kTransportCounterNames[kTransportCounterCount] = {
     "packets_sent",      "bytes_sent", "packets_received", "bytes_received", "packets_dropped",
     "retransmits",       "timeouts",   "naks_sent",        "naks_received",  "rnr_naks_sent",
-    "rnr_naks_received", "duplicates", "out_of_sequence",   "direct_ops",     "direct_bytes",
+    "rnr_naks_received", "duplicates", "out_of_sequence",   "read_gaps",      "direct_ops",
+    "direct_bytes",
 };
 
 struct TransportCounters {

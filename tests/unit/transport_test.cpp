@@ -271,17 +271,60 @@ TEST_CASE("transport: a gap in read responses is asked for again, and only it", 
       drop_once([](const WireRecord &r) { return is(r, 'B', wire::kReadResponseMiddle, 101); });
   p.a.post_send(read_wqe(1, p.a, 8192, 4096, p.b, 0));
   p.run();
-  // The responder re-executes the read from the PSN asked for: a new response sequence.
+  // The requester keeps the responses after the gap and asks for the lost packet alone; the
+  // responder answers that one request with a sequence of its own.
   CHECK(p.trace() == Lines{"A READ_REQUEST 100 ack_req @0+4096", "B READ_RESPONSE_FIRST 100",
                            "B READ_RESPONSE_MIDDLE 101 (dropped)", "B READ_RESPONSE_MIDDLE 102",
-                           "B READ_RESPONSE_LAST 103", "A READ_REQUEST 101 ack_req @1024+3072",
-                           "B READ_RESPONSE_FIRST 101", "B READ_RESPONSE_MIDDLE 102",
-                           "B READ_RESPONSE_LAST 103"});
+                           "B READ_RESPONSE_LAST 103", "A READ_REQUEST 101 ack_req @1024+1024",
+                           "B READ_RESPONSE_ONLY 101"});
+  CHECK(p.a.qp->counters[kReadGaps] == 1);
   CHECK(same(p.b, 0, p.a, 8192, 4096));
   const shm::Cqe cqe = one_send_completion(p.a);
   CHECK(cqe.status == IBV_WC_SUCCESS);
   CHECK(cqe.opcode == IBV_WC_RDMA_READ);
   CHECK(p.b.qp->counters[kDuplicates] == 1);
+}
+
+// Selective read recovery (issue 31): with several multi-packet reads in flight and every third
+// response packet lost, the requester keeps what arrived, asks for each lost packet alone and
+// never asks again for a read that arrived whole. A lost response costs one request and one
+// response packet; under go-back-N it cost the rest of its read and of every read after it.
+TEST_CASE("transport: lost read responses cost one request each, reads behind them nothing",
+          "[transport]") {
+  QpPair p;  // path MTU 1024: a 4 KiB read is four response packets
+  constexpr uint32_t kReads = 8, kLen = 4096, kPackets = kReads * kLen / 1024;
+  fill(p.b, 0, kReads * kLen, 7);
+  auto is_response = [](const WireRecord &r) {
+    uint8_t op = wire::op_operation(r.opcode);
+    return r.from == 'B' && op >= wire::kReadResponseFirst && op <= wire::kReadResponseOnly;
+  };
+  int lost = 0;
+  p.script = [&, n = 0](const WireRecord &r, Packet &) mutable {
+    if (!is_response(r) || n++ % 3 != 1) return Fate::kDeliver;
+    lost++;
+    return Fate::kDrop;
+  };
+  for (uint32_t i = 0; i < kReads; i++)
+    p.a.post_send(read_wqe(i, p.a, 32768 + kLen * i, kLen, p.b, kLen * i));
+  p.run();
+  std::vector<shm::Cqe> cqes = p.a.poll_send_cq();
+  REQUIRE(cqes.size() == kReads);
+  for (uint32_t i = 0; i < kReads; i++) {
+    INFO("read " << i);
+    CHECK(cqes[i].wr_id == i);
+    CHECK(cqes[i].status == IBV_WC_SUCCESS);
+    CHECK(same(p.b, kLen * i, p.a, 32768 + kLen * i, kLen));
+  }
+  size_t requests = 0, responses = 0;
+  for (const WireRecord &r : p.log) {
+    if (r.from == 'A' && wire::op_operation(r.opcode) == wire::kReadRequest) requests++;
+    if (is_response(r)) responses++;
+  }
+  REQUIRE(lost > 0);
+  CHECK(responses == kPackets + size_t(lost));  // each lost packet sent once more, no other
+  CHECK(requests == kReads + size_t(lost));     // and asked for once
+  CHECK(p.a.qp->counters[kReadGaps] > 0);
+  CHECK(p.a.qp->state() == IBV_QPS_RTS);
 }
 
 TEST_CASE("transport: a duplicate READ re-executes only the part still missing", "[transport]") {
