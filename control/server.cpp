@@ -114,6 +114,7 @@ absl::Status Server::start() {
   daemon_shm_fd_ = daemon_region->fd;
   daemon_shm_ = static_cast<shm::DaemonShared *>(daemon_region->map);
   daemon_shm_->direct_path.store(cfg_.direct_path ? 1 : 0, std::memory_order_relaxed);
+  dev_.selective_repeat = cfg_.selective_repeat;  // read by the workers, started below
 
   listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) return absl::ErrnoToStatus(errno, "socket");
@@ -432,6 +433,7 @@ int Server::stats(Session &s, ctl::StatsResp &resp) {
   cm_.stats(resp);
   resp.workers = workers_.size();
   resp.direct_path = cfg_.direct_path;
+  resp.selective_repeat = dev_.selective_repeat;
   resp.mrs = dev_.mrs.size();
   resp.cqs = dev_.cqs.size();
   resp.qps = dev_.qps.size();

@@ -34,6 +34,9 @@ struct ServerConfig {
   // same-host direct path, provider/direct_path.h); --no-direct-path keeps every one on the
   // workers.
   bool direct_path = true;
+  // Selective repeat with every RC peer (Device::selective_repeat): only where all of them
+  // are vrnic, since a Sack means nothing to another RoCE NIC.
+  bool selective_repeat = false;
 };
 
 }  // namespace vrnic

@@ -42,6 +42,7 @@ int stats(int sock) {
       {"wire_link_up", r->wire_link_up},
       {"workers", r->workers},
       {"direct_path", r->direct_path},
+      {"selective_repeat", r->selective_repeat},
       {"doorbell_user_look_max", r->doorbell_user_look_max},
       {"qp_moves", r->qp_moves},
       {"worker_stops", r->worker_stops},

@@ -33,7 +33,7 @@ void usage(FILE *out) {
       out,
       "usage: vrnicd [--socket PATH] [--socket-group GROUP] [--limits SPEC] DEVICE\n"
       "              [--device DEVICE]...\n"
-      "  DEVICE: [--workers N] [--cpus LIST] [--no-direct-path]\n"
+      "  DEVICE: [--workers N] [--cpus LIST] [--no-direct-path] [--selective-repeat]\n"
       "          [--udp ADDR [--udp-port PORT] [--udp-buffer BYTES] [--no-gso]]\n"
       "          [--dpdk ADDR --eal 'EAL ARGS' [--udp-port PORT]] [--faults SPEC]\n"
       "  --socket PATH    control socket (default: $VRNIC_SOCKET, else\n"
@@ -75,6 +75,11 @@ void usage(FILE *out) {
       "  --no-direct-path every work request goes through the workers (by default a\n"
       "                   client runs a WR between two QPs of its own process itself; the\n"
       "                   environment variable VRNIC_DIRECT_PATH=0 does the same per process)\n"
+      "  --selective-repeat  a sequence NAK says which later packets this device holds, so\n"
+      "                   that a vrnic peer sends again only the missing ones (by default\n"
+      "                   it goes back N from the first); for wires where every RC peer is\n"
+      "                   a vrnicd that knows it (vrnic 14 and later): rxe and hardware NICs\n"
+      "                   need the default. Either way out-of-order packets are kept\n"
       "  --no-gso         one sendmsg per packet (by default runs of equal-size packets to\n"
       "                   an IPv6 or loopback peer leave as one UDP GSO send)\n"
       "  --faults SPEC    inject faults on the wire port's receive path, e.g.\n"
@@ -196,6 +201,8 @@ int main(int argc, char **argv) {
         cfg.dpdk_port.eal_args.emplace_back(word);
     } else if (arg == "--no-direct-path") {
       cfg.direct_path = false;
+    } else if (arg == "--selective-repeat") {
+      cfg.selective_repeat = true;
     } else if (arg == "--no-gso") {
       cfg.udp_port.gso = false;
     } else if (arg == "--faults") {

@@ -236,7 +236,61 @@ void atomic_ack(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   w.schedule(qp);
 }
 
-void nak(TransportHost &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
+// The shortest selective-repeat round: a round trip between two vrnicd on one host is tens of
+// microseconds, and one not measured yet (no peer window: a loop-port pair) is taken as this.
+constexpr uint64_t kMinSackRoundNs = 20'000;
+
+// The Sack a sequence NAK carries, if it carries one (only a vrnic responder that agreed
+// selective repeat sends it).
+const Sack *sack_of(const Packet *pkt) {
+  if (!pkt || pkt->payload_len != Sack::kSize) return nullptr;
+  const Sack *sack = reinterpret_cast<const Sack *>(pkt->payload);
+  return sack->valid() ? sack : nullptr;
+}
+
+// A selective NAK: the responder lacks `psn` and holds the PSNs after it that the Sack says,
+// up to the last it names; what it lacks among them is sent again, a packet each, except what
+// was sent again in this round already (its copy is on the way). A round lasts two round
+// trips; a NAK after that finds what is still missing lost again. A few losses keep the
+// windows (random loss: nothing says the path is overloaded); many in one NAK -- a run, as an
+// overflowing buffer drops them -- shrink them as a go-back-N NAK does. No retry is used up: the
+// responder is there and answering. False, with nothing sent, when one of the missing PSNs is
+// not a SEND's or WRITE's packet (a read or atomic request), or was never sent: then the
+// requester goes back N.
+bool selective_resend(TransportHost &w, QueuePair &qp, uint32_t psn, const Sack &sack) {
+  CompleterState &c = qp.comp;
+  const uint32_t span = sack.span();
+  if (psn_diff(psn_add(psn, span), qp.req.psn_end) >= 0) return false;
+  uint32_t missing = 0, index;
+  for (uint32_t i = 0; i <= span; i++) {
+    if (i && sack.held(i - 1)) continue;
+    if (!requester_data_psn(qp, psn_add(psn, i), &index)) return false;
+    missing++;
+  }
+  uint64_t round = std::max<uint64_t>(qp.req.peer ? 2 * qp.req.peer->srtt_ns() : 0, kMinSackRoundNs);
+  if (w.now >= c.sack_round_end || psn_diff(c.sack_high, psn) < 0) {
+    c.sack_round_end = w.now + round;
+    c.sack_high = psn_add(psn, -1u);
+  }
+  for (uint32_t i = 0; i <= span; i++) {
+    uint32_t p = psn_add(psn, i);
+    if ((i && sack.held(i - 1)) || psn_diff(p, c.sack_high) <= 0) continue;
+    if (!requester_data_psn(qp, p, &index) || !requester_resend(w, qp, index, p)) break;
+    w.count(qp, kSelectiveResends);
+    c.sack_high = p;
+  }
+  c.rtt_sent_at = 0;  // the PSN timed waits for the repair: no sample from it
+  if (missing > std::max<uint32_t>(4, (span + 1) / 8)) {
+    qp.req.window.on_loss();
+    if (qp.req.peer) qp.req.peer->on_loss(PeerWindow::Loss::kNak, w.now);
+  } else if (qp.req.peer) {
+    qp.req.peer->on_random_loss(w.now);
+  }
+  completer_arm_probe(w, qp);
+  return true;
+}
+
+void nak(TransportHost &w, QueuePair &qp, uint32_t psn, uint8_t syndrome, const Packet *pkt) {
   acknowledge(w, qp, psn_add(psn, -1u));
   if (!outstanding(qp)) return;
   w.count(qp, aeth_kind(syndrome) == kAethRnrNak ? kRnrNaksReceived : kNaksReceived);
@@ -262,6 +316,7 @@ void nak(TransportHost &w, QueuePair &qp, uint32_t psn, uint8_t syndrome) {
       if (psn_diff(psn, qp.comp.acked_psn) <= 0 ||
           (qp.comp.nak_rewound_valid && psn_diff(psn, qp.comp.nak_rewound_psn) <= 0))
         return;
+      if (const Sack *sack = sack_of(pkt); sack && selective_resend(w, qp, psn, *sack)) return;
       if (qp.comp.retry_left == 0) {
         fail_oldest(w, qp, IBV_WC_RETRY_EXC_ERR);
         return;
@@ -390,12 +445,12 @@ void completer_receive(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   if (info.flags & kOpReadResponse) {
     if (info.flags & kOpAeth) {
       uint8_t syndrome = pkt.ext<Aeth>(info.aeth_off).syndrome();
-      if (aeth_kind(syndrome) != kAethAck) return nak(w, qp, psn, syndrome);
+      if (aeth_kind(syndrome) != kAethAck) return nak(w, qp, psn, syndrome, nullptr);
     }
     return read_response(w, qp, pkt);
   }
   uint8_t syndrome = pkt.ext<Aeth>(info.aeth_off).syndrome();
-  if (aeth_kind(syndrome) != kAethAck) return nak(w, qp, psn, syndrome);
+  if (aeth_kind(syndrome) != kAethAck) return nak(w, qp, psn, syndrome, &pkt);
   if (op == kAtomicAcknowledge) return atomic_ack(w, qp, pkt);
   acknowledge(w, qp, psn);
   reask_missing_answers(w, qp, psn_add(psn, 1));

@@ -52,6 +52,11 @@ class Device {
   // QP a remote access arrives on: with several workers both take this lock.
   mutable SpinLock mw_lock;
   bool shared_windows() const { return info.num_workers > 1; }
+  // Selective repeat with every RC peer (vrnicd --selective-repeat): the responder's sequence
+  // NAKs say which later PSNs it holds (wire::Sack), which only a vrnic requester reads. Off by
+  // default, so that rxe, hardware and any peer that does not know it get plain NAKs (every
+  // responder holds what arrives early either way; a requester always acts on a Sack it gets).
+  bool selective_repeat = false;
 
   MemoryRegion *mr_by_key(uint32_t key) const {
     if (key == kGsiMrKey) return gsi_mr;

@@ -53,9 +53,13 @@ class PeerWindow {
   }
 
   enum class Loss { kNak, kProbe, kTimeout };
+  // A few packets lost at random and repaired one by one (a selective NAK, wire::Sack): the
+  // path loses packets (probes stay armed, below), but the window stays, since the loss says
+  // nothing of overload; a run of losses comes through on_loss.
+  void on_random_loss(uint64_t now) { note_loss(now); }
   // Call before the QP rewinds, so that what was out is counted. `now` in ns.
   void on_loss(Loss kind, uint64_t now) {
-    if (kind != Loss::kProbe) last_loss_ns_ = now;
+    if (kind != Loss::kProbe) note_loss(now);
     if (acked_ >= recovered_at_) {  // a new loss event
       // Half of what was out, but never more than half the window: a window that has just
       // shrunk still has the packets of the larger one out.
@@ -88,7 +92,7 @@ class PeerWindow {
   }
   uint64_t srtt_ns() const { return srtt_ns_; }
   uint64_t probe_ns() const { return std::max(kMinProbeNs, srtt_ns_ + 4 * rttvar_ns_); }
-  bool lossy(uint64_t now) const { return last_loss_ns_ && now - last_loss_ns_ < kLossyNs; }
+  bool lossy(uint64_t now) const { return lost_ && now - last_loss_ns_ < kLossyNs; }
 
   // Kept by the worker (Worker::attach_peer): the peer, the QPs attached, and those held
   // back by this window, scheduled again when it opens.
@@ -102,6 +106,11 @@ class PeerWindow {
   uint32_t in_flight_ = 0;
   uint32_t credit_ = 0;
   uint64_t srtt_ns_ = 0, rttvar_ns_ = 0;
+  void note_loss(uint64_t now) {
+    lost_ = true;
+    last_loss_ns_ = now;
+  }
+  bool lost_ = false;  // a loss seen (last_loss_ns_ says when; a clock may read 0)
   uint64_t last_loss_ns_ = 0;
   uint64_t acked_ = 0;         // PSNs acknowledged, all QPs, ever
   uint64_t recovered_at_ = 0;  // a loss before acked_ reaches this is the same event

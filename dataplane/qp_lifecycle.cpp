@@ -193,6 +193,7 @@ void qp_enter_error(TransportHost &w, QueuePair &qp) {
   set_state(qp, IBV_QPS_ERR);
   qp.comp.ack_deadline = qp.comp.rnr_deadline = 0;
   w.detach_peer(qp);  // it sends no more: what it had out holds no other QP back
+  w.release_held(qp);  // it executes no more
   qp_flush(w, qp);
   // A QP on an SRQ takes no more WQEs from it: tell the owner (IB spec 11.6.3).
   if (qp.rq != &qp.own_rq) raise_event(qp.async_fd, IBV_EVENT_QP_LAST_WQE_REACHED, qp.cookie);

@@ -21,7 +21,8 @@
 
 namespace vrnic {
 
-class ReadHoles;  // read_holes.h
+class ReadHoles;    // read_holes.h
+class HeldPackets;  // held_packets.h
 
 // Worker-private bookkeeping per send-queue slot (never trusted to shared memory).
 struct WqeMeta {
@@ -84,6 +85,10 @@ struct CompleterState {
   bool timeout_resend = false;
   uint32_t rtt_psn = 0;
   uint64_t rtt_sent_at = 0;
+  // Selective repeat (wire::Sack): the highest PSN sent again alone in this round, and when the
+  // round ends. A round lasts two round trips; after it, what is still missing is sent again.
+  uint32_t sack_high = 0;
+  uint64_t sack_round_end = 0;
 };
 
 // A read or atomic the responder is answering (IB "responder resources").
@@ -106,7 +111,8 @@ struct ResponderResource {
 struct ResponderState {
   uint32_t psn = 0;  // expected PSN
   uint32_t msn = 0;
-  bool nak_sent = false;  // a NAK (sequence or RNR) is out for `psn`: drop until it arrives
+  bool nak_sent = false;  // a NAK (sequence or RNR) is out for `psn`
+  bool rnr_nak_sent = false;  // and it is an RNR NAK
   bool uc_drop = false;   // UC: the message in progress was dropped; skip to the next first
   // The receive WQE taken for the message in progress: a private copy, since the ring slot
   // (or, for an SRQ, the next WQE) may be reused as soon as it is taken.
@@ -143,6 +149,9 @@ struct ResponderState {
   ResponderRing<ResponderResource> res;
   uint32_t res_head = 0;     // one past the newest
   uint32_t res_sending = 0;  // first resource with read responses left to send
+  // Requests received ahead of `psn`, kept until it comes (held_packets.h): a table from the
+  // host's pool while there are any.
+  HeldPackets *held = nullptr;
 };
 
 class QueuePair {

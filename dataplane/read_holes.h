@@ -17,9 +17,9 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "packet.h"
+#include "table_pool.h"
 
 namespace vrnic {
 
@@ -137,24 +137,6 @@ class ReadHoles {
   uint32_t count_ = 0;
 };
 
-// A host's tables, made when the host is; no allocation when packets are handled.
-class ReadHolesPool {
- public:
-  explicit ReadHolesPool(uint32_t tables) : tables_(tables) {
-    for (ReadHoles &t : tables_) free_.push_back(&t);
-  }
-  ReadHoles *take() {
-    if (free_.empty()) return nullptr;
-    ReadHoles *t = free_.back();
-    free_.pop_back();
-    t->clear();
-    return t;
-  }
-  void give(ReadHoles *t) { free_.push_back(t); }
-
- private:
-  std::vector<ReadHoles> tables_;
-  std::vector<ReadHoles *> free_;
-};
+using ReadHolesPool = TablePool<ReadHoles>;
 
 }  // namespace vrnic

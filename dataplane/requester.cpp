@@ -227,6 +227,44 @@ bool requester_reask_read(TransportHost &w, QueuePair &qp, uint32_t index, uint3
   return send_read_request(w, qp, qp.wqe(index), qp.wqe_meta(index), psn, packets);
 }
 
+bool requester_data_psn(QueuePair &qp, uint32_t psn, uint32_t *index) {
+  for (uint32_t i = qp.comp.wqe; i != qp.req.started; i++) {
+    const WqeMeta &m = qp.wqe_meta(i);
+    if (wr::is_local(m.opcode) || m.status) continue;  // no PSN of its own
+    if (psn_diff(psn, m.first_psn) < 0) return false;
+    if (psn_diff(psn, m.last_psn) > 0) continue;
+    if (wr::is_read_or_atomic(m.opcode)) return false;
+    *index = i;
+    return true;
+  }
+  return false;
+}
+
+bool requester_resend(TransportHost &w, QueuePair &qp, uint32_t index, uint32_t psn) {
+  RequesterState &req = qp.req;
+  // Where the requester stands (send_data_packet moves it): put back after the one packet.
+  const uint32_t psn_was = req.psn, wqe_was = req.wqe, offset_was = req.offset;
+  const uint32_t sge_was = req.sge, sge_offset_was = req.sge_offset;
+  WqeMeta &m = qp.wqe_meta(index);
+  const shm::SendWqe &wqe = qp.wqe(index);
+  req.wqe = index;
+  req.psn = psn;
+  req.offset = uint32_t(psn_diff(psn, m.first_psn)) * qp.mtu;
+  req.sge = req.sge_offset = 0;
+  if (!(m.flags & shm::kWqeInline)) {
+    SgeCursor cur = sge_seek(send_sge_list(wqe, qp.pd), req.offset);
+    req.sge = cur.index;
+    req.sge_offset = cur.offset;
+  }
+  bool sent = send_data_packet(w, qp, qp.wqe(index), m);
+  req.psn = psn_was;
+  req.wqe = wqe_was;
+  req.offset = offset_was;
+  req.sge = sge_was;
+  req.sge_offset = sge_offset_was;
+  return sent;
+}
+
 // Go-back-N: send again from `psn`, the first PSN the responder has not taken -- from the
 // middle of a SEND or WRITE if need be (the responder still holds the message's context).
 // An unfinished READ or atomic before that point is asked for again when `reask` says so:

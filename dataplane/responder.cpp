@@ -79,7 +79,7 @@ void fail_recv(TransportHost &w, QueuePair &qp, uint32_t psn, uint8_t wc_status,
 void rnr_nak(TransportHost &w, QueuePair &qp, uint32_t psn) {
   if (qp.type == IBV_QPT_UC) return drop_uc_message(w, qp);  // no receive WQE: dropped
   w.count(qp, kRnrNaksSent);
-  qp.resp.nak_sent = true;
+  qp.resp.nak_sent = qp.resp.rnr_nak_sent = true;
   send_aeth(w, qp, psn, kAethRnrNak | (qp.attr.min_rnr_timer & 0x1f));
 }
 
@@ -396,6 +396,93 @@ bool uc_accept(QueuePair &qp, uint32_t psn, const OpcodeInfo &info) {
   return !r.uc_drop;
 }
 
+// The request at the expected PSN (RC): executed.
+void receive_in_sequence(TransportHost &w, QueuePair &qp, const Packet &pkt,
+                         const OpcodeInfo &info) {
+  ResponderState &r = qp.resp;
+  uint32_t psn = pkt.bth().psn();
+  r.nak_sent = r.rnr_nak_sent = false;
+  if (!sequence_ok(r, info) || !length_ok(qp, pkt, info))
+    return fail(w, qp, psn, kNakInvalidRequest);
+  if (info.flags & kOpSend) {
+    receive_send(w, qp, pkt, info);
+  } else if (info.flags & kOpWrite) {
+    receive_write(w, qp, pkt, info);
+  } else if (info.flags & kOpReadRequest) {
+    return receive_read(w, qp, pkt, info, false);
+  } else if (info.flags & kOpAtomic) {
+    return receive_atomic(w, qp, pkt, info);
+  }
+  if (pkt.bth().ack_req() && qp.state() != IBV_QPS_ERR && !r.nak_sent && psn_diff(r.psn, psn) > 0) {
+    r.ack_pending = true;
+    r.ack_psn = psn;
+    w.ack_later(qp);
+  }
+}
+
+// A sequence NAK for the expected PSN. With selective repeat agreed (--selective-repeat), it
+// says which later PSNs are held (wire::Sack), so that the requester sends only the others.
+void sequence_nak(TransportHost &w, QueuePair &qp) {
+  ResponderState &r = qp.resp;
+  r.nak_sent = true;
+  w.count(qp, kNaksSent);
+  Packet *pkt = new_packet(w, qp, kAcknowledge, r.psn, false);
+  if (!pkt) return;  // the requester's timer recovers
+  pkt->ext<Aeth>(opcode_info(kAcknowledge).aeth_off).set(kNakPsnSeqError, r.msn);
+  if (w.dev.selective_repeat && r.held && !r.held->empty()) {
+    uint32_t span = std::min<uint32_t>(uint32_t(psn_diff(r.held->high(), r.psn)), Sack::kMaxSpan);
+    Sack *sack = reinterpret_cast<Sack *>(pkt->bounce);
+    sack->start(span);
+    for (uint32_t i = 0; i < span; i++)
+      if (r.held->at(psn_add(r.psn, i + 1))) sack->set_held(i);
+    pkt->payload = pkt->bounce;
+    pkt->payload_len = Sack::kSize;
+  }
+  w.transmit(qp, pkt);
+}
+
+// A request ahead of the expected PSN: the ones before it were lost or are late. It is kept
+// (held_packets.h) when there is room, and a sequence NAK goes out: the first time (go-back-N:
+// the requester sends everything again from the NAK's PSN, and this one's copy is then a
+// duplicate), or, with selective repeat, whenever a new gap opens below it.
+void receive_ahead(TransportHost &w, QueuePair &qp, const Packet &pkt, uint32_t ahead) {
+  ResponderState &r = qp.resp;
+  w.count(qp, kOutOfSequence);
+  uint32_t psn = pkt.bth().psn();
+  if (r.held && r.held->at(psn)) return;  // held already: a duplicate
+  bool gap = !r.held || r.held->empty() || psn_diff(psn, r.held->high()) > 1;
+  bool kept = ahead < HeldPackets::kSlots && w.hold_packet(qp, pkt);
+  if (kept) w.count(qp, kPacketsHeld);
+  // After an RNR NAK the requester waits its timer and then sends everything again from the
+  // NAK's PSN: no sequence NAK (it would have it resend before the timer).
+  if (!r.nak_sent || (kept && gap && w.dev.selective_repeat && !r.rnr_nak_sent))
+    sequence_nak(w, qp);
+}
+
+// The expected PSN came: the held requests it was missing for run now, in PSN order, until
+// the next gap (or a request that does not advance: an RNR NAK or an error, which the
+// requester's resend from there repairs). What they took is acknowledged at once -- with a
+// selective NAK for the next gap when they leave one.
+void deliver_held(TransportHost &w, QueuePair &qp) {
+  ResponderState &r = qp.resp;
+  bool delivered = false;
+  while (qp.state() != IBV_QPS_ERR) {
+    Packet *held = w.take_held(qp, r.psn);
+    if (!held) break;
+    uint32_t before = r.psn;
+    receive_in_sequence(w, qp, *held, held->info());
+    w.pool.free(held);
+    delivered = true;
+    if (r.psn == before || r.nak_sent) break;
+  }
+  if (r.held && (qp.state() == IBV_QPS_ERR || r.held->empty())) w.release_held(qp);
+  if (!delivered || qp.state() == IBV_QPS_ERR || r.nak_sent) return;
+  if (r.held && w.dev.selective_repeat) return sequence_nak(w, qp);
+  r.ack_pending = true;
+  r.ack_psn = psn_add(r.psn, -1u);
+  w.ack_later(qp);
+}
+
 }  // namespace
 
 void responder_receive(TransportHost &w, QueuePair &qp, const Packet &pkt) {
@@ -429,32 +516,9 @@ void responder_receive(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   }
   int32_t d = psn_diff(psn, r.psn);
   if (d < 0) return receive_duplicate(w, qp, pkt, info);
-  if (d > 0) {
-    w.count(qp, kOutOfSequence);
-    if (!r.nak_sent) {
-      r.nak_sent = true;
-      w.count(qp, kNaksSent);
-      send_aeth(w, qp, r.psn, kNakPsnSeqError);
-    }
-    return;
-  }
-  r.nak_sent = false;
-  if (!sequence_ok(r, info) || !length_ok(qp, pkt, info))
-    return fail(w, qp, psn, kNakInvalidRequest);
-  if (info.flags & kOpSend) {
-    receive_send(w, qp, pkt, info);
-  } else if (info.flags & kOpWrite) {
-    receive_write(w, qp, pkt, info);
-  } else if (info.flags & kOpReadRequest) {
-    return receive_read(w, qp, pkt, info, false);
-  } else if (info.flags & kOpAtomic) {
-    return receive_atomic(w, qp, pkt, info);
-  }
-  if (pkt.bth().ack_req() && qp.state() != IBV_QPS_ERR && !r.nak_sent && psn_diff(r.psn, psn) > 0) {
-    r.ack_pending = true;
-    r.ack_psn = psn;
-    w.ack_later(qp);
-  }
+  if (d > 0) return receive_ahead(w, qp, pkt, uint32_t(d));
+  receive_in_sequence(w, qp, pkt, info);
+  if (r.held) deliver_held(w, qp);
 }
 
 bool responder_has_work(const QueuePair &qp) {

@@ -35,6 +35,12 @@ void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask);
 bool requester_reask_read(TransportHost &w, QueuePair &qp, uint32_t index, uint32_t psn,
                           uint32_t packets);
 
+// Selective repeat (wire::Sack): whether `psn` is a packet of a SEND or WRITE that has not
+// retired (its send-queue index in *index); then sends that one packet again without moving
+// the requester (false when no packet buffer was free).
+bool requester_data_psn(QueuePair &qp, uint32_t psn, uint32_t *index);
+bool requester_resend(TransportHost &w, QueuePair &qp, uint32_t index, uint32_t psn);
+
 // Local operations of the send queue (memory window bind, local invalidate), executed when
 // the requester reaches them; returns 0 or the ibv_wc_status of the failure.
 int execute_local_op(Device &dev, QueuePair &qp, const shm::SendWqe &wqe);

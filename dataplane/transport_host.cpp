@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "transport.h"
 
@@ -12,7 +13,7 @@ namespace vrnic {
 
 TransportHost::TransportHost(Device &d, uint32_t pool_packets, uint32_t rx_reserve,
                              uint8_t pool_home)
-    : dev(d), pool(pool_packets, pool_home), rx_reserve_(rx_reserve) {}
+    : dev(d), pool(pool_packets, pool_home), rx_reserve_(rx_reserve), held_cap_(pool_packets / 4) {}
 
 void TransportHost::schedule(QueuePair &qp) {
   if (qp.in_run_queue) return;
@@ -52,8 +53,47 @@ void TransportHost::release_read_holes(QueuePair &qp, bool keep_frontiers) {
   qp.comp.holes = nullptr;
 }
 
+bool TransportHost::hold_packet(QueuePair &qp, const Packet &pkt) {
+  if (held_count_ >= held_cap_ || pkt.payload_len > kMaxPayload ||
+      pool.available() < rx_reserve_ + 2 * kQpBudget)
+    return false;
+  if (!qp.resp.held && !(qp.resp.held = held_tables_.take())) return false;
+  Packet *copy = pool.alloc();
+  std::memcpy(copy->src_gid, pkt.src_gid, sizeof(pkt.src_gid));
+  std::memcpy(copy->dst_gid, pkt.dst_gid, sizeof(pkt.dst_gid));
+  copy->udp_sport = pkt.udp_sport;
+  copy->header_len = pkt.header_len;
+  std::memcpy(copy->header, pkt.header, sizeof(pkt.header));
+  std::memcpy(copy->bounce, pkt.payload, pkt.payload_len);
+  copy->payload = copy->bounce;
+  copy->payload_len = pkt.payload_len;
+  copy->src_qpn = pkt.src_qpn;
+  if (Packet *stale = qp.resp.held->put(copy)) {
+    pool.free(stale);
+  } else {
+    held_count_++;
+  }
+  return true;
+}
+
+Packet *TransportHost::take_held(QueuePair &qp, uint32_t psn) {
+  Packet *p = qp.resp.held ? qp.resp.held->take(psn) : nullptr;
+  if (p) held_count_--;
+  return p;
+}
+
+void TransportHost::release_held(QueuePair &qp) {
+  HeldPackets *held = qp.resp.held;
+  if (!held) return;
+  held_count_ -= held->size();
+  held->free_all([this](Packet *p) { pool.free(p); });
+  held_tables_.give(held);
+  qp.resp.held = nullptr;
+}
+
 void TransportHost::forget_qp(QueuePair &qp) {
   release_read_holes(qp, true);
+  release_held(qp);
   detach_peer(qp);
   std::erase(run_queue_, &qp);
   std::erase(run_next_, &qp);
@@ -66,6 +106,7 @@ void TransportHost::forget_qps(std::span<QueuePair *const> qps) {
   absl::flat_hash_set<const QueuePair *> gone(qps.begin(), qps.end());
   for (QueuePair *qp : qps) {
     release_read_holes(*qp, false);
+    release_held(*qp);
     keep_direct_counts(*qp);
     detach_peer(*qp);
   }

@@ -19,6 +19,7 @@
 #include "packet.h"
 #include "peer_window.h"
 #include "queue_pair.h"
+#include "held_packets.h"
 #include "read_holes.h"
 #include "vrnic/counters.h"
 #include "vrnic/wire.h"
@@ -43,6 +44,8 @@ class TransportHost {
   // to several large reads at once.
   static constexpr uint32_t kReadHoleTables = 64;
   ReadHolesPool read_holes{kReadHoleTables};
+  // Tables of out-of-order requests held by this host's responders (held_packets.h).
+  static constexpr uint32_t kHeldPacketTables = 64;
   TransportCounters counters;  // this host's share of the device's counters
   uint64_t now = 0;            // ns, CLOCK_MONOTONIC (a worker) or virtual (the tests)
 
@@ -71,6 +74,14 @@ class TransportHost {
   // each read it listed holes for first goes back to its lowest missing answer (what comes
   // above it is taken again as new).
   void release_read_holes(QueuePair &qp, bool keep_frontiers);
+  // Keeps a copy of `pkt`, a request ahead of the QP's expected PSN (within
+  // HeldPackets::kSlots of it, not held yet); false when there is no room: no table, the
+  // host's share of its pool for held packets used up, or the pool itself running low.
+  bool hold_packet(QueuePair &qp, const Packet &pkt);
+  // Takes the held copy of `psn` out (nullptr if none); the caller frees it to the pool.
+  Packet *take_held(QueuePair &qp, uint32_t psn);
+  // Frees what the QP holds and gives its table back.
+  void release_held(QueuePair &qp);
   // Adds what the provider counted in a destroyed QP's shared page (direct_ops, direct_bytes)
   // to this host's counters, so that the device's totals keep it.
   void keep_direct_counts(const QueuePair &qp);
@@ -115,6 +126,9 @@ class TransportHost {
   void wake_peer_waiters(PeerWindow &p);
 
   uint32_t rx_reserve_;
+  HeldPacketsPool held_tables_{kHeldPacketTables};
+  uint32_t held_count_ = 0;  // packets of the pool held, over all QPs
+  uint32_t held_cap_;        // at most a quarter of the pool
   std::vector<QueuePair *> run_queue_, run_next_;
   std::vector<QueuePair *> ack_list_;
   std::vector<QueuePair *> timer_list_;

@@ -50,21 +50,8 @@ fi
 bench_out_dir bench-udp || exit 1
 out=$BENCH_OUT
 
-bench_free_udp_port
-udp_port=$BENCH_UDP_PORT
-
-echo "== vrnic udp-port benchmark: $rounds rounds"
-{
-  bench_system_info
-  echo "vrnicd:   --udp 127.0.0.1 and --udp 127.0.0.2, --udp-port $udp_port"
-} | tee "$out/system.txt"
-
-if ! start_vrnicd --udp 127.0.0.1 --udp-port "$udp_port" >"$out/vrnicd-start.log" 2>&1 ||
-  ! start_peer_vrnicd --udp 127.0.0.2 --udp-port "$udp_port" >>"$out/vrnicd-start.log" 2>&1; then
-  cat "$out/vrnicd-start.log"
-  exit 1
-fi
-VRNIC_CLIENT_ENV=VRNIC_SOCKET=$PEER_SOCKET
+bench_udp_pair_header "vrnic udp-port benchmark: $rounds rounds"
+bench_start_udp_pair || exit 1
 echo "server:   vrnicd pid $VRNICD_PID on 127.0.0.1, socket $VRNIC_SOCKET"
 echo "client:   vrnicd pid $PEER_PID on 127.0.0.2, socket $PEER_SOCKET"
 echo "logs:     $out/"
@@ -134,15 +121,8 @@ for ((r = 1; r <= rounds; r++)); do
 done
 
 # Counters of both daemons after the run, then stop them.
-stats_ok=1
-vrnicctl_stats "$VRNIC_SOCKET" >"$out/stats.server.txt" 2>&1 || stats_ok=0
-vrnicctl_stats "$PEER_SOCKET" >"$out/stats.client.txt" 2>&1 || stats_ok=0
-((stats_ok)) || BENCH_FAILURES=$((BENCH_FAILURES + 1))
 daemons_alive "$out/vrnicd-stop.log" || BENCH_FAILURES=$((BENCH_FAILURES + 1))
-stop_vrnicd TERM >>"$out/vrnicd-stop.log" 2>&1 || BENCH_FAILURES=$((BENCH_FAILURES + 1))
-VRNICD_PID=$PEER_PID VRNICD_LOG=$PEER_LOG
-stop_vrnicd TERM "$PEER_SOCKET" >>"$out/vrnicd-stop.log" 2>&1 || BENCH_FAILURES=$((BENCH_FAILURES + 1))
-PEER_PID=
+bench_stop_udp_pair
 
 # counter_of FILE KEY: one counter from a saved `vrnicctl stats`; "?" if absent.
 counter_of() {

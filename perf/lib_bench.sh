@@ -193,3 +193,43 @@ bench_count_arg() {
   echo "usage: perf/${0##*/} [$1]" >&2
   return 1
 }
+
+# bench_udp_pair_header TITLE: the udp benchmarks' opening (bench_out_dir first): a free UDP
+# port (BENCH_UDP_PORT), "== TITLE" and the machine, also in $BENCH_OUT/system.txt.
+bench_udp_pair_header() {
+  bench_free_udp_port
+  echo "== $1"
+  {
+    bench_system_info
+    echo "vrnicd:   --udp 127.0.0.1 and --udp 127.0.0.2, --udp-port $BENCH_UDP_PORT"
+  } | tee "$BENCH_OUT/system.txt"
+}
+
+# bench_start_udp_pair [VRNICD ARGS...]: the two vrnicd the udp benchmarks run between, each
+# with ARGS: the server's on 127.0.0.1, the clients' on 127.0.0.2 (VRNIC_CLIENT_ENV points
+# clients there). Their start logs go to $BENCH_OUT/vrnicd-start.log; shown, and status 1,
+# when one does not start.
+bench_start_udp_pair() {
+  if ! start_vrnicd --udp 127.0.0.1 --udp-port "$BENCH_UDP_PORT" "$@" \
+    >>"$BENCH_OUT/vrnicd-start.log" 2>&1 ||
+    ! start_peer_vrnicd --udp 127.0.0.2 --udp-port "$BENCH_UDP_PORT" "$@" \
+      >>"$BENCH_OUT/vrnicd-start.log" 2>&1; then
+    cat "$BENCH_OUT/vrnicd-start.log"
+    return 1
+  fi
+  VRNIC_CLIENT_ENV=VRNIC_SOCKET=$PEER_SOCKET
+}
+
+# bench_stop_udp_pair [SUFFIX]: both daemons' counters to $BENCH_OUT/stats.{server,client}
+# SUFFIX.txt, then both stopped; a failure to read or to stop counts in BENCH_FAILURES.
+bench_stop_udp_pair() {
+  local ok=1
+  vrnicctl_stats "$VRNIC_SOCKET" >"$BENCH_OUT/stats.server${1:-}.txt" 2>&1 || ok=0
+  vrnicctl_stats "$PEER_SOCKET" >"$BENCH_OUT/stats.client${1:-}.txt" 2>&1 || ok=0
+  ((ok)) || BENCH_FAILURES=$((BENCH_FAILURES + 1))
+  stop_vrnicd TERM >>"$BENCH_OUT/vrnicd-stop.log" 2>&1 || BENCH_FAILURES=$((BENCH_FAILURES + 1))
+  VRNICD_PID=$PEER_PID VRNICD_LOG=$PEER_LOG
+  stop_vrnicd TERM "$PEER_SOCKET" >>"$BENCH_OUT/vrnicd-stop.log" 2>&1 ||
+    BENCH_FAILURES=$((BENCH_FAILURES + 1))
+  PEER_PID=
+}

@@ -24,6 +24,11 @@ enum TransportCounter : uint32_t {
   // Read responses that arrived past a gap in a read's answers, taken there (read_holes.h):
   // the missing ones are asked for on their own.
   kReadGaps,
+  // Requests ahead of the expected PSN that the responder kept (held_packets.h) and executed
+  // once the missing ones came, rather than dropped.
+  kPacketsHeld,
+  // Packets sent again alone because a selective NAK (wire::Sack) named them missing.
+  kSelectiveResends,
   // Work requests, and their bytes, that the posting thread ran itself between local QPs
   // (the same-host direct path): counted by the provider in the QP's shared page.
   kDirectOps,
@@ -34,8 +39,8 @@ enum TransportCounter : uint32_t {
 inline constexpr const char *kTransportCounterNames[kTransportCounterCount] = {
     "packets_sent",      "bytes_sent", "packets_received", "bytes_received", "packets_dropped",
     "retransmits",       "timeouts",   "naks_sent",        "naks_received",  "rnr_naks_sent",
-    "rnr_naks_received", "duplicates", "out_of_sequence",   "read_gaps",      "direct_ops",
-    "direct_bytes",
+    "rnr_naks_received", "duplicates", "out_of_sequence",   "read_gaps",      "packets_held",
+    "selective_resends", "direct_ops", "direct_bytes",
 };
 
 struct TransportCounters {

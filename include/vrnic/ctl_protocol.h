@@ -13,7 +13,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 13;
+inline constexpr uint32_t kProtocolVersion = 14;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -362,6 +362,7 @@ struct StatsResp {
   uint64_t grace_periods;  // waited for with no worker stopped (freeing what left a table)
   uint64_t workers;
   uint64_t direct_path;  // 1: clients may run WRs between their own QPs (not --no-direct-path)
+  uint64_t selective_repeat;  // 1: sequence NAKs say what is held (--selective-repeat)
   // The most doorbell cells one user's sessions took in one look of a worker, of all the
   // workers (dataplane/doorbell_budget.h): never past its budget per user per look.
   uint64_t doorbell_user_look_max;
@@ -424,7 +425,7 @@ struct QpEntry {
   uint32_t reserved;
 };
 struct ListQpsResp {
-  static constexpr uint32_t kMaxEntries = 36;
+  static constexpr uint32_t kMaxEntries = 32;
   uint32_t count;
   uint32_t next;  // handle to ask for next, 0 when done
   QpEntry entries[kMaxEntries];

@@ -134,6 +134,29 @@ struct Aeth {
   }
 };
 
+// What a vrnic responder that holds out-of-order packets says with a sequence NAK, as its
+// payload, to a requester it has agreed selective repeat with (vrnicd --selective-repeat):
+// which PSNs after the NAK's it already holds, so that the requester sends again only the
+// missing ones. Not a RoCE header: peers that did not agree never get one, and a packet whose
+// payload does not start with the magic word is an ordinary NAK (go back N).
+struct Sack {
+  static constexpr uint32_t kMagic = 0x56525352;  // "VRSR"
+  static constexpr uint32_t kMaxSpan = 511;       // PSNs after the NAK's, one bit each
+  static constexpr size_t kSize = 8 + (kMaxSpan + 1) / 8;
+  uint8_t b[kSize];
+  bool valid() const { return load_be32(b) == kMagic && span() <= kMaxSpan; }
+  // How many PSNs after the NAK's the bitmap covers (the highest held is the last).
+  uint32_t span() const { return load_be32(b + 4); }
+  // Whether the responder holds the PSN `i` + 1 after the NAK's (i < span()).
+  bool held(uint32_t i) const { return b[8 + i / 8] >> (i % 8) & 1; }
+  void start(uint32_t span) {
+    std::memset(b, 0, kSize);
+    store_be32(b, kMagic);
+    store_be32(b + 4, span);
+  }
+  void set_held(uint32_t i) { b[8 + i / 8] |= uint8_t(1u << (i % 8)); }
+};
+
 struct AtomicAckEth {
   uint8_t b[8];
   static constexpr size_t kSize = 8;
