@@ -219,7 +219,8 @@ const char *const kShownCounters[] = {
     "naks_sent",          "naks_received",     "duplicates",      "out_of_sequence",
     "rnr_naks_sent",      "rnr_naks_received", "packets_dropped", "wire_tx_errors",
     "wire_rx_icrc_errors", "wire_rx_malformed",  "faults_dropped",  "faults_duplicated",
-    "faults_reordered",   "faults_corrupted", "read_gaps",
+    "faults_reordered",   "faults_corrupted", "read_gaps",       "packets_held",
+    "selective_resends",
 };
 
 Stats stats_delta(const Stats &after, const Stats &before) {
@@ -282,7 +283,8 @@ class WireDaemon {
 
   // Starts vrnicd on addr:port and waits until it answers; "" on success, else why not (the
   // daemon is gone then: a UDP port already taken ends it at once).
-  std::string start(const std::string &addr, uint16_t port) {
+  // With `selective`, vrnicd --selective-repeat.
+  std::string start(const std::string &addr, uint16_t port, bool selective = false) {
     const char *bin = std::getenv("VRNICD");
     if (bin == nullptr || *bin == '\0') return "VRNICD (the vrnicd to start) is not set";
     addr_ = addr;
@@ -297,7 +299,8 @@ class WireDaemon {
       if (log >= 0) dup2(log, 1), dup2(log, 2);
       if (null >= 0) dup2(null, 0);
       execl(bin, bin, "--socket", socket_.c_str(), "--udp", addr.c_str(), "--udp-port",
-            port_text.c_str(), static_cast<char *>(nullptr));
+            port_text.c_str(), selective ? "--selective-repeat" : static_cast<char *>(nullptr),
+            static_cast<char *>(nullptr));
       _exit(127);
     }
     pid_ = pid;
@@ -410,7 +413,8 @@ struct Wire {
   uint16_t port = 0;
   bool attached = false;
 
-  Wire() {
+  // Both daemons with --selective-repeat when `selective` (started here, not attached).
+  explicit Wire(bool selective = false) {
     // The RoCE port is shared by both daemons (one address each). Start from a random port
     // below the ephemeral range and the daemons' source ports (0xC000 up); a port another
     // run holds makes vrnicd exit at once, and the next one is tried.
@@ -436,9 +440,9 @@ struct Wire {
     std::string why;
     for (int attempt = 0; attempt < 20 && port == 0; ++attempt) {
       const auto p = static_cast<uint16_t>(20000 + rng() % 12000);
-      why = d1.start("127.0.0.1", p);
+      why = d1.start("127.0.0.1", p, selective);
       if (!why.empty()) continue;
-      why = d2.start("127.0.0.2", p);
+      why = d2.start("127.0.0.2", p, selective);
       if (!why.empty()) {
         d1.stop();
         continue;
@@ -1185,6 +1189,7 @@ double run_flows(const std::vector<Flow *> &flows, const Wire &w, const std::str
 struct FaultSetting {
   const char *label;
   const char *spec;  // for vrnicctl faults (the seed is added per daemon)
+  bool selective = false;  // both daemons with --selective-repeat
 };
 
 // One fault setting on the two daemons of `w`: RC traffic of `total` bytes, then the checks.
@@ -1267,15 +1272,20 @@ void run_rc_setting(Wire &w, const FaultSetting &s, uint64_t total) {
       CHECK(c["wire_rx_icrc_errors"] == 0);
       CHECK(c["wire_rx_malformed"] == 0);
     }
+    // What was sent again: gone back N for, or (selective repeat) sent again alone.
+    const long long resent = c["retransmits"] + c["selective_resends"];
     if (has("loss")) {
       CHECK(c["faults_dropped"] > 0);
-      CHECK(c["retransmits"] > 0);
+      CHECK(resent > 0);
     }
     if (has("reorder")) {
       CHECK(c["faults_reordered"] > 0);
       CHECK(c["naks_sent"] > 0);
-      CHECK(c["retransmits"] > 0);
+      CHECK(resent > 0);
+      CHECK(c["packets_held"] > 0);  // what came early was kept, not dropped
     }
+    if (s.selective && (has("loss") || has("reorder"))) CHECK(c["selective_resends"] > 0);
+    if (!s.selective) CHECK(c["selective_resends"] == 0);
     if (has("dup")) CHECK(c["faults_duplicated"] > 0);
     if (has("hold_op")) CHECK(c["faults_reordered"] > 0);
     if (has("corrupt")) {
@@ -1291,7 +1301,7 @@ void run_rc_setting(Wire &w, const FaultSetting &s, uint64_t total) {
 }
 
 void run_rc_setting(const FaultSetting &s) {
-  Wire w;
+  Wire w(s.selective);
   run_rc_setting(w, s, wire_bytes());
   w.shutdown();
 }
@@ -1519,6 +1529,20 @@ TEST_CASE("RC across the wire under dup=1: every byte and completion verified", 
 
 TEST_CASE("RC across the wire under corrupt=1: every byte and completion verified", "[wire][rc]") {
   run_rc_setting({"corrupt=1", "corrupt=1"});
+}
+
+// Selective repeat (vrnicd --selective-repeat on both): the same traffic, only the missing
+// packets sent again.
+TEST_CASE("RC across the wire under loss=1 with selective repeat: every byte and completion verified",
+          "[wire][rc]") {
+  run_rc_setting({"loss=1 selective", "loss=1", true});
+}
+
+TEST_CASE(
+    "RC across the wire under loss=1, dup=1, reorder=5 and corrupt=1 at once with selective "
+    "repeat: every byte and completion verified",
+    "[wire][rc]") {
+  run_rc_setting({"all four selective", "loss=1,dup=1,reorder=5,corrupt=1", true});
 }
 
 TEST_CASE(
