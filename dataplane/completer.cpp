@@ -57,6 +57,23 @@ void lost(TransportHost &w, QueuePair &qp, PeerWindow::Loss kind, uint32_t psn, 
   w.schedule(qp);
 }
 
+// The shortest selective-repeat round: a round trip between two vrnicd on one host is tens of
+// microseconds, and one not measured yet (no peer window: a loop-port pair) is taken as this.
+constexpr uint64_t kMinSackRoundNs = 20'000;
+
+// How long a selective-repeat round lasts: two round trips, at least kMinSackRoundNs.
+uint64_t sack_round_ns(const QueuePair &qp) {
+  return std::max<uint64_t>(qp.req.peer ? 2 * qp.req.peer->srtt_ns() : 0, kMinSackRoundNs);
+}
+
+// Arms the repair timer for what was sent again alone (CompleterState::sack_deadline), unless
+// armed.
+void arm_repair_timer(TransportHost &w, QueuePair &qp) {
+  if (qp.comp.sack_deadline) return;
+  qp.comp.sack_deadline = w.now + (sack_round_ns(qp) << qp.comp.sack_probes);
+  w.watch_timers(qp);
+}
+
 // The ACK acknowledges every PSN up to and including psn.
 void acknowledge(TransportHost &w, QueuePair &qp, uint32_t psn) {
   if (int32_t acked = psn_diff(psn, qp.comp.acked_psn); acked > 0) {
@@ -74,6 +91,11 @@ void acknowledge(TransportHost &w, QueuePair &qp, uint32_t psn) {
       if (outstanding(qp)) completer_arm_probe(w, qp);
     }
     w.schedule(qp);  // the window may have held the requester back
+    if (qp.comp.sack_deadline) {  // the repairs arrive: wait for the rest from now
+      qp.comp.sack_deadline = 0;
+      qp.comp.sack_probes = 0;
+      if (psn_diff(qp.comp.sack_high, psn) > 0) arm_repair_timer(w, qp);
+    }
     qp.comp.retry_left = qp.attr.retry_cnt;
     qp.comp.nak_rewound_valid = false;
   }
@@ -236,9 +258,22 @@ void atomic_ack(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   w.schedule(qp);
 }
 
-// The shortest selective-repeat round: a round trip between two vrnicd on one host is tens of
-// microseconds, and one not measured yet (no peer window: a loop-port pair) is taken as this.
-constexpr uint64_t kMinSackRoundNs = 20'000;
+// The repair timer expired with PSNs sent again alone still unacknowledged: the oldest missing
+// packet, the one the responder waits for, goes again (its holes after it come back in the
+// NAK the responder sends once it has it), and the next NAK starts a new round.
+void repair_timeout(TransportHost &w, QueuePair &qp) {
+  CompleterState &c = qp.comp;
+  if (!outstanding(qp) || psn_diff(c.sack_high, c.acked_psn) <= 0) {
+    c.sack_probes = 0;
+    return;
+  }
+  uint32_t psn = psn_add(c.acked_psn, 1), index;
+  if (!requester_data_psn(qp, psn, &index)) return;  // the probe and the ACK timer have it
+  if (requester_resend(w, qp, index, psn)) w.count(qp, kSelectiveResends);
+  c.sack_round_end = w.now;
+  c.sack_probes = uint8_t(std::min(c.sack_probes + 1, 6));
+  arm_repair_timer(w, qp);
+}
 
 // The Sack a sequence NAK carries, if it carries one (only a vrnic responder that agreed
 // selective repeat sends it).
@@ -267,7 +302,7 @@ bool selective_resend(TransportHost &w, QueuePair &qp, uint32_t psn, const Sack 
     if (!requester_data_psn(qp, psn_add(psn, i), &index)) return false;
     missing++;
   }
-  uint64_t round = std::max<uint64_t>(qp.req.peer ? 2 * qp.req.peer->srtt_ns() : 0, kMinSackRoundNs);
+  uint64_t round = sack_round_ns(qp);
   if (w.now >= c.sack_round_end || psn_diff(c.sack_high, psn) < 0) {
     c.sack_round_end = w.now + round;
     c.sack_high = psn_add(psn, -1u);
@@ -280,6 +315,7 @@ bool selective_resend(TransportHost &w, QueuePair &qp, uint32_t psn, const Sack 
     c.sack_high = p;
   }
   c.rtt_sent_at = 0;  // the PSN timed waits for the repair: no sample from it
+  arm_repair_timer(w, qp);
   if (missing > std::max<uint32_t>(4, (span + 1) / 8)) {
     qp.req.window.on_loss();
     if (qp.req.peer) qp.req.peer->on_loss(PeerWindow::Loss::kNak, w.now);
@@ -473,8 +509,12 @@ void completer_arm_probe(TransportHost &w, QueuePair &qp) {
 void completer_check_timers(TransportHost &w, QueuePair &qp) {
   CompleterState &comp = qp.comp;
   if (qp.state() == IBV_QPS_ERR) {
-    comp.ack_deadline = comp.rnr_deadline = comp.probe_deadline = 0;
+    comp.ack_deadline = comp.rnr_deadline = comp.probe_deadline = comp.sack_deadline = 0;
     return;
+  }
+  if (comp.sack_deadline && w.now >= comp.sack_deadline) {
+    comp.sack_deadline = 0;
+    repair_timeout(w, qp);
   }
   if (comp.rnr_deadline && w.now >= comp.rnr_deadline) {
     comp.rnr_deadline = 0;

@@ -89,6 +89,19 @@ struct CompleterState {
   // round ends. A round lasts two round trips; after it, what is still missing is sent again.
   uint32_t sack_high = 0;
   uint64_t sack_round_end = 0;
+  // The repair timer (0: not armed): what was sent again alone is not all acknowledged by
+  // then, so the oldest missing packet is sent again (a resend lost again, or a NAK lost).
+  // Each in a row doubles the wait.
+  uint64_t sack_deadline = 0;
+  uint8_t sack_probes = 0;
+
+  // The earliest of the timers armed (ACK, RNR, probe, repair); 0 if none is.
+  uint64_t next_deadline() const {
+    uint64_t next = 0;
+    for (uint64_t d : {ack_deadline, rnr_deadline, probe_deadline, sack_deadline})
+      if (d && (!next || d < next)) next = d;
+    return next;
+  }
 };
 
 // A read or atomic the responder is answering (IB "responder resources").

@@ -226,7 +226,7 @@ void TransportHost::check_timers() {
   for (size_t i = 0; i < timer_list_.size();) {
     QueuePair *qp = timer_list_[i];
     completer_check_timers(*this, *qp);
-    if (!qp->comp.ack_deadline && !qp->comp.rnr_deadline && !qp->comp.probe_deadline) {
+    if (!qp->comp.next_deadline()) {
       qp->in_timer_list = false;
       timer_list_[i] = timer_list_.back();
       timer_list_.pop_back();

@@ -4,6 +4,7 @@
 // no timeout, the window kept -- and what makes the requester go back N after all.
 #include <catch2/catch.hpp>
 
+#include "dataplane/peer_window.h"
 #include "dataplane/transport.h"
 #include "transport_checks.h"
 #include "transport_harness.h"
@@ -117,6 +118,14 @@ TEST_CASE("selective repeat: a resend lost again is sent once more, in time",
   write_and_check(p);
   CHECK(copies(p, 110) == 3);
   CHECK(p.a.qp->counters[kTimeouts] == 0);
+  // Sent a third time by the repair timer, a round after the second (virtual time: the wire
+  // takes none), long before a probe would have gone back N.
+  uint64_t third_at = 0;
+  for (const WireRecord &r : p.log)
+    if (r.from == 'A' && r.psn == 110) third_at = r.at_ns;
+  CHECK(third_at < PeerWindow::kMinProbeNs);
+  CHECK(p.a.qp->counters[kRetransmits] == 0);
+  CHECK(p.a.qp->counters[kSelectiveResends] == 2);
 }
 
 TEST_CASE("selective repeat: a lost READ request in the gap makes the requester go back N",

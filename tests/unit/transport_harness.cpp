@@ -289,11 +289,8 @@ bool QpPair::deliver() {
 
 uint64_t QpPair::next_deadline() const {
   uint64_t next = 0;
-  for (const QpEnd *end : {&a, &b}) {
-    const CompleterState &c = end->qp->comp;
-    for (uint64_t d : {c.ack_deadline, c.rnr_deadline, c.probe_deadline})
-      if (d && (!next || d < next)) next = d;
-  }
+  for (const QpEnd *end : {&a, &b})
+    if (uint64_t d = end->qp->comp.next_deadline(); d && (!next || d < next)) next = d;
   return next;
 }
 
