@@ -61,15 +61,18 @@ void lost(TransportHost &w, QueuePair &qp, PeerWindow::Loss kind, uint32_t psn, 
 // microseconds, and one not measured yet (no peer window: a loop-port pair) is taken as this.
 constexpr uint64_t kMinSackRoundNs = 20'000;
 
+// A run of this many requests missing in a Sack is taken for overload (the windows shrink).
+constexpr uint32_t kOverloadRun = 4;
+
 // How long a selective-repeat round lasts: two round trips, at least kMinSackRoundNs.
 uint64_t sack_round_ns(const QueuePair &qp) {
   return std::max<uint64_t>(qp.req.peer ? 2 * qp.req.peer->srtt_ns() : 0, kMinSackRoundNs);
 }
 
-// Arms the repair timer for what was sent again alone (CompleterState::sack_deadline), unless
-// armed.
+// Arms the repair timer (CompleterState::sack_deadline) while a responder that sends Sacks has
+// something outstanding, unless armed.
 void arm_repair_timer(TransportHost &w, QueuePair &qp) {
-  if (qp.comp.sack_deadline) return;
+  if (qp.comp.sack_deadline || !qp.comp.peer_sacks || !outstanding(qp)) return;
   qp.comp.sack_deadline = w.now + (sack_round_ns(qp) << qp.comp.sack_probes);
   w.watch_timers(qp);
 }
@@ -91,11 +94,9 @@ void acknowledge(TransportHost &w, QueuePair &qp, uint32_t psn) {
       if (outstanding(qp)) completer_arm_probe(w, qp);
     }
     w.schedule(qp);  // the window may have held the requester back
-    if (qp.comp.sack_deadline) {  // the repairs arrive: wait for the rest from now
-      qp.comp.sack_deadline = 0;
-      qp.comp.sack_probes = 0;
-      if (psn_diff(qp.comp.sack_high, psn) > 0) arm_repair_timer(w, qp);
-    }
+    qp.comp.sack_deadline = 0;  // progress: the repair timer counts from now
+    qp.comp.sack_probes = 0;
+    arm_repair_timer(w, qp);
     qp.comp.retry_left = qp.attr.retry_cnt;
     qp.comp.nak_rewound_valid = false;
   }
@@ -258,17 +259,16 @@ void atomic_ack(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   w.schedule(qp);
 }
 
-// The repair timer expired with PSNs sent again alone still unacknowledged: the oldest missing
-// packet, the one the responder waits for, goes again (its holes after it come back in the
-// NAK the responder sends once it has it), and the next NAK starts a new round.
+// The repair timer expired: a round with no progress. What the responder waits for -- a resend
+// lost again, a packet whose NAK was lost, the last packets sent (no later one shows their
+// loss) -- goes again: the oldest unacknowledged request alone (the responder's NAK once it
+// has it names any other gap), and the next NAK starts a new round. Cheap where the
+// go-back-N probe (completer_arm_probe) is not: one packet, and the windows stay.
 void repair_timeout(TransportHost &w, QueuePair &qp) {
   CompleterState &c = qp.comp;
-  if (!outstanding(qp) || psn_diff(c.sack_high, c.acked_psn) <= 0) {
-    c.sack_probes = 0;
-    return;
-  }
   uint32_t psn = psn_add(c.acked_psn, 1), index;
-  if (!requester_data_psn(qp, psn, &index)) return;  // the probe and the ACK timer have it
+  if (!outstanding(qp) || c.rnr_deadline || psn_diff(psn, qp.req.psn_end) >= 0) return;
+  if (requester_request_at(qp, psn, &index) != ResendAt::kRequest) return;  // nothing alone
   if (requester_resend(w, qp, index, psn)) w.count(qp, kSelectiveResends);
   c.sack_round_end = w.now;
   c.sack_probes = uint8_t(std::min(c.sack_probes + 1, 6));
@@ -286,37 +286,55 @@ const Sack *sack_of(const Packet *pkt) {
 // A selective NAK: the responder lacks `psn` and holds the PSNs after it that the Sack says,
 // up to the last it names; what it lacks among them is sent again, a packet each, except what
 // was sent again in this round already (its copy is on the way). A round lasts two round
-// trips; a NAK after that finds what is still missing lost again. A few losses keep the
-// windows (random loss: nothing says the path is overloaded); many in one NAK -- a run, as an
-// overflowing buffer drops them -- shrink them as a go-back-N NAK does. No retry is used up: the
-// responder is there and answering. False, with nothing sent, when one of the missing PSNs is
-// not a SEND's or WRITE's packet (a read or atomic request), or was never sent: then the
-// requester goes back N.
+// trips; a NAK after that finds what is still missing lost again. Random loss keeps the
+// windows (nothing says the path is overloaded: at 10% loss, four in a row are missing once in
+// 10,000); a run of kOverloadRun requests missing, as an overflowing buffer drops them, shrinks
+// them as a go-back-N NAK does. No retry is used up: the
+// responder is there and answering. What is missing may be a SEND's or WRITE's packet or a
+// read's or atomic's request (sent again whole: the responder has executed neither). False,
+// with nothing sent, when a missing PSN is none of the requester's: then it goes back N.
 bool selective_resend(TransportHost &w, QueuePair &qp, uint32_t psn, const Sack &sack) {
   CompleterState &c = qp.comp;
   const uint32_t span = sack.span();
   if (psn_diff(psn_add(psn, span), qp.req.psn_end) >= 0) return false;
-  uint32_t missing = 0, index;
+  // The longest run of missing requests: random loss leaves short ones, a buffer that
+  // overflowed long ones.
+  uint32_t run = 0, longest = 0, index;
   for (uint32_t i = 0; i <= span; i++) {
-    if (i && sack.held(i - 1)) continue;
-    if (!requester_data_psn(qp, psn_add(psn, i), &index)) return false;
-    missing++;
+    if (i && sack.held(i - 1)) {
+      run = 0;
+      continue;
+    }
+    ResendAt at = requester_request_at(qp, psn_add(psn, i), &index);
+    if (at == ResendAt::kNone) return false;
+    if (at == ResendAt::kRequest) longest = std::max(longest, ++run);
   }
+  c.peer_sacks = true;
   uint64_t round = sack_round_ns(qp);
   if (w.now >= c.sack_round_end || psn_diff(c.sack_high, psn) < 0) {
     c.sack_round_end = w.now + round;
     c.sack_high = psn_add(psn, -1u);
   }
+  // What was lost a second time (Sack::lost_below) goes once more at once, before the rest.
+  for (uint32_t i = 0; i < sack.lost_below() && psn_diff(psn_add(psn, i), c.sack_high) <= 0; i++) {
+    uint32_t p = psn_add(psn, i);
+    if ((i && sack.held(i - 1)) || requester_request_at(qp, p, &index) != ResendAt::kRequest)
+      continue;
+    if (!requester_resend(w, qp, index, p)) break;
+    w.count(qp, kSelectiveResends);
+  }
   for (uint32_t i = 0; i <= span; i++) {
     uint32_t p = psn_add(psn, i);
     if ((i && sack.held(i - 1)) || psn_diff(p, c.sack_high) <= 0) continue;
-    if (!requester_data_psn(qp, p, &index) || !requester_resend(w, qp, index, p)) break;
+    ResendAt at = requester_request_at(qp, p, &index);
+    if (at == ResendAt::kSkip) continue;
+    if (at != ResendAt::kRequest || !requester_resend(w, qp, index, p)) break;
     w.count(qp, kSelectiveResends);
     c.sack_high = p;
   }
   c.rtt_sent_at = 0;  // the PSN timed waits for the repair: no sample from it
   arm_repair_timer(w, qp);
-  if (missing > std::max<uint32_t>(4, (span + 1) / 8)) {
+  if (longest >= kOverloadRun) {
     qp.req.window.on_loss();
     if (qp.req.peer) qp.req.peer->on_loss(PeerWindow::Loss::kNak, w.now);
   } else if (qp.req.peer) {
@@ -498,6 +516,7 @@ void completer_receive(TransportHost &w, QueuePair &qp, const Packet &pkt) {
 // (peer_window.h). Each probe in a row doubles the wait; one that would come after half the IB
 // timeout is not armed.
 void completer_arm_probe(TransportHost &w, QueuePair &qp) {
+  arm_repair_timer(w, qp);
   if (!qp.req.peer || !qp.attr.timeout || qp.comp.probe_deadline) return;
   if (!qp.req.peer->lossy(w.now)) return;
   uint64_t wait = qp.req.peer->probe_ns() << qp.comp.probes;

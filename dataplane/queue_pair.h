@@ -89,9 +89,11 @@ struct CompleterState {
   // round ends. A round lasts two round trips; after it, what is still missing is sent again.
   uint32_t sack_high = 0;
   uint64_t sack_round_end = 0;
-  // The repair timer (0: not armed): what was sent again alone is not all acknowledged by
-  // then, so the oldest missing packet is sent again (a resend lost again, or a NAK lost).
-  // Each in a row doubles the wait.
+  // The responder sends Sacks (one came): then the repair timer (0: not armed) runs while
+  // anything is outstanding, and a round without progress sends the oldest unacknowledged
+  // request again alone (a resend lost again, a NAK lost, the last packets lost). Each in a
+  // row doubles the wait.
+  bool peer_sacks = false;
   uint64_t sack_deadline = 0;
   uint8_t sack_probes = 0;
 
@@ -126,6 +128,7 @@ struct ResponderState {
   uint32_t msn = 0;
   bool nak_sent = false;  // a NAK (sequence or RNR) is out for `psn`
   bool rnr_nak_sent = false;  // and it is an RNR NAK
+  bool relost_nak_sent = false;  // a Sack with lost_below is out for `psn`
   bool uc_drop = false;   // UC: the message in progress was dropped; skip to the next first
   // The receive WQE taken for the message in progress: a private copy, since the ring slot
   // (or, for an SRQ, the next WQE) may be reused as soon as it is taken.

@@ -189,28 +189,33 @@ bool send_read_request(TransportHost &w, QueuePair &qp, const shm::SendWqe &wqe,
   return true;
 }
 
+// An atomic's request packet.
+bool send_atomic_request(TransportHost &w, QueuePair &qp, const shm::SendWqe &wqe,
+                         const WqeMeta &meta) {
+  uint8_t opcode = meta.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap : kFetchAdd;
+  Packet *pkt = new_packet(w, qp, opcode, meta.first_psn, true);
+  if (!pkt) return false;
+  const OpcodeInfo &info = opcode_info(opcode);
+  if (opcode == kCompareSwap) {
+    pkt->ext<AtomicEth>(info.atomic_eth_off)
+        .set(wqe.remote_addr, wqe.rkey, wqe.swap, wqe.compare_add);
+  } else {
+    pkt->ext<AtomicEth>(info.atomic_eth_off).set(wqe.remote_addr, wqe.rkey, wqe.compare_add, 0);
+  }
+  w.transmit(qp, pkt);
+  return true;
+}
+
 bool send_read_or_atomic(TransportHost &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta) {
-  uint8_t opcode = meta.opcode == IBV_WR_RDMA_READ            ? kReadRequest
-                   : meta.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap
-                                                              : kFetchAdd;
-  if (opcode == kReadRequest) {
+  if (meta.opcode == IBV_WR_RDMA_READ) {
     // Sent before: ask for what is still missing (its lowest hole); new: all of it.
     ReadAsk ask = psn_diff(meta.last_psn, qp.req.psn_end) < 0
                       ? completer_read_resend(w, qp, qp.req.wqe)
                       : ReadAsk{meta.first_psn, uint32_t(psn_diff(meta.last_psn,
                                                                   meta.first_psn)) + 1};
     if (!send_read_request(w, qp, wqe, meta, ask.psn, ask.packets)) return false;
-  } else {
-    Packet *pkt = new_packet(w, qp, opcode, meta.first_psn, true);
-    if (!pkt) return false;
-    const OpcodeInfo &info = opcode_info(opcode);
-    if (opcode == kCompareSwap) {
-    pkt->ext<AtomicEth>(info.atomic_eth_off)
-          .set(wqe.remote_addr, wqe.rkey, wqe.swap, wqe.compare_add);
-    } else {
-      pkt->ext<AtomicEth>(info.atomic_eth_off).set(wqe.remote_addr, wqe.rkey, wqe.compare_add, 0);
-    }
-    w.transmit(qp, pkt);
+  } else if (!send_atomic_request(w, qp, wqe, meta)) {
+    return false;
   }
   meta.resp_done = false;
   qp.req.offset = 0;
@@ -227,21 +232,28 @@ bool requester_reask_read(TransportHost &w, QueuePair &qp, uint32_t index, uint3
   return send_read_request(w, qp, qp.wqe(index), qp.wqe_meta(index), psn, packets);
 }
 
-bool requester_data_psn(QueuePair &qp, uint32_t psn, uint32_t *index) {
+ResendAt requester_request_at(QueuePair &qp, uint32_t psn, uint32_t *index) {
   for (uint32_t i = qp.comp.wqe; i != qp.req.started; i++) {
     const WqeMeta &m = qp.wqe_meta(i);
     if (wr::is_local(m.opcode) || m.status) continue;  // no PSN of its own
-    if (psn_diff(psn, m.first_psn) < 0) return false;
+    if (psn_diff(psn, m.first_psn) < 0) return ResendAt::kNone;
     if (psn_diff(psn, m.last_psn) > 0) continue;
-    if (wr::is_read_or_atomic(m.opcode)) return false;
+    if (wr::is_read_or_atomic(m.opcode) && psn != m.first_psn) return ResendAt::kSkip;
+    if (int32_t(qp.req.wqe - i) <= 0 && psn_diff(psn, qp.req.psn) >= 0)
+      return ResendAt::kSkip;  // not sent since the requester last went back: it will be
     *index = i;
-    return true;
+    return ResendAt::kRequest;
   }
-  return false;
+  return ResendAt::kNone;
 }
 
 bool requester_resend(TransportHost &w, QueuePair &qp, uint32_t index, uint32_t psn) {
   RequesterState &req = qp.req;
+  WqeMeta &meta = qp.wqe_meta(index);
+  if (meta.opcode == IBV_WR_RDMA_READ)
+    return send_read_request(w, qp, qp.wqe(index), meta, meta.first_psn,
+                             uint32_t(psn_diff(meta.last_psn, meta.first_psn)) + 1);
+  if (wr::is_read_or_atomic(meta.opcode)) return send_atomic_request(w, qp, qp.wqe(index), meta);
   // Where the requester stands (send_data_packet moves it): put back after the one packet.
   const uint32_t psn_was = req.psn, wqe_was = req.wqe, offset_was = req.offset;
   const uint32_t sge_was = req.sge, sge_offset_was = req.sge_offset;

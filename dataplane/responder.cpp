@@ -401,7 +401,7 @@ void receive_in_sequence(TransportHost &w, QueuePair &qp, const Packet &pkt,
                          const OpcodeInfo &info) {
   ResponderState &r = qp.resp;
   uint32_t psn = pkt.bth().psn();
-  r.nak_sent = r.rnr_nak_sent = false;
+  r.nak_sent = r.rnr_nak_sent = r.relost_nak_sent = false;
   if (!sequence_ok(r, info) || !length_ok(qp, pkt, info))
     return fail(w, qp, psn, kNakInvalidRequest);
   if (info.flags & kOpSend) {
@@ -421,8 +421,9 @@ void receive_in_sequence(TransportHost &w, QueuePair &qp, const Packet &pkt,
 }
 
 // A sequence NAK for the expected PSN. With selective repeat agreed (--selective-repeat), it
-// says which later PSNs are held (wire::Sack), so that the requester sends only the others.
-void sequence_nak(TransportHost &w, QueuePair &qp) {
+// says which later PSNs are held (wire::Sack), so that the requester sends only the others,
+// and, with `lost_below`, which of them were lost a second time.
+void sequence_nak(TransportHost &w, QueuePair &qp, uint32_t lost_below = 0) {
   ResponderState &r = qp.resp;
   r.nak_sent = true;
   w.count(qp, kNaksSent);
@@ -432,7 +433,7 @@ void sequence_nak(TransportHost &w, QueuePair &qp) {
   if (w.dev.selective_repeat && r.held && !r.held->empty()) {
     uint32_t span = std::min<uint32_t>(uint32_t(psn_diff(r.held->high(), r.psn)), Sack::kMaxSpan);
     Sack *sack = reinterpret_cast<Sack *>(pkt->bounce);
-    sack->start(span);
+    sack->start(span, std::min(lost_below, span));
     for (uint32_t i = 0; i < span; i++)
       if (r.held->at(psn_add(r.psn, i + 1))) sack->set_held(i);
     pkt->payload = pkt->bounce;
@@ -451,12 +452,19 @@ void receive_ahead(TransportHost &w, QueuePair &qp, const Packet &pkt, uint32_t 
   uint32_t psn = pkt.bth().psn();
   if (r.held && r.held->at(psn)) return;  // held already: a duplicate
   bool gap = !r.held || r.held->empty() || psn_diff(psn, r.held->high()) > 1;
+  bool fills = !gap && psn_diff(psn, r.held->high()) < 0;  // into a gap below the highest held
   bool kept = ahead < HeldPackets::kSlots && w.hold_packet(qp, pkt);
   if (kept) w.count(qp, kPacketsHeld);
   // After an RNR NAK the requester waits its timer and then sends everything again from the
   // NAK's PSN: no sequence NAK (it would have it resend before the timer).
-  if (!r.nak_sent || (kept && gap && w.dev.selective_repeat && !r.rnr_nak_sent))
+  bool selective = kept && w.dev.selective_repeat && !r.rnr_nak_sent;
+  if (!r.nak_sent || (selective && gap)) {
     sequence_nak(w, qp);
+  } else if (selective && fills && !r.relost_nak_sent) {
+    // Once per expected PSN: a resend of it lost again is not asked for twice.
+    r.relost_nak_sent = true;
+    sequence_nak(w, qp, ahead);
+  }
 }
 
 // The expected PSN came: the held requests it was missing for run now, in PSN order, until

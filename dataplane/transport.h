@@ -35,10 +35,16 @@ void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask);
 bool requester_reask_read(TransportHost &w, QueuePair &qp, uint32_t index, uint32_t psn,
                           uint32_t packets);
 
-// Selective repeat (wire::Sack): whether `psn` is a packet of a SEND or WRITE that has not
-// retired (its send-queue index in *index); then sends that one packet again without moving
-// the requester (false when no packet buffer was free).
-bool requester_data_psn(QueuePair &qp, uint32_t psn, uint32_t *index);
+// Selective repeat (wire::Sack). What PSN `psn` is to the requester: one packet of a SEND or
+// WRITE, or the request of a read or atomic that starts there (its send-queue index in
+// *index, sent and not retired); nothing to send alone (a later PSN of a read's range, or one
+// the requester is about to send anyway, having gone back before it); or none of its own.
+enum class ResendAt { kRequest, kSkip, kNone };
+ResendAt requester_request_at(QueuePair &qp, uint32_t psn, uint32_t *index);
+// Sends the request at `psn` of the WQE at `index` again, without moving the requester: the
+// SEND or WRITE packet, the whole read's request, the atomic's request (a Sack names only
+// PSNs past the one the responder expects: it has executed neither). False when no packet
+// buffer was free.
 bool requester_resend(TransportHost &w, QueuePair &qp, uint32_t index, uint32_t psn);
 
 // Local operations of the send queue (memory window bind, local invalidate), executed when

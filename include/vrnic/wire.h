@@ -144,15 +144,22 @@ struct Sack {
   static constexpr uint32_t kMaxSpan = 511;       // PSNs after the NAK's, one bit each
   static constexpr size_t kSize = 8 + (kMaxSpan + 1) / 8;
   uint8_t b[kSize];
-  bool valid() const { return load_be32(b) == kMagic && span() <= kMaxSpan; }
+  bool valid() const {
+    return load_be32(b) == kMagic && span() <= kMaxSpan && lost_below() <= span();
+  }
   // How many PSNs after the NAK's the bitmap covers (the highest held is the last).
-  uint32_t span() const { return load_be32(b + 4); }
+  uint32_t span() const { return load_be16(b + 4); }
+  // 0, or: a packet this many PSNs after the NAK's just filled a gap while the NAK's PSN was
+  // still missing. Resends go out in PSN order, so what is missing below it was sent again and
+  // lost again: the requester sends it once more now rather than wait for its repair timer.
+  uint32_t lost_below() const { return load_be16(b + 6); }
   // Whether the responder holds the PSN `i` + 1 after the NAK's (i < span()).
   bool held(uint32_t i) const { return b[8 + i / 8] >> (i % 8) & 1; }
-  void start(uint32_t span) {
+  void start(uint32_t span, uint32_t lost_below = 0) {
     std::memset(b, 0, kSize);
     store_be32(b, kMagic);
-    store_be32(b + 4, span);
+    store_be16(b + 4, uint16_t(span));
+    store_be16(b + 6, uint16_t(lost_below));
   }
   void set_held(uint32_t i) { b[8 + i / 8] |= uint8_t(1u << (i % 8)); }
 };

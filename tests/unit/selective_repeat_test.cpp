@@ -3,6 +3,8 @@
 // with --selective-repeat, says so in its NAK (wire::Sack) -- exactly the lost packets again,
 // no timeout, the window kept -- and what makes the requester go back N after all.
 #include <catch2/catch.hpp>
+#include <cstring>
+#include <map>
 
 #include "dataplane/peer_window.h"
 #include "dataplane/transport.h"
@@ -128,24 +130,48 @@ TEST_CASE("selective repeat: a resend lost again is sent once more, in time",
   CHECK(p.a.qp->counters[kSelectiveResends] == 2);
 }
 
-TEST_CASE("selective repeat: a lost READ request in the gap makes the requester go back N",
+TEST_CASE("selective repeat: the last packet lost is sent again alone by the repair timer",
+          "[transport][selective]") {
+  SelectivePair s(true);
+  QpPair &p = s.p;
+  p.script = drop_psns({110, 131});  // no packet after 131 shows the responder its loss
+  write_and_check(p);
+  CHECK(copies(p, 110) == 2);
+  CHECK(copies(p, 131) == 2);
+  CHECK(requests_sent(p) == 34);
+  CHECK(p.a.qp->counters[kSelectiveResends] == 2);
+  CHECK(p.a.qp->counters[kRetransmits] == 0);
+  CHECK(p.a.qp->counters[kTimeouts] == 0);
+}
+
+TEST_CASE("selective repeat: a lost READ or atomic request is sent again alone, executed once",
           "[transport][selective]") {
   SelectivePair s(true);
   QpPair &p = s.p;
   fill(p.b, 40 * 1024, 4096, 9);
-  p.script = drop_psns({100});  // the READ request, PSNs 100-103
+  uint64_t counter = 1000;
+  std::memcpy(p.b.mem.data() + 48 * 1024, &counter, 8);
+  p.script = drop_psns({100, 104});  // the READ request (PSNs 100-103) and the FETCH_ADD
   p.a.post_send(read_wqe(1, p.a, 40 * 1024, 4096, p.b, 40 * 1024));
-  p.a.post_send(write_wqe(2, p.a, 0, 4096, p.b, 0));
+  p.a.post_send(fetch_add_wqe(2, p.a, 56 * 1024, p.b, 48 * 1024, 5));
+  p.a.post_send(write_wqe(3, p.a, 0, 4096, p.b, 0));  // 105-108, held by B
   p.run();
   CHECK(same(p.a, 40 * 1024, p.b, 40 * 1024, 4096));
   CHECK(same(p.a, 0, p.b, 0, 4096));
   std::vector<shm::Cqe> cqes = p.a.poll_send_cq();
-  REQUIRE(cqes.size() == 2);
-  CHECK(cqes[0].status == IBV_WC_SUCCESS);
-  CHECK(cqes[1].status == IBV_WC_SUCCESS);
-  CHECK(p.a.qp->counters[kSelectiveResends] == 0);
-  CHECK(p.a.qp->counters[kRetransmits] == 1);
+  REQUIRE(cqes.size() == 3);
+  for (const shm::Cqe &c : cqes) CHECK(c.status == IBV_WC_SUCCESS);
+  uint64_t fetched = 0, now = 0;
+  std::memcpy(&fetched, p.a.mem.data() + 56 * 1024, 8);
+  std::memcpy(&now, p.b.mem.data() + 48 * 1024, 8);
+  CHECK(fetched == 1000);
+  CHECK(now == 1005);  // once
+  CHECK(copies(p, 100) == 2);
+  CHECK(copies(p, 104) == 2);
+  CHECK(p.a.qp->counters[kSelectiveResends] == 2);
+  CHECK(p.a.qp->counters[kRetransmits] == 0);  // no go-back-N: the WRITE went once
   CHECK(p.a.qp->counters[kTimeouts] == 0);
+  CHECK(copies(p, 105) == 1);
 }
 
 TEST_CASE("selective repeat: a Sack that names PSNs never sent is not believed",
