@@ -69,10 +69,13 @@ uint64_t sack_round_ns(const QueuePair &qp) {
   return std::max<uint64_t>(qp.req.peer ? 2 * qp.req.peer->srtt_ns() : 0, kMinSackRoundNs);
 }
 
-// Arms the repair timer (CompleterState::sack_deadline) while a responder that sends Sacks has
-// something outstanding, unless armed.
+// Arms the repair timer (CompleterState::sack_deadline) while a responder that sends Sacks
+// (or, with --selective-repeat, any: every peer is a vrnic) has something outstanding, unless
+// armed.
 void arm_repair_timer(TransportHost &w, QueuePair &qp) {
-  if (qp.comp.sack_deadline || !qp.comp.peer_sacks || !outstanding(qp)) return;
+  if (qp.type != IBV_QPT_RC || qp.comp.sack_deadline ||
+      !(qp.comp.peer_sacks || w.dev.selective_repeat) || !outstanding(qp))
+    return;
   qp.comp.sack_deadline = w.now + (sack_round_ns(qp) << qp.comp.sack_probes);
   w.watch_timers(qp);
 }
@@ -136,9 +139,18 @@ ReadHoles *holes_for(TransportHost &w, QueuePair &qp) {
 }
 
 // Asks again for the lowest hole of the read at `index`, unless the answer to a request for
-// one of its holes is still awaited: one at a time per read, in PSN order (read_holes.h).
+// one of its holes is still awaited: one at a time per read, in PSN order (read_holes.h),
+// which rxe needs. Where every peer is a vrnic (--selective-repeat), whose responder answers
+// repeats in PSN order among what it has queued, every hole not asked for yet at once.
 void ask_next_hole(TransportHost &w, QueuePair &qp, uint32_t index) {
   ReadHoles *holes = qp.comp.holes;
+  if (holes && w.dev.selective_repeat) {
+    while (ReadHoles::Hole *h = holes->unasked(index)) {
+      w.count(qp, kRetransmits);
+      if (!(h->asked = requester_reask_read(w, qp, index, h->psn, h->packets))) return;
+    }
+    return;
+  }
   if (!holes || holes->asking(index)) return;
   ReadHoles::Hole *h = holes->lowest(index);
   if (!h) return;
@@ -268,8 +280,20 @@ void repair_timeout(TransportHost &w, QueuePair &qp) {
   CompleterState &c = qp.comp;
   uint32_t psn = psn_add(c.acked_psn, 1), index;
   if (!outstanding(qp) || c.rnr_deadline || psn_diff(psn, qp.req.psn_end) >= 0) return;
-  if (requester_request_at(qp, psn, &index) != ResendAt::kRequest) return;  // nothing alone
-  if (requester_resend(w, qp, index, psn)) w.count(qp, kSelectiveResends);
+  const WqeMeta &oldest = qp.wqe_meta(c.wqe);
+  if (oldest.opcode == IBV_WR_RDMA_READ && !oldest.resp_done && !oldest.status &&
+      int32_t(qp.req.wqe - c.wqe) > 0 && psn_diff(oldest.resp_psn, oldest.first_psn) > 0) {
+    // A read partly answered: what it still lacks is asked for again (its holes, its tail).
+    if (c.holes && c.holes->any(c.wqe)) {
+      c.holes->unask(c.wqe);
+      ask_next_hole(w, qp, c.wqe);
+    } else if (psn_diff(oldest.resp_psn, oldest.last_psn) <= 0) {
+      missing_tail(w, qp, c.wqe);
+    }
+  } else if (requester_request_at(qp, psn, &index) == ResendAt::kRequest &&
+             requester_resend(w, qp, index, psn)) {
+    w.count(qp, kSelectiveResends);
+  }
   c.sack_round_end = w.now;
   c.sack_probes = uint8_t(std::min(c.sack_probes + 1, 6));
   arm_repair_timer(w, qp);

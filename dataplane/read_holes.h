@@ -104,6 +104,13 @@ class ReadHoles {
       if (holes_[i].wqe == wqe) holes_[i].asked = false;
   }
 
+  // A hole of read `wqe` not asked for, nullptr if none.
+  Hole *unasked(uint32_t wqe) {
+    for (uint32_t i = 0; i < count_; i++)
+      if (holes_[i].wqe == wqe && !holes_[i].asked) return &holes_[i];
+    return nullptr;
+  }
+
   // The lowest hole of read `wqe`, nullptr if it has none.
   Hole *lowest(uint32_t wqe) {
     Hole *best = nullptr;

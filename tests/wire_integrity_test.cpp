@@ -1538,6 +1538,11 @@ TEST_CASE("RC across the wire under loss=1 with selective repeat: every byte and
   run_rc_setting({"loss=1 selective", "loss=1", true});
 }
 
+TEST_CASE("RC across the wire under loss=10 with selective repeat: every byte and completion verified",
+          "[wire][rc]") {
+  run_rc_setting({"loss=10 selective", "loss=10", true});
+}
+
 TEST_CASE(
     "RC across the wire under loss=1, dup=1, reorder=5 and corrupt=1 at once with selective "
     "repeat: every byte and completion verified",

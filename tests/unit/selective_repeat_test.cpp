@@ -174,6 +174,27 @@ TEST_CASE("selective repeat: a lost READ or atomic request is sent again alone, 
   CHECK(copies(p, 105) == 1);
 }
 
+TEST_CASE("selective repeat: a read answer lost twice is asked for again by the repair timer",
+          "[transport][selective]") {
+  SelectivePair s(true);
+  QpPair &p = s.p;
+  fill(p.b, 40 * 1024, 4096, 9);
+  auto left = std::make_shared<int>(2);
+  p.script = [left](const WireRecord &r, Packet &) {  // B's answer 101, and its first repeat
+    if (r.from != 'B' || r.psn != 101 || *left == 0) return Fate::kDeliver;
+    --*left;
+    return Fate::kDrop;
+  };
+  p.a.post_send(read_wqe(1, p.a, 40 * 1024, 4096, p.b, 40 * 1024));  // PSNs 100-103
+  p.run();
+  CHECK(same(p.a, 40 * 1024, p.b, 40 * 1024, 4096));
+  CHECK(one_send_completion(p.a).status == IBV_WC_SUCCESS);
+  CHECK(copies(p, 100) == 1);  // the read
+  CHECK(copies(p, 101) == 2);  // its hole, asked for twice, alone
+  CHECK(requests_sent(p) == 3);
+  CHECK(p.a.qp->counters[kTimeouts] == 0);
+}
+
 TEST_CASE("selective repeat: a Sack that names PSNs never sent is not believed",
           "[transport][selective]") {
   SelectivePair s(true);
