@@ -166,6 +166,7 @@ bool qp_modify(TransportHost &w, QueuePair &qp, const ctl::QpAttrWire &a, uint32
   if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
     qp.resp = ResponderState{};
     qp.resp.psn = q.rq_psn;
+    qp.resp.sack_reported = wire::psn_add(q.rq_psn, -1u);
     resolve = qp.type != IBV_QPT_UD && q.ah.is_global;
   }
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) || (cur == IBV_QPS_INIT && next == IBV_QPS_RTR)) {

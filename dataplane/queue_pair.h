@@ -129,6 +129,9 @@ struct ResponderState {
   bool nak_sent = false;  // a NAK (sequence or RNR) is out for `psn`
   bool rnr_nak_sent = false;  // and it is an RNR NAK
   bool relost_nak_sent = false;  // a Sack with lost_below is out for `psn`
+  // Selective repeat: gaps up to here have been NAKed (never far from `psn`: set at RTR and
+  // moved up by every request taken in sequence).
+  uint32_t sack_reported = 0;
   bool uc_drop = false;   // UC: the message in progress was dropped; skip to the next first
   // The receive WQE taken for the message in progress: a private copy, since the ring slot
   // (or, for an SRQ, the next WQE) may be reused as soon as it is taken.

@@ -402,6 +402,7 @@ void receive_in_sequence(TransportHost &w, QueuePair &qp, const Packet &pkt,
   ResponderState &r = qp.resp;
   uint32_t psn = pkt.bth().psn();
   r.nak_sent = r.rnr_nak_sent = r.relost_nak_sent = false;
+  if (psn_diff(r.sack_reported, psn) < 0) r.sack_reported = psn;  // kept near the expected PSN
   if (!sequence_ok(r, info) || !length_ok(qp, pkt, info))
     return fail(w, qp, psn, kNakInvalidRequest);
   if (info.flags & kOpSend) {
@@ -442,10 +443,27 @@ void sequence_nak(TransportHost &w, QueuePair &qp, uint32_t lost_below = 0) {
   w.transmit(qp, pkt);
 }
 
+// Selective repeat: whether the held packets show a gap not reported yet at least
+// kReorderPackets below `psn`. A gap is taken for a loss only once that many later packets
+// have come, as TCP waits for three duplicate ACKs: a packet overtaken by one or two others
+// lands before its NAK would go out, and costs nothing. (The last packets of a burst leave no
+// such gap; the requester's repair timer covers them.)
+constexpr uint32_t kReorderPackets = 3;
+
+bool new_loss_below(ResponderState &r, uint32_t psn) {
+  const uint32_t confirm = psn_add(psn, -kReorderPackets);
+  if (psn_diff(confirm, r.psn) < 0) return false;
+  uint32_t p = psn_diff(r.sack_reported, r.psn) >= 0 ? psn_add(r.sack_reported, 1) : r.psn;
+  bool lost = false;
+  for (; psn_diff(p, confirm) <= 0 && !lost; p = psn_add(p, 1)) lost = !r.held->at(p);
+  if (psn_diff(confirm, r.sack_reported) > 0) r.sack_reported = confirm;
+  return lost;
+}
+
 // A request ahead of the expected PSN: the ones before it were lost or are late. It is kept
 // (held_packets.h) when there is room, and a sequence NAK goes out: the first time (go-back-N:
 // the requester sends everything again from the NAK's PSN, and this one's copy is then a
-// duplicate), or, with selective repeat, whenever a new gap opens below it.
+// duplicate), or, with selective repeat, whenever a gap below it is taken for a loss.
 void receive_ahead(TransportHost &w, QueuePair &qp, const Packet &pkt, uint32_t ahead) {
   ResponderState &r = qp.resp;
   w.count(qp, kOutOfSequence);
@@ -455,12 +473,16 @@ void receive_ahead(TransportHost &w, QueuePair &qp, const Packet &pkt, uint32_t 
   bool fills = !gap && psn_diff(psn, r.held->high()) < 0;  // into a gap below the highest held
   bool kept = ahead < HeldPackets::kSlots && w.hold_packet(qp, pkt);
   if (kept) w.count(qp, kPacketsHeld);
+  if (!kept || !w.dev.selective_repeat) {
+    if (!r.nak_sent) sequence_nak(w, qp);
+    return;
+  }
   // After an RNR NAK the requester waits its timer and then sends everything again from the
   // NAK's PSN: no sequence NAK (it would have it resend before the timer).
-  bool selective = kept && w.dev.selective_repeat && !r.rnr_nak_sent;
-  if (!r.nak_sent || (selective && gap)) {
+  if (r.rnr_nak_sent) return;
+  if (new_loss_below(r, psn)) {
     sequence_nak(w, qp);
-  } else if (selective && fills && !r.relost_nak_sent) {
+  } else if (fills && !r.relost_nak_sent) {
     // Once per expected PSN: a resend of it lost again is not asked for twice.
     r.relost_nak_sent = true;
     sequence_nak(w, qp, ahead);

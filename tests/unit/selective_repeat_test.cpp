@@ -83,6 +83,25 @@ TEST_CASE("selective repeat: a lost WRITE packet costs that packet and nothing e
   }
 }
 
+TEST_CASE("selective repeat: a packet overtaken by two others costs nothing",
+          "[transport][selective]") {
+  SelectivePair s(true);
+  QpPair &p = s.p;
+  auto held = std::make_shared<int>(0);
+  p.script = [held](const WireRecord &r, Packet &) {  // 110 behind 111, then 111 behind 112
+    if (r.from == 'A' && (r.psn == 110 || r.psn == 111) && *held < 2) {
+      ++*held;
+      return Fate::kHold;
+    }
+    return Fate::kDeliver;
+  };
+  write_and_check(p);
+  CHECK(requests_sent(p) == 32);
+  CHECK(p.b.qp->counters[kNaksSent] == 0);
+  CHECK(p.b.qp->counters[kPacketsHeld] > 0);
+  CHECK(p.a.qp->counters[kSelectiveResends] == 0);
+}
+
 TEST_CASE("selective repeat: two gaps, each packet sent again once", "[transport][selective]") {
   SelectivePair s(true);
   QpPair &p = s.p;
