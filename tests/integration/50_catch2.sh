@@ -6,7 +6,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 vrnic_script_init catch2
 
 export VRNICD=$VRNIC_BUILD_DIR/control/vrnicd  # daemon_test starts its own daemons
-run_catch2_binary unit/unit_tests
+# Every case on its own but the randomized transport harness, which the fast suite below runs
+# (once: it is most of the unit tests' time).
+run_catch2_binary unit/unit_tests '~[random]'
 # The same unit tests as a developer runs them (issue 19): meson's fast suite, all of it.
 meson_fast_suite() {
   vrun timeout -k 5 120 meson test -C "$VRNIC_BUILD_DIR" --suite fast --no-rebuild --print-errorlogs
