@@ -22,6 +22,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 repo=${1:-$here}
 work=${2:-$(mktemp -d /var/tmp/vrnic-fresh.XXXXXX)}
 root=$work/root
+mkdir -p "$work" || { echo "fresh_machine: cannot make $work" >&2; exit 1; }
 log=$work/fresh.log
 
 for tool in mmdebstrap git; do
