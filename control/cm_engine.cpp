@@ -163,7 +163,9 @@ absl::StatusOr<uint32_t> Engine::connect(uint64_t owner, const Gid &peer, const 
   c.service_id = p.service_id;
   Mad m;
   m.init(Attr::kReq, next_tid_++);
+  m.set_attr_mod(p.ece_options);
   m.put(req::kLocalCommId, id);
+  m.put(req::kVendorId, p.ece_vendor_id);
   m.put(req::kServiceId, p.service_id);
   m.put(req::kLocalCaGuid, ca_guid_);
   m.put(req::kLocalQpn, p.qpn);
@@ -216,7 +218,9 @@ absl::Status Engine::accept(uint32_t conn, const AcceptParams &p, uint64_t now) 
   Conn &c = **found;
   Mad m;
   m.init(Attr::kRep, c.tid);
+  m.set_attr_mod(p.ece_options);
   m.put(rep::kLocalCommId, c.local_id);
+  put_rep_vendor_id(m, p.ece_vendor_id);
   m.put(rep::kRemoteCommId, c.remote_id);
   m.put(rep::kLocalQpn, p.qpn);
   m.put(rep::kStartingPsn, p.starting_psn);

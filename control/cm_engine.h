@@ -47,6 +47,8 @@ struct ConnectParams {
   uint8_t traffic_class = 0;
   uint8_t hop_limit = 64;
   uint8_t local_ack_timeout = 18;
+  uint32_t ece_vendor_id = 0;  // ECE: 0 offers none
+  uint32_t ece_options = 0;
   std::vector<uint8_t> private_data;  // up to 92 bytes
 };
 
@@ -59,6 +61,8 @@ struct AcceptParams {
   uint8_t rnr_retry_count = 7;
   uint8_t target_ack_delay = 15;
   bool srq = false;
+  uint32_t ece_vendor_id = 0;  // ECE: the REQ's vendor ID echoed (0: none), our choice of its options
+  uint32_t ece_options = 0;
   std::vector<uint8_t> private_data;  // up to 196 bytes
 };
 

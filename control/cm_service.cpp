@@ -272,6 +272,8 @@ int CmService::connect(Session &s, const ctl::CmConnectReq &req) {
     p.rnr_retry_count = std::min<uint8_t>(req.p.rnr_retry_count, 7);
     p.path_mtu = req.p.path_mtu;
     p.srq = req.p.srq;
+    p.ece_vendor_id = req.p.ece_vendor_id;
+    p.ece_options = req.p.ece_options;
     std::copy(std::begin(id->local.gid), std::end(id->local.gid), p.local_gid.begin());
     p.remote_gid = peer;
     p.private_data = with_ip_header(id->local, req.dst, req.p, kReqUserData);
@@ -304,6 +306,8 @@ int CmService::accept(Session &s, const ctl::CmAcceptReq &req) {
     p.initiator_depth = req.p.initiator_depth;
     p.rnr_retry_count = std::min<uint8_t>(req.p.rnr_retry_count, 7);
     p.srq = req.p.srq;
+    p.ece_vendor_id = req.p.ece_vendor_id;
+    p.ece_options = req.p.ece_options;
     p.private_data = pd;
     st = engine_->accept(id->conn, p, now_);
   }
@@ -314,11 +318,14 @@ int CmService::accept(Session &s, const ctl::CmAcceptReq &req) {
 int CmService::reject(Session &s, const ctl::CmRejectReq &req) {
   Id *id = owned(s, req.id);
   if (!id || !id->conn || !id->listen_id) return EINVAL;
+  // rdma_reject, or rdma_reject_ece: no other reason is the application's to give.
+  if (req.reason && req.reason != cm::kRejVendorOptionNotSupported) return EINVAL;
   const std::vector<uint8_t> pd(req.private_data,
                                 req.private_data + std::min<uint32_t>(req.private_data_len, 256));
+  const uint16_t reason = req.reason ? uint16_t(req.reason) : uint16_t(cm::kRejConsumerDefined);
   absl::Status st = is_ud(id->port_space, id->qp_type)
                         ? engine_->sidr_reply(id->conn, cm::kSidrRejected, 0, 0, pd)
-                        : engine_->reject(id->conn, cm::kRejConsumerDefined, pd, now_);
+                        : engine_->reject(id->conn, reason, pd, now_);
   conn_ids_.erase(id->conn);
   id->conn = 0;
   return st.ok() ? 0 : errno_of(st);
@@ -487,6 +494,8 @@ void CmService::on_request(Id &listener, uint32_t listen_handle, const cm::Event
     rec.p.rnr_retry_count = uint8_t(m[cm::req::kRnrRetryCount]);
     rec.p.srq = uint8_t(m[cm::req::kSrq]);
     rec.p.path_mtu = uint8_t(m[cm::req::kPathMtu]);
+    rec.p.ece_vendor_id = uint32_t(m[cm::req::kVendorId]);
+    rec.p.ece_options = m.attr_mod();
     copy_private(rec.p, pd + cm::kIpHeaderBytes, kReqUserData);
   }
   conn_ids_[e.conn] = handle;
@@ -513,6 +522,8 @@ void CmService::on_event(const cm::Event &e) {
       rec.p.flow_control = uint8_t(m[cm::rep::kEndToEndFlowControl]);
       rec.p.rnr_retry_count = uint8_t(m[cm::rep::kRnrRetryCount]);
       rec.p.srq = uint8_t(m[cm::rep::kSrq]);
+      rec.p.ece_vendor_id = cm::rep_vendor_id(m);
+      rec.p.ece_options = m.attr_mod();
       copy_private(rec.p, m.at(cm::rep::kPrivateData), cm::rep::kPrivateData.len);
       break;
     }

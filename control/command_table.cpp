@@ -89,6 +89,7 @@ const Server::Command *Server::command(ctl::Op op) {
       {kCreateQp, W::kClient, true, call<&QueueObjects::create_qp>},
       {kModifyQp, W::kClient, false, call<&QueueObjects::modify_qp>},
       {kQueryQp, W::kClient, false, call<&QueueObjects::query_qp>},
+      {kSetEce, W::kClient, false, call<&QueueObjects::set_ece>},
       {kDestroyQp, W::kClient, false, call<&QueueObjects::destroy_qp>},
       {kCreateSrq, W::kClient, false, call<&QueueObjects::create_srq>},
       {kModifySrq, W::kClient, false, call<&QueueObjects::modify_srq>},

@@ -313,6 +313,19 @@ int QueueObjects::query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp) 
   return 0;
 }
 
+// ECE: the options the QP runs with from now on, those of them vrnic knows (an unknown one is
+// not an error: the answer says what was taken, as ibv_set_ece's IN/OUT argument does).
+int QueueObjects::set_ece(Session &s, const ctl::SetEceReq &req, ctl::SetEceResp &resp) {
+  if (!owns(s.qps, req.handle)) return EINVAL;
+  QueuePair &qp = *dev_.qps.get(req.handle);
+  resp.options = req.options & kEceSupported;
+  workers_[qp.worker].run_between_bursts([&] {
+    qp.ece_set = true;
+    qp.ece_options = resp.options;
+  });
+  return 0;
+}
+
 // Out of the table first, then two grace periods around its worker's forgetting it: the
 // first ends every other worker's hold on it (a doorbell passed on to its owner is in the
 // owner's ring by then), the second the packets it built (inline data points into its send

@@ -40,6 +40,7 @@ class QueueObjects {
   // transitions (ctl::CmQpSteps) come this way.
   int modify_qp_steps(Session &s, uint32_t handle, const ctl::CmQpSteps::Step *steps, uint32_t n);
   int query_qp(Session &s, uint32_t handle, ctl::QueryQpResp &resp);
+  int set_ece(Session &s, const ctl::SetEceReq &req, ctl::SetEceResp &resp);
   int destroy_qp(Session &s, uint32_t handle);
   int create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::CreateSrqResp &resp,
                  std::vector<int> &fds);

@@ -512,7 +512,7 @@ int Server::list_qps(Session &s, const ctl::ListQpsReq &req, ctl::ListQpsResp &r
         e->counters[kDirectOps] = qp->shared->direct_ops.load(std::memory_order_relaxed);
         e->counters[kDirectBytes] = qp->shared->direct_bytes.load(std::memory_order_relaxed);
         e->state = qp->attr.qp_state;
-        e->transport = qp_transport_state(*qp, w.now);
+        e->transport = qp_transport_state(dev_, *qp, w.now);
       }
     });
   }

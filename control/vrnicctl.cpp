@@ -171,10 +171,11 @@ int list_qps(int sock, const QpFilter &filter) {
           " sq_psn=%u acked_psn=%u rq_psn=%u window=%u wqes_started=%u wqes_unsent=%u"
           " rd_atomic=%u responses=%u ack_timer_us=%u rnr_timer_us=%u retry_left=%u"
           " rnr_left=%u nak_sent=%u peer_window=%u peer_in_flight=%u srtt_us=%u"
-          " probe_timer_us=%u probes=%u",
+          " probe_timer_us=%u probes=%u selective_repeat=%u ece_set=%u",
           t.sq_psn, t.acked_psn, t.rq_psn, t.window, t.wqes_started, t.wqes_unsent, t.rd_atomic,
           t.responses, t.ack_timer_us, t.rnr_timer_us, t.retry_left, t.rnr_left, t.nak_sent,
-          t.peer_window, t.peer_in_flight, t.srtt_us, t.probe_timer_us, t.probes);
+          t.peer_window, t.peer_in_flight, t.srtt_us, t.probe_timer_us, t.probes,
+          t.selective_repeat, t.ece_set);
       for (uint32_t c = 0; c < vrnic::kTransportCounterCount; c++)
         std::printf(" %s=%llu", vrnic::kTransportCounterNames[c],
                     static_cast<unsigned long long>(e.counters[c]));

@@ -74,7 +74,7 @@ uint64_t sack_round_ns(const QueuePair &qp) {
 // armed.
 void arm_repair_timer(TransportHost &w, QueuePair &qp) {
   if (qp.type != IBV_QPT_RC || qp.comp.sack_deadline ||
-      !(qp.comp.peer_sacks || w.dev.selective_repeat) || !outstanding(qp))
+      !(qp.comp.peer_sacks || uses_selective_repeat(w.dev, qp)) || !outstanding(qp))
     return;
   qp.comp.sack_deadline = w.now + (sack_round_ns(qp) << qp.comp.sack_probes);
   w.watch_timers(qp);
@@ -144,7 +144,7 @@ ReadHoles *holes_for(TransportHost &w, QueuePair &qp) {
 // repeats in PSN order among what it has queued, every hole not asked for yet at once.
 void ask_next_hole(TransportHost &w, QueuePair &qp, uint32_t index) {
   ReadHoles *holes = qp.comp.holes;
-  if (holes && w.dev.selective_repeat) {
+  if (holes && uses_selective_repeat(w.dev, qp)) {
     while (ReadHoles::Hole *h = holes->unasked(index)) {
       w.count(qp, kRetransmits);
       if (!(h->asked = requester_reask_read(w, qp, index, h->psn, h->packets))) return;

@@ -52,7 +52,7 @@ Device::Device(uint32_t index) {
   info.node_guid = 0x0200000000000000ull |
                    ((uint64_t(::arc4random()) << 32 | ::arc4random()) & 0x00ffffffffffffffull);
   info.sys_image_guid = info.node_guid;
-  info.vendor_id = 0x5652;  // not a registered OUI: vrnic is a software device
+  info.vendor_id = kVrnicVendorId;
   info.vendor_part_id = 1;
   info.hw_ver = 1;
   info.max_qp = 1u << 16;

@@ -14,6 +14,7 @@
 #include "spin_lock.h"
 #include "vrnic/counters.h"
 #include "vrnic/ctl_protocol.h"
+#include "vrnic/ece.h"
 #include "vrnic/object_keys.h"
 
 namespace vrnic {
@@ -52,10 +53,12 @@ class Device {
   // QP a remote access arrives on: with several workers both take this lock.
   mutable SpinLock mw_lock;
   bool shared_windows() const { return info.num_workers > 1; }
-  // Selective repeat with every RC peer (vrnicd --selective-repeat): the responder's sequence
-  // NAKs say which later PSNs it holds (wire::Sack), which only a vrnic requester reads. Off by
-  // default, so that rxe, hardware and any peer that does not know it get plain NAKs (every
-  // responder holds what arrives early either way; a requester always acts on a Sack it gets).
+  // Selective repeat with every RC peer whose QP was not told otherwise through ECE (vrnicd
+  // --selective-repeat: for connections made without rdma_cm, perftest's TCP exchange): the
+  // responder's sequence NAKs say which later PSNs it holds (wire::Sack), which only a vrnic
+  // requester reads. Off by default, so that rxe, hardware and any peer that does not know it
+  // get plain NAKs (every responder holds what arrives early either way; a requester always
+  // acts on a Sack it gets). rdma_cm agrees on it per connection (ECE, QueuePair::ece_set).
   bool selective_repeat = false;
 
   MemoryRegion *mr_by_key(uint32_t key) const {

@@ -254,7 +254,7 @@ static void qp_flush_receive_side(QueuePair &qp) {
   qp.resp.in_send = false;
 }
 
-ctl::QpTransportState qp_transport_state(QueuePair &qp, uint64_t now) {
+ctl::QpTransportState qp_transport_state(const Device &dev, QueuePair &qp, uint64_t now) {
   auto until = [now](uint64_t deadline) -> uint32_t {
     if (!deadline) return 0;
     return deadline > now ? uint32_t(std::min<uint64_t>((deadline - now) / 1000, UINT32_MAX)) : 1;
@@ -280,6 +280,8 @@ ctl::QpTransportState qp_transport_state(QueuePair &qp, uint64_t now) {
     t.srtt_us = uint32_t(std::min<uint64_t>(p->srtt_ns() / 1000, UINT32_MAX));
   }
   t.probe_timer_us = until(qp.comp.probe_deadline);
+  t.selective_repeat = qp.type == IBV_QPT_RC && uses_selective_repeat(dev, qp);
+  t.ece_set = qp.ece_set;
   return t;
 }
 

@@ -209,6 +209,11 @@ class QueuePair {
   ResponderState resp;
   TransportCounters counters;
 
+  // ECE (vrnic/ece.h): the options ibv_set_ece agreed for this QP (rdma_cm sets them from
+  // the REQ and REP); until it is called the QP follows the device's default.
+  bool ece_set = false;
+  uint32_t ece_options = 0;
+
   bool sq_drained_reported = false;  // SQD: IBV_EVENT_SQ_DRAINED sent for this drain
   bool comm_established = false;     // IBV_EVENT_COMM_EST sent
   bool in_run_queue = false;

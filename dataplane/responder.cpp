@@ -431,7 +431,7 @@ void sequence_nak(TransportHost &w, QueuePair &qp, uint32_t lost_below = 0) {
   Packet *pkt = new_packet(w, qp, kAcknowledge, r.psn, false);
   if (!pkt) return;  // the requester's timer recovers
   pkt->ext<Aeth>(opcode_info(kAcknowledge).aeth_off).set(kNakPsnSeqError, r.msn);
-  if (w.dev.selective_repeat && r.held && !r.held->empty()) {
+  if (uses_selective_repeat(w.dev, qp) && r.held && !r.held->empty()) {
     uint32_t span = std::min<uint32_t>(uint32_t(psn_diff(r.held->high(), r.psn)), Sack::kMaxSpan);
     Sack *sack = reinterpret_cast<Sack *>(pkt->bounce);
     sack->start(span, std::min(lost_below, span));
@@ -473,7 +473,7 @@ void receive_ahead(TransportHost &w, QueuePair &qp, const Packet &pkt, uint32_t 
   bool fills = !gap && psn_diff(psn, r.held->high()) < 0;  // into a gap below the highest held
   bool kept = ahead < HeldPackets::kSlots && w.hold_packet(qp, pkt);
   if (kept) w.count(qp, kPacketsHeld);
-  if (!kept || !w.dev.selective_repeat) {
+  if (!kept || !uses_selective_repeat(w.dev, qp)) {
     if (!r.nak_sent) sequence_nak(w, qp);
     return;
   }
@@ -507,7 +507,7 @@ void deliver_held(TransportHost &w, QueuePair &qp) {
   }
   if (r.held && (qp.state() == IBV_QPS_ERR || r.held->empty())) w.release_held(qp);
   if (!delivered || qp.state() == IBV_QPS_ERR || r.nak_sent) return;
-  if (r.held && w.dev.selective_repeat) return sequence_nak(w, qp);
+  if (r.held && uses_selective_repeat(w.dev, qp)) return sequence_nak(w, qp);
   r.ack_pending = true;
   r.ack_psn = psn_add(r.psn, -1u);
   w.ack_later(qp);

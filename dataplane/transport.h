@@ -13,6 +13,11 @@ namespace vrnic {
 
 class TransportHost;
 
+// Whether the QP runs selective repeat with its peer: as ECE agreed, else the device's default.
+inline bool uses_selective_repeat(const Device &dev, const QueuePair &qp) {
+  return qp.ece_set ? (qp.ece_options & kEceSelectiveRepeat) != 0 : dev.selective_repeat;
+}
+
 // Requester: packets for new and retransmitted WQEs, and local operations; returns the steps
 // it took of the budget (a packet sent or a local operation done).
 uint32_t requester_run(TransportHost &w, QueuePair &qp, uint32_t budget);
@@ -113,7 +118,7 @@ bool qp_sq_busy(const QueuePair &qp);
 void qp_flush(TransportHost &w, QueuePair &qp);  // completes everything outstanding with FLUSH_ERR
 void qp_reset_transport(QueuePair &qp);
 // A snapshot of where the QP's transport stands (vrnicctl qps); `now` in ns.
-ctl::QpTransportState qp_transport_state(QueuePair &qp, uint64_t now);
+ctl::QpTransportState qp_transport_state(const Device &dev, QueuePair &qp, uint64_t now);
 
 // Builds the BTH and addressing of a packet from the QP (connected QPs) or from an
 // explicit destination (UD); the caller adds the rest.

@@ -254,7 +254,7 @@ extern "C" VRNIC_EXPORT enum ibv_rate mbps_to_ibv_rate(int mbps) {
 
 // ---------------------------------------------------------------------------------------------
 // Public verbs that a software NIC cannot provide (object import/export needs a kernel uverbs
-// file descriptor; dma-buf and ECE need hardware; the sysfs readers refer to kernel devices).
+// file descriptor; dma-buf needs hardware; the sysfs readers refer to kernel devices).
 // Exact verbs.h signatures where verbs.h declares them.
 
 extern "C" {
@@ -274,13 +274,6 @@ VRNIC_EXPORT struct ibv_dm *ibv_import_dm(struct ibv_context *, uint32_t) {
   return FailNull();
 }
 VRNIC_EXPORT void ibv_unimport_dm(struct ibv_dm *) {}
-
-VRNIC_EXPORT int ibv_query_ece(struct ibv_qp *, struct ibv_ece *) {
-  return FailErrno();
-}
-VRNIC_EXPORT int ibv_set_ece(struct ibv_qp *, struct ibv_ece *) {
-  return FailErrno();
-}
 
 VRNIC_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *, uint64_t, size_t, uint64_t, int,
                                               int) {

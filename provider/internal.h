@@ -16,6 +16,7 @@
 #include "direct_path.h"
 #include "export.h"
 #include "vrnic/ctl_io.h"
+#include "vrnic/ece.h"
 #include "vrnic/shm_layout.h"
 
 // From rdma-core's private driver.h (not installed): the GID type ibv_query_gid_type reports.
@@ -169,6 +170,7 @@ struct Qp {
   bool sq_sig_all = false;
   pthread_spinlock_t sq_lock, rq_lock;
   bool extended = false;  // created with send_ops_flags: ibv_qp_to_qp_ex works
+  uint32_t ece_options = kEceSupported;  // ibv_query_ece: what vrnicd took at ibv_set_ece
   // What the direct path checks of this QP as a peer, kept by ibv_modify_qp.
   std::atomic<uint32_t> dest_qpn{0};
   std::atomic<int> access_flags{0};

@@ -329,6 +329,30 @@ VRNIC_EXPORT int ibv_query_qp(ibv_qp *ibqp, ibv_qp_attr *attr, int attr_mask,
   return 0;
 }
 
+// ECE (vrnic/ece.h), as rdma-core's providers answer it: the options a QP offers until
+// ibv_set_ece (rdma_cm, from the REQ and the REP) says which it runs with; vrnicd applies them
+// at once. Another vendor's ID is EINVAL, as mlx5 answers it; libibverbs answers vendor 0 with
+// EOPNOTSUPP before any provider is asked.
+VRNIC_EXPORT int ibv_query_ece(ibv_qp *ibqp, ibv_ece *ece) {
+  if (!ibqp || !ece) return EINVAL;
+  *ece = {kVrnicVendorId, Qp::of(ibqp)->ece_options, 0};
+  return 0;
+}
+
+VRNIC_EXPORT int ibv_set_ece(ibv_qp *ibqp, ibv_ece *ece) {
+  if (!ibqp || !ece) return errno = EINVAL;
+  if (!ece->vendor_id) return errno = EOPNOTSUPP;
+  if (ece->comp_mask || ece->vendor_id != kVrnicVendorId) return errno = EINVAL;
+  Qp *qp = Qp::of(ibqp);
+  ctl::SetEceReq req{qp->handle, ece->options};
+  ctl::SetEceResp resp{};
+  if (int err = Context::of(ibqp->context)
+                    ->conn.call(ctl::Op::kSetEce, &req, sizeof(req), &resp, sizeof(resp)))
+    return errno = err;
+  qp->ece_options = ece->options = resp.options;
+  return 0;
+}
+
 VRNIC_EXPORT int ibv_destroy_qp(ibv_qp *ibqp) {
   Qp *qp = Qp::of(ibqp);
   Context *c = Context::of(ibqp->context);

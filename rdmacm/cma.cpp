@@ -13,6 +13,7 @@
 #include <set>
 
 #include "internal.h"
+#include "vrnic/cm_wire.h"
 #include "vrnic/ctl_io.h"
 #include "vrnic/verbs_wire.h"
 
@@ -207,6 +208,50 @@ int qp_steps(Id *id, std::initializer_list<ibv_qp_state> states, ctl::CmQpSteps 
 // vrnicd made them: the QP's state as ibv_modify_qp would have left it.
 void stepped(Id *id, const ctl::CmQpSteps &steps) {
   if (steps.count) id->id.qp->state = ibv_qp_state(steps.steps[steps.count - 1].attr.qp_state);
+}
+
+// A REJ for the id's request: `reason` 0 is the consumer's own (rdma_reject).
+int reject(rdma_cm_id *cmid, const void *private_data, uint8_t len, uint32_t reason) {
+  if (!cmid || !of(cmid)->handle) return EINVAL;
+  Id *id = of(cmid);
+  ctl::CmRejectReq req{};
+  req.id = id->handle;
+  req.private_data_len = len;
+  req.reason = reason;
+  if (private_data && len) std::memcpy(req.private_data, private_data, len);
+  return id->dev->daemon->call(ctl::Op::kCmReject, &req, sizeof(req), nullptr, 0);
+}
+
+// ECE on a QP rdma_cm made (as rdma-core's init_ece): the options it offers become ours; an
+// id made for a CONNECT_REQUEST runs with those of the REQ's options it knows, and with none
+// when the peer offered none or is of another vendor (rdma-core leaves such a QP as it was;
+// here it gets go-back-N even where vrnicd's --selective-repeat is the default: rxe and
+// hardware send no vrnic ECE).
+int init_ece(Id *id, ibv_qp *qp) {
+  ibv_ece ece{};
+  if (int err = ibv_query_ece(qp, &ece); err && err != EOPNOTSUPP) return err;
+  id->local_ece = {ece.vendor_id, ece.options, 0};
+  if (!id->passive || !ece.vendor_id || is_ud(id)) return 0;
+  const bool same = id->remote.ece_vendor_id == ece.vendor_id;
+  ece.options = same ? id->remote.ece_options : 0;
+  if (int err = ibv_set_ece(qp, &ece); err && err != EOPNOTSUPP) return err;
+  id->local_ece.options = ece.options;
+  return 0;
+}
+
+// A CONNECT_RESPONSE's ECE on the id's QP, before it goes to RTR (rdma-core's
+// ucma_process_conn_resp_ece): the options the passive side chose, none when its REP named no
+// vendor; a REP naming another vendor than ours breaks the handshake (EINVAL).
+int take_rep_ece(Id *id) {
+  ibv_ece ece{id->remote.ece_vendor_id, id->remote.ece_options, 0};
+  if (!ece.vendor_id) {
+    ece = {id->local_ece.vendor_id, 0, 0};
+  } else if (ece.vendor_id != id->local_ece.vendor_id) {
+    return EINVAL;
+  }
+  if (int err = ibv_set_ece(id->id.qp, &ece); err && err != EOPNOTSUPP) return err;
+  id->local_ece.options = ece.vendor_id ? ece.options : 0;
+  return 0;
 }
 
 // The RTU (ucma_process_conn_resp): with the QP's RTR and RTS when the id has one.
@@ -575,6 +620,8 @@ RDMACM_EXPORT int rdma_connect(rdma_cm_id *cmid, rdma_conn_param *param) {
   to_cm_address(&cmid->route.addr.dst_addr, &req.dst);
   to_cm_address(&cmid->route.addr.src_addr, &req.src);
   fill_conn_param(id, param, &req.p);
+  req.p.ece_vendor_id = id->local_ece.vendor_id;
+  req.p.ece_options = id->local_ece.options;
   if (int err = id->dev->daemon->call(ctl::Op::kCmConnect, &req, sizeof(req), nullptr, 0))
     return fail(err);
   if (int err = complete(id, {ctl::kCmEstablished})) return fail(err);
@@ -589,6 +636,9 @@ RDMACM_EXPORT int rdma_accept(rdma_cm_id *cmid, rdma_conn_param *param) {
   ctl::CmAcceptReq req{};
   req.id = id->handle;
   fill_conn_param(id, param, &req.p);
+  // The REQ's vendor ID echoed, with what we take of its options (rdma-core does the same).
+  req.p.ece_vendor_id = id->remote.ece_vendor_id;
+  req.p.ece_options = id->local_ece.options;
   if (!param) {  // the defaults rdma-core takes: what the peer asked for, within our limits
     id->responder_resources = std::min(id->remote.responder_resources, id->dev->max_rd_atomic);
     id->initiator_depth = std::min(id->remote.initiator_depth, id->dev->max_rd_atomic);
@@ -615,14 +665,7 @@ RDMACM_EXPORT int rdma_accept(rdma_cm_id *cmid, rdma_conn_param *param) {
 }
 
 RDMACM_EXPORT int rdma_reject(rdma_cm_id *cmid, const void *private_data, uint8_t len) {
-  if (!cmid || !of(cmid)->handle) return fail(EINVAL);
-  Id *id = of(cmid);
-  ctl::CmRejectReq req{};
-  req.id = id->handle;
-  req.private_data_len = len;
-  if (private_data && len) std::memcpy(req.private_data, private_data, len);
-  if (int err = id->dev->daemon->call(ctl::Op::kCmReject, &req, sizeof(req), nullptr, 0))
-    return fail(err);
+  if (int err = reject(cmid, private_data, len, 0)) return fail(err);
   return 0;
 }
 
@@ -683,7 +726,8 @@ RDMACM_EXPORT int rdma_create_qp_ex(rdma_cm_id *cmid, ibv_qp_init_attr_ex *attr)
   if (!qp) return -1;
   cmid->qp = qp;
   cmid->qp_type = attr->qp_type;
-  int err = move_qp(id, IBV_QPS_INIT);
+  int err = init_ece(id, qp);
+  if (!err) err = move_qp(id, IBV_QPS_INIT);
   if (!err && is_ud(id)) {
     err = move_qp(id, IBV_QPS_RTR);
     if (!err) err = move_qp(id, IBV_QPS_RTS);
@@ -823,6 +867,7 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel *channel, rdma_cm_event *
       fresh->port_num = 1;
       fresh->qp_type = listener->id.qp_type;
       nid->remote = rec.p;
+      nid->passive = true;
       sockaddr_storage ss;
       to_sockaddr(rec.local, 0, &ss);
       std::memcpy(&fresh->route.addr.src_storage, &ss, sizeof(ss));
@@ -837,8 +882,11 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel *channel, rdma_cm_event *
       id->remote = rec.p;
       id->rnr_retry = std::min<uint8_t>(rec.p.rnr_retry_count, 7);  // the REP's, as ib_cm's
       if (id->id.qp) {
-        // As rdma-core: the QP to RTR and RTS, the RTU, then ESTABLISHED for the application.
-        if (int err = establish(id)) {
+        // As rdma-core: ECE, the QP to RTR and RTS, the RTU, then ESTABLISHED for the
+        // application.
+        int err = take_rep_ece(id);
+        if (!err) err = establish(id);
+        if (err) {
           rdma_reject(&id->id, nullptr, 0);
           e->event.event = RDMA_CM_EVENT_CONNECT_ERROR;
           e->event.status = -err;
@@ -1007,7 +1055,7 @@ RDMACM_EXPORT const char *rdma_event_str(rdma_cm_event_type event) {
   return unsigned(event) < std::size(kNames) ? kNames[event] : "UNKNOWN EVENT";
 }
 
-// Multicast and ECE: not built (the issue allows EOPNOTSUPP).
+// Multicast: not built (the issue allows EOPNOTSUPP).
 RDMACM_EXPORT int rdma_join_multicast(rdma_cm_id *, sockaddr *, void *) {
   return fail(EOPNOTSUPP);
 }
@@ -1017,14 +1065,23 @@ RDMACM_EXPORT int rdma_join_multicast_ex(rdma_cm_id *, rdma_cm_join_mc_attr_ex *
 RDMACM_EXPORT int rdma_leave_multicast(rdma_cm_id *, sockaddr *) {
   return fail(EOPNOTSUPP);
 }
-RDMACM_EXPORT int rdma_set_local_ece(rdma_cm_id *, ibv_ece *) {
-  return fail(EOPNOTSUPP);
+// ECE for an application that makes its own QP (rdma-core's contract: only while the id has
+// none): what its REQ or REP offers, and what the peer's said.
+RDMACM_EXPORT int rdma_set_local_ece(rdma_cm_id *cmid, ibv_ece *ece) {
+  if (!cmid || cmid->qp || !ece || !ece->vendor_id || ece->comp_mask) return fail(EINVAL);
+  of(cmid)->local_ece = {ece->vendor_id, ece->options, 0};
+  return 0;
 }
-RDMACM_EXPORT int rdma_get_remote_ece(rdma_cm_id *, ibv_ece *) {
-  return fail(EOPNOTSUPP);
+RDMACM_EXPORT int rdma_get_remote_ece(rdma_cm_id *cmid, ibv_ece *ece) {
+  if (!cmid || cmid->qp || !ece) return fail(EINVAL);
+  *ece = {of(cmid)->remote.ece_vendor_id, of(cmid)->remote.ece_options, 0};
+  return 0;
 }
-RDMACM_EXPORT int rdma_reject_ece(rdma_cm_id *, const void *, uint8_t) {
-  return fail(EOPNOTSUPP);
+// A REJ saying the REQ's ECE options are not supported (IBTA's reason 35).
+RDMACM_EXPORT int rdma_reject_ece(rdma_cm_id *cmid, const void *private_data, uint8_t len) {
+  if (int err = reject(cmid, private_data, len, cm::kRejVendorOptionNotSupported))
+    return fail(err);
+  return 0;
 }
 
 }  // extern "C"

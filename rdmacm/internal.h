@@ -67,6 +67,8 @@ struct Id {
   bool ack_timeout_set = false;
   uint32_t psn = 0;            // the PSN our QP receives from (sent in the REQ or REP)
   ctl::CmConnParams remote{};  // the peer's, from CONNECT_REQUEST or CONNECT_RESPONSE
+  bool passive = false;        // made for a CONNECT_REQUEST
+  ibv_ece local_ece{};         // what our REQ or REP says (rdma_create_qp, rdma_set_local_ece)
   uint8_t responder_resources = 0, initiator_depth = 0, retry_count = 7, rnr_retry = 7;
   ibv_qp_init_attr *ep_qp_attr = nullptr;  // rdma_create_ep on a listener: for get_request
   int unacked = 0;                         // events reported and not yet acked (under mu)

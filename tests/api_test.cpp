@@ -33,6 +33,7 @@
 #include <catch2/catch.hpp>
 
 #include "verbs_fixture.h"
+#include "vrnic/ece.h"
 
 using namespace vt;
 
@@ -715,6 +716,43 @@ TEST_CASE("qp-state: alternate paths (IBV_QP_ALT_PATH) on a RoCE port are EINVAL
             EINVAL);  // ... RoCE not
       CHECK(query_state(qp.get()) == cur);
     }
+  }
+}
+
+TEST_CASE("ece: ibv_query_ece offers selective repeat; ibv_set_ece takes what vrnic knows, "
+          "refuses what is not its (EINVAL, EOPNOTSUPP for vendor 0) and changes nothing then",
+          "[ece]") {
+  auto dev = open_device();
+  const Device &d = *dev;
+  SmEnv e = make_sm_env(d, IBV_QPT_RC);
+  QpPtr qp = sm_qp(e);
+  ibv_ece ece{};
+  REQUIRE_RC0(ibv_query_ece(qp.get(), &ece));
+  CHECK(ece.vendor_id == vrnic::kVrnicVendorId);
+  CHECK(ece.vendor_id == d.attr.vendor_id);  // one vendor ID, as mlx5 gives its PCI vendor
+  CHECK(ece.options == vrnic::kEceSelectiveRepeat);
+  CHECK(ece.comp_mask == 0);
+  // Refused, each with errno set too; the QP keeps what it had.
+  ibv_ece bad{vrnic::kVrnicVendorId, 0, 1};
+  errno = 0;
+  CHECK(ibv_set_ece(qp.get(), &bad) == EINVAL);
+  CHECK(errno == EINVAL);
+  bad = {0x02c9, 0, 0};  // another vendor's
+  CHECK(ibv_set_ece(qp.get(), &bad) == EINVAL);
+  bad = {0, 0, 0};  // libibverbs: no vendor, no ECE
+  CHECK(ibv_set_ece(qp.get(), &bad) == EOPNOTSUPP);
+  REQUIRE_RC0(ibv_query_ece(qp.get(), &ece));
+  CHECK(ece.options == vrnic::kEceSelectiveRepeat);
+  // Unknown options are left out of what it takes; none, then the option again.
+  ibv_ece want{vrnic::kVrnicVendorId, 0xffffffffu, 0};
+  REQUIRE_RC0(ibv_set_ece(qp.get(), &want));
+  CHECK(want.options == vrnic::kEceSupported);
+  for (uint32_t options : {0u, vrnic::kEceSelectiveRepeat}) {
+    want = {vrnic::kVrnicVendorId, options, 0};
+    REQUIRE_RC0(ibv_set_ece(qp.get(), &want));
+    CHECK(want.options == options);
+    REQUIRE_RC0(ibv_query_ece(qp.get(), &ece));
+    CHECK(ece.options == options);
   }
 }
 

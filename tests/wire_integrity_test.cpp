@@ -65,6 +65,7 @@
 
 #include "verbs_fixture.h"
 #include "vrnic/ctl_io.h"
+#include "vrnic/ece.h"
 
 using namespace vt;
 
@@ -1190,7 +1191,21 @@ struct FaultSetting {
   const char *label;
   const char *spec;  // for vrnicctl faults (the seed is added per daemon)
   bool selective = false;  // both daemons with --selective-repeat
+  // Selective repeat agreed per QP through ECE (ibv_set_ece on every QP, as rdma_cm does from
+  // the REQ and REP), the daemons as by default.
+  bool ece = false;
 };
+
+// ECE on a QP: vrnic's vendor and `options`, which vrnicd must take (they are all it knows).
+void set_ece(const Endpoint &e, uint32_t options) {
+  ibv_ece ece{vrnic::kVrnicVendorId, options, 0};
+  REQUIRE(ibv_set_ece(e.qp(), &ece) == 0);
+  CHECK(ece.options == options);
+  ibv_ece now{};
+  REQUIRE(ibv_query_ece(e.qp(), &now) == 0);
+  CHECK(now.vendor_id == vrnic::kVrnicVendorId);
+  CHECK(now.options == options);
+}
 
 // One fault setting on the two daemons of `w`: RC traffic of `total` bytes, then the checks.
 void run_rc_setting(Wire &w, const FaultSetting &s, uint64_t total) {
@@ -1203,6 +1218,8 @@ void run_rc_setting(Wire &w, const FaultSetting &s, uint64_t total) {
     Endpoint a1, b1, a4, b4;  // pair 1: path MTU 1024; pair 4: the ports' MTU (4096 on lo)
     connect_rc_pair(*w.dev1, a1, *w.dev2, b1, cfg, IBV_MTU_1024);
     connect_rc_pair(*w.dev1, a4, *w.dev2, b4, cfg, w.big_mtu());
+    if (s.ece)
+      for (const Endpoint *e : {&a1, &b1, &a4, &b4}) set_ece(*e, vrnic::kEceSelectiveRepeat);
     const uint32_t big = 128u << w.big_mtu();
     const std::string big_name = "mtu " + std::to_string(big);
     const uint64_t seed = seed_for(s.label);
@@ -1284,8 +1301,9 @@ void run_rc_setting(Wire &w, const FaultSetting &s, uint64_t total) {
       CHECK(resent > 0);
       CHECK(c["packets_held"] > 0);  // what came early was kept, not dropped
     }
-    if (s.selective && (has("loss") || has("reorder"))) CHECK(c["selective_resends"] > 0);
-    if (!s.selective) CHECK(c["selective_resends"] == 0);
+    const bool selective = s.selective || s.ece;
+    if (selective && (has("loss") || has("reorder"))) CHECK(c["selective_resends"] > 0);
+    if (!selective) CHECK(c["selective_resends"] == 0);
     if (has("dup")) CHECK(c["faults_duplicated"] > 0);
     if (has("hold_op")) CHECK(c["faults_reordered"] > 0);
     if (has("corrupt")) {
@@ -1541,6 +1559,15 @@ TEST_CASE("RC across the wire under loss=1 with selective repeat: every byte and
 TEST_CASE("RC across the wire under loss=10 with selective repeat: every byte and completion verified",
           "[wire][rc]") {
   run_rc_setting({"loss=10 selective", "loss=10", true});
+}
+
+TEST_CASE(
+    "RC across the wire under loss=1 with selective repeat agreed per QP (ECE, ibv_set_ece), "
+    "the daemons as by default: every byte and completion verified",
+    "[wire][rc][selective][ece]") {
+  FaultSetting s{"loss=1 ece", "loss=1"};
+  s.ece = true;
+  run_rc_setting(s);
 }
 
 TEST_CASE(

@@ -21,6 +21,7 @@ inline constexpr size_t kMadHeaderBytes = 24;
 inline constexpr size_t kMadDataBytes = kMadBytes - kMadHeaderBytes;  // 232
 inline constexpr size_t kMadTidOffset = 8;    // in the header: the transaction ID (8 bytes)
 inline constexpr size_t kMadAttrOffset = 16;  // ... the attribute ID (2 bytes)
+inline constexpr size_t kMadAttrModOffset = 20;  // ... the attribute modifier (4 bytes)
 
 inline constexpr uint8_t kBaseVersion = 1;
 inline constexpr uint8_t kMgmtClassCm = 0x07;
@@ -229,7 +230,9 @@ struct Mad {
   uint16_t status() const { return uint16_t(bytes[4] << 8 | bytes[5]); }
   uint64_t tid() const { return load(kMadTidOffset, 8); }
   Attr attr() const { return Attr(load(kMadAttrOffset, 2)); }
-  uint32_t attr_mod() const { return uint32_t(load(20, 4)); }
+  uint32_t attr_mod() const { return uint32_t(load(kMadAttrModOffset, 4)); }
+  // REQ and REP carry the ECE options there (Linux's cm_format_mad_ece_hdr).
+  void set_attr_mod(uint32_t v) { store(kMadAttrModOffset, 4, v); }
 
   // A CM SEND of `attr` with transaction ID `tid`; the data zeroed.
   void init(Attr attr, uint64_t tid) {
@@ -288,6 +291,17 @@ struct IpServiceHeader {
     return true;
   }
 };
+
+// ECE's vendor ID in a REP: three bytes apart (table 110's reserved bytes, as Linux puts it).
+inline uint32_t rep_vendor_id(const Mad &m) {
+  return uint32_t(m[rep::kVendorIdHigh] << 16 | m[rep::kVendorIdMiddle] << 8 |
+                  m[rep::kVendorIdLow]);
+}
+inline void put_rep_vendor_id(Mad &m, uint32_t vendor_id) {
+  m.put(rep::kVendorIdHigh, vendor_id >> 16 & 0xff);
+  m.put(rep::kVendorIdMiddle, vendor_id >> 8 & 0xff);
+  m.put(rep::kVendorIdLow, vendor_id & 0xff);
+}
 
 // The service ID of an rdma_cm port: the port space above the port (RDMA_PS_TCP 0x0106 gives
 // 0x0000000001060000 | port).

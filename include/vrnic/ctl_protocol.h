@@ -13,7 +13,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 14;
+inline constexpr uint32_t kProtocolVersion = 15;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -60,6 +60,7 @@ enum class Op : uint16_t {
   kCmEstablish,
   kCmDisconnect,
   kCmMigrate,
+  kSetEce,
 };
 
 struct MsgHeader {
@@ -276,6 +277,15 @@ struct ModifyQpReq {
 struct QueryQpResp {
   QpAttrWire attr;
 };
+// ibv_set_ece: the ECE options (vrnic/ece.h) the QP is to run with from now on; the reply says
+// which of them it took (those vrnic knows).
+struct SetEceReq {
+  uint32_t handle;
+  uint32_t options;
+};
+struct SetEceResp {
+  uint32_t options;
+};
 
 struct SrqAttrWire {
   uint32_t max_wr;
@@ -412,7 +422,9 @@ struct QpTransportState {
   uint32_t peer_in_flight;  // packets out, all those QPs together
   uint32_t srtt_us;         // smoothed round trip to the peer; 0: not measured yet
   uint32_t probe_timer_us;  // until this QP's probe; 0: not armed
-  uint32_t reserved;
+  uint8_t selective_repeat;  // its NAKs carry a Sack (ECE, or the device's default)
+  uint8_t ece_set;           // ibv_set_ece (rdma_cm) chose; else the device's default holds
+  uint8_t reserved[2];
 };
 struct QpEntry {
   uint32_t qpn;
@@ -485,6 +497,10 @@ struct CmConnParams {
   uint8_t srq;
   uint8_t path_mtu;  // enum ibv_mtu
   uint8_t reserved;
+  // ECE (vrnic/ece.h): the REQ's or REP's vendor ID (0: none) and options (the MAD's
+  // attribute modifier).
+  uint32_t ece_vendor_id;
+  uint32_t ece_options;
   uint32_t private_data_len;
   uint8_t private_data[256];
 };
@@ -548,6 +564,8 @@ struct CmRejectReq {
   uint32_t id;
   uint32_t private_data_len;
   uint8_t private_data[256];
+  // 0: consumer defined (rdma_reject); cm::kRejVendorOptionNotSupported (rdma_reject_ece).
+  uint32_t reason;
 };
 // rdma_migrate_id; also how the library names the id vrnicd made for a CONNECT_REQUEST.
 struct CmMigrateReq {

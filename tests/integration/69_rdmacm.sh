@@ -380,6 +380,12 @@ retry_counts() {
   vrnic_fg "${CM_RUN[@]}" timeout 30 "$VRNIC_BUILD_DIR/tests/cm_retry_counts" "$(next_port)"
 }
 
+# ECE through rdma_cm (tests/tools/cm_ece): what the REQ and REP carry, what each QP runs with.
+ece_calls() {
+  ensure_vrnicd || return 1
+  vrnic_fg "${CM_RUN[@]}" timeout 30 "$VRNIC_BUILD_DIR/tests/cm_ece" "$(next_port)"
+}
+
 # riomap, riowrite and riounmap: errors and data (tests/tools/rio_errors).
 rio_errors() {
   ensure_vrnicd || return 1
@@ -484,6 +490,21 @@ lossy_run() {
 lossy() {
   with_hosts lossy_hosts cl1 cl2 -- lossy_run "$@"
 }
+# Selective repeat agreed through ECE, the daemons as by default (no --selective-repeat):
+# what the losses cost is sent again alone (selective_resends), at both ends.
+ece_selective_run() {
+  local before=() after=() d
+  for d in cl1 cl2; do before+=("$(stat_of selective_resends "$d")"); done
+  lossy_run "$@" || return 1
+  for d in cl1 cl2; do after+=("$(stat_of selective_resends "$d")"); done
+  echo "    selective_resends: cl1 +$((after[0] - before[0])), cl2 +$((after[1] - before[1]))"
+  CHECK_NOTE="$((after[0] - before[0] + after[1] - before[1])) packets sent again alone"
+  ((after[0] > before[0] && after[1] > before[1])) ||
+    { echo "FAIL: no packet sent again alone at one end: selective repeat not agreed"; return 1; }
+}
+ece_selective() {
+  with_hosts lossy_hosts cl1 cl2 -- ece_selective_run "$@"
+}
 
 # Each DREQ's first copy lost (--faults drop_mad=21 at both vrnicd; short CM timers, so a DREQ
 # is sent again after 0.6 s): the connections still end in DISCONNECTED on both sides and the
@@ -548,6 +569,8 @@ check "QP retry counts as ib_cm sets them: the passive side's from the REQ, not 
   retry_counts
 check "rdma_listen's backlog: requests not yet fetched past it get no answer, then come again" \
   listen_backlog
+check "ECE: two vrnic QPs agree on selective repeat; none with a peer that offers no ECE; rdma_reject_ece" \
+  ece_calls
 for t in "ib_write_bw -n 1000" "ib_read_bw -n 1000" "ib_send_bw -n 1000" "ib_send_bw -c UD -n 1000" \
   "ib_write_lat -n 1000"; do
   read -ra cmd <<<"$t"
@@ -564,6 +587,8 @@ check "on the wire: tshark decodes every CM MAD, none malformed" across cm_on_th
 check "10% loss at both vrnicd: ucmatose -c 10 -C 10 connects (MAD retries) and disconnects" \
   lossy ucmatose_pair lossy -c 10 -C 10
 check "10% loss at both vrnicd: rping -C 100 -V" lossy rping_pair -C 100 -V
+check "10% loss at both vrnicd: rping -C 100 -S 65535 -V, selective repeat agreed by ECE" \
+  ece_selective rping_pair -C 100 -S 65535 -V
 check "two namespaces (veth): rping -C 1000 -S 64 -V" in_namespaces rping_pair -C 1000 -S 64 -V
 check "two namespaces: rping -C 100 -S 65535 -V" in_namespaces rping_pair -C 100 -S 65535 -V
 check "two namespaces: ucmatose -c 10" in_namespaces ucmatose_pair ns10 -c 10

@@ -368,6 +368,28 @@ for server in rxe vrnic; do
     "$server" \
     ib_send_bw -R -c UD -d @D -F -n 200 -p @P -- ib_send_bw -R -c UD -d @D -F -n 200 -p @P @S
 done
+# Under loss, over rdma_cm: rxe's librdmacm answers vrnic's ECE (vendor 0x5652, selective
+# repeat) with options 0 in its REP, and its REQ offers none, so vrnic's QPs go back N with rxe
+# (nothing is sent again alone: selective_resends stays, and rxe never gets a Sack).
+cm_rxe_go_back_n() {
+  local before after rc
+  before=$(vrnic_stat selective_resends "${SOCK[rxe]}") || return 1
+  set_loss loss=1 || return 1
+  cm_rxe "$@"
+  rc=$?
+  set_loss "" || return 1
+  after=$(vrnic_stat selective_resends "${SOCK[rxe]}") || return 1
+  echo "selective_resends: $before -> $after"
+  ((rc == 0)) || return 1
+  ((after == before)) || { echo "FAIL: vrnic sent packets again alone to rxe"; return 1; }
+}
+for server in rxe vrnic; do
+  client=vrnic
+  [[ $server == vrnic ]] && client=rxe
+  check "rdma_cm under loss=1 on vrnicd: rping -S 65535 -C 50 -V, go-back-N with rxe (ECE): $client client, $server server" \
+    cm_rxe_go_back_n "$server" \
+    rping -s -a @S -p @P -C 50 -S 65535 -V -- rping -c -a @S -I @C -p @P -C 50 -S 65535 -V
+done
 check "rdma_cm: vrnicd's CM sent and received MADs on QP1 (cm_mads_sent, cm_mads_received)" \
   cm_mads_counted
 

@@ -21,20 +21,12 @@ void counts(ibv_qp *qp, int *retry, int *rnr) {
   }
 }
 
-ibv_qp_init_attr qp_attr() {
-  ibv_qp_init_attr a{};
-  a.qp_type = IBV_QPT_RC;
-  a.cap.max_send_wr = a.cap.max_recv_wr = 4;
-  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-  return a;
-}
-
 }  // namespace
 
 int main(int argc, char **argv) {
   sockaddr_in addr = loopback_port(argc, argv, "cm_retry_counts");
   auto [lch, cch, listener, client] = listen_and_resolve(addr);
-  ibv_qp_init_attr a = qp_attr();
+  ibv_qp_init_attr a = rc_qp_attr();
   if (rdma_create_qp(client, nullptr, &a)) return std::perror("rdma_create_qp (client)"), 2;
   rdma_conn_param cp{};
   cp.retry_count = 5;
@@ -46,7 +38,7 @@ int main(int argc, char **argv) {
   expect(req->param.conn.retry_count == 5 && req->param.conn.rnr_retry_count == 6,
          "CONNECT_REQUEST: the REQ's retry_count 5 and rnr_retry_count 6");
   rdma_ack_cm_event(req);
-  a = qp_attr();
+  a = rc_qp_attr();
   if (rdma_create_qp(server, nullptr, &a)) return std::perror("rdma_create_qp (server)"), 2;
   rdma_conn_param sp{};  // retry_count 0, as a server copying only a few fields leaves it
   sp.rnr_retry_count = 3;

@@ -48,25 +48,44 @@ struct Pair {
   rdma_event_channel *lch = nullptr, *cch = nullptr;
   rdma_cm_id *listener = nullptr, *client = nullptr;
 };
+// A client id on `ch` with its address and route resolved towards addr (exits 2 on failure).
+inline rdma_cm_id *resolved_client(rdma_event_channel *ch, sockaddr_in &addr) {
+  rdma_cm_id *client = nullptr;
+  if (rdma_create_id(ch, &client, nullptr, RDMA_PS_TCP) ||
+      rdma_resolve_addr(client, nullptr, reinterpret_cast<sockaddr *>(&addr), 2000)) {
+    std::perror("set-up");
+    std::exit(2);
+  }
+  rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+  if (rdma_resolve_route(client, 2000)) {
+    std::perror("rdma_resolve_route");
+    std::exit(2);
+  }
+  rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+  return client;
+}
+
 inline Pair listen_and_resolve(sockaddr_in &addr) {
   Pair p;
   p.lch = rdma_create_event_channel();
   p.cch = rdma_create_event_channel();
-  auto *sa = reinterpret_cast<sockaddr *>(&addr);
   if (!p.lch || !p.cch || rdma_create_id(p.lch, &p.listener, nullptr, RDMA_PS_TCP) ||
-      rdma_bind_addr(p.listener, sa) || rdma_listen(p.listener, 4) ||
-      rdma_create_id(p.cch, &p.client, nullptr, RDMA_PS_TCP) ||
-      rdma_resolve_addr(p.client, nullptr, sa, 2000)) {
+      rdma_bind_addr(p.listener, reinterpret_cast<sockaddr *>(&addr)) ||
+      rdma_listen(p.listener, 4)) {
     std::perror("set-up");
     std::exit(2);
   }
-  rdma_ack_cm_event(next_event(p.cch, RDMA_CM_EVENT_ADDR_RESOLVED));
-  if (rdma_resolve_route(p.client, 2000)) {
-    std::perror("rdma_resolve_route");
-    std::exit(2);
-  }
-  rdma_ack_cm_event(next_event(p.cch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+  p.client = resolved_client(p.cch, addr);
   return p;
+}
+
+// A small RC QP's attributes (rdma_create_qp fills the rest).
+inline ibv_qp_init_attr rc_qp_attr() {
+  ibv_qp_init_attr a{};
+  a.qp_type = IBV_QPT_RC;
+  a.cap.max_send_wr = a.cap.max_recv_wr = 4;
+  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+  return a;
 }
 
 }  // namespace cm_tool

@@ -131,6 +131,8 @@ ConnectParams connect_params() {
   p.initiator_depth = 4;
   p.local_gid = kGidA;
   p.remote_gid = kGidB;
+  p.ece_vendor_id = 0xa1b2c3;  // ECE: three bytes, each its own (Linux's byte order)
+  p.ece_options = 0x80000001;
   p.private_data = {1, 2, 3, 4};
   return p;
 }
@@ -141,6 +143,8 @@ AcceptParams accept_params() {
   p.starting_psn = 0x00ef01;
   p.responder_resources = 4;
   p.initiator_depth = 4;
+  p.ece_vendor_id = 0xa1b2c3;
+  p.ece_options = 0x40000002;
   p.private_data = {9, 8, 7};
   return p;
 }
@@ -191,6 +195,9 @@ TEST_CASE("CM: REQ, REP, RTU set up a connection; the fields go across", "[cm]")
   CHECK(req->mad[req::kStartingPsn] == 0x00abcd);
   CHECK(req->mad[req::kLocalCommId] == *id);
   CHECK(req->mad[req::kMaxCmRetries] == 15);
+  CHECK(req->mad[req::kVendorId] == 0xa1b2c3);  // ECE: REQ bytes 5-7, options in attr_mod
+  CHECK(req->mad.bytes[kMadHeaderBytes + 5] == 0xa1);
+  CHECK(req->mad.attr_mod() == 0x80000001);
   CHECK(std::vector<uint8_t>(req->mad.at(req::kPrivateData), req->mad.at(req::kPrivateData) + 4) ==
         std::vector<uint8_t>{1, 2, 3, 4});
   const Seen *rep = w.last('A', EventType::kRepReceived);
@@ -198,6 +205,10 @@ TEST_CASE("CM: REQ, REP, RTU set up a connection; the fields go across", "[cm]")
   CHECK(rep->mad[rep::kRemoteCommId] == *id);
   CHECK(rep->mad[rep::kLocalQpn] == 0x000456);
   CHECK(rep->mad[rep::kStartingPsn] == 0x00ef01);
+  CHECK(rep_vendor_id(rep->mad) == 0xa1b2c3);  // REP bytes 15, 19, 23 between QPN and PSN
+  CHECK(rep->mad.bytes[kMadHeaderBytes + 15] == 0xa1);
+  CHECK(rep->mad.bytes[kMadHeaderBytes + 23] == 0xc3);
+  CHECK(rep->mad.attr_mod() == 0x40000002);
   CHECK(rep->mad.tid() == req->mad.tid());  // the passive side answers in the REQ's transaction
   CHECK(w.a.connections() == 1);
   CHECK(w.b.connections() == 1);

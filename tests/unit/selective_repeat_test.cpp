@@ -129,6 +129,27 @@ TEST_CASE("selective repeat: without it agreed the responder still holds, the re
     if (r.from == 'B') CHECK(r.payload_len == 0);
 }
 
+TEST_CASE("selective repeat: ECE agreed per QP wins over the device's default, either way",
+          "[transport][selective][ece]") {
+  for (bool device_default : {false, true}) {
+    CAPTURE(device_default);
+    SelectivePair s(device_default);
+    QpPair &p = s.p;
+    for (QueuePair *qp : {p.a.qp, p.b.qp}) {  // as ibv_set_ece leaves them (rdma_cm's REQ/REP)
+      qp->ece_set = true;
+      qp->ece_options = device_default ? 0 : kEceSelectiveRepeat;
+    }
+    p.script = drop_psns({110});
+    write_and_check(p);
+    CHECK(copies(p, 110) == 2);
+    CHECK(p.a.qp->counters[kSelectiveResends] == (device_default ? 0u : 1u));
+    CHECK(p.a.qp->counters[kRetransmits] == (device_default ? 1u : 0u));
+    size_t sacks = 0;  // NAKs with a Sack after the AETH
+    for (const WireRecord &r : p.log) sacks += r.from == 'B' && r.payload_len != 0;
+    CHECK(sacks == (device_default ? 0u : 1u));
+  }
+}
+
 TEST_CASE("selective repeat: a resend lost again is sent once more, in time",
           "[transport][selective]") {
   PairOptions o;
