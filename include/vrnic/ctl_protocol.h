@@ -60,7 +60,7 @@ enum class Op : uint16_t {
   kCmEstablish,
   kCmDisconnect,
   kCmMigrate,
-  kSetEce,
+  kSetEce,  // the last (tests/fuzz/ctl_fuzz.cpp sends every op up to it)
 };
 
 struct MsgHeader {
