@@ -369,19 +369,35 @@ for server in rxe vrnic; do
     ib_send_bw -R -c UD -d @D -F -n 200 -p @P -- ib_send_bw -R -c UD -d @D -F -n 200 -p @P @S
 done
 # Under loss, over rdma_cm: rxe's librdmacm answers vrnic's ECE (vendor 0x5652, selective
-# repeat) with options 0 in its REP, and its REQ offers none, so vrnic's QPs go back N with rxe
-# (nothing is sent again alone: selective_resends stays, and rxe never gets a Sack).
+# repeat) with options 0 in its REP, and its REQ offers none, so vrnic's QP is set by ECE to go
+# back N with rxe: `vrnicctl qps`, read while the program runs, shows the RC QP with ece_set=1
+# and selective_repeat=0 (rxe never gets a Sack); nothing is sent again alone
+# (selective_resends stays); packets were lost (faults_dropped grows) and recovered from.
 cm_rxe_go_back_n() {
-  local before after rc
-  before=$(vrnic_stat selective_resends "${SOCK[rxe]}") || return 1
-  set_loss loss=1 || return 1
+  local s=${SOCK[rxe]} before after dropped rc watcher seen=$VRNIC_TMP/rxe-ece-qps.txt
+  before=$(vrnic_stat selective_resends "$s") || return 1
+  : >"$seen"
+  (while :; do "$VRNICCTL" --socket "$s" qps --state RTS 2>/dev/null | grep 'type=RC' >>"$seen"
+    sleep 0.1; done) &
+  watcher=$!
+  _vrnic_track "$watcher"
+  set_loss loss=1 || { kill "$watcher"; return 1; }
   cm_rxe "$@"
   rc=$?
-  set_loss "" || return 1
-  after=$(vrnic_stat selective_resends "${SOCK[rxe]}") || return 1
-  echo "selective_resends: $before -> $after"
+  dropped=$(vrnic_stat faults_dropped "$s")  # before the faults are cleared, which resets it
+  set_loss ""
+  kill "$watcher" 2>/dev/null
+  wait "$watcher" 2>/dev/null
+  after=$(vrnic_stat selective_resends "$s") || return 1
+  echo "selective_resends: $before -> $after; faults_dropped $dropped"
+  grep -o 'selective_repeat=[0-9]* ece_set=[0-9]*' "$seen" | sort | uniq -c
   ((rc == 0)) || return 1
+  grep -q 'selective_repeat=0 ece_set=1' "$seen" ||
+    { echo "FAIL: no RC QP in RTS seen with ECE set and go-back-N"; return 1; }
+  ! grep -q 'selective_repeat=1' "$seen" || { echo "FAIL: a QP ran selective repeat with rxe"; return 1; }
   ((after == before)) || { echo "FAIL: vrnic sent packets again alone to rxe"; return 1; }
+  ((dropped > 0)) || { echo "FAIL: no packet lost: the check saw no loss"; return 1; }
+  CHECK_NOTE="$dropped packets lost, go-back-N"
 }
 for server in rxe vrnic; do
   client=vrnic
