@@ -241,17 +241,22 @@ absl::Status Engine::accept(uint32_t conn, const AcceptParams &p, uint64_t now) 
   return absl::OkStatus();
 }
 
+// The passive side refuses a REQ; the active side, the REP it received (Linux's
+// ib_send_cm_rej in REP_RCVD: rdma_reject after CONNECT_RESPONSE, which librdmacm itself sends
+// when the REP's ECE or the QP's RTR/RTS fails).
 absl::Status Engine::reject(uint32_t conn, uint16_t reason,
                             const std::vector<uint8_t> &private_data, uint64_t) {
+  const bool rep = in_state(conn, State::kRepReceived) != nullptr;
   absl::StatusOr<Conn *> found =
-      ready(conn, State::kReqReceived, "no REQ to reject", private_data, rej::kPrivateData);
+      ready(conn, rep ? State::kRepReceived : State::kReqReceived, "no REQ or REP to reject",
+            private_data, rej::kPrivateData);
   if (!found.ok()) return found.status();
   Conn &c = **found;
   Mad m;
-  m.init(Attr::kRej, c.tid);
+  m.init(Attr::kRej, rep ? c.received.tid() : c.tid);
   m.put(rej::kLocalCommId, c.local_id);
   m.put(rej::kRemoteCommId, c.remote_id);
-  m.put(rej::kMessageRejected, 0);
+  m.put(rej::kMessageRejected, rep ? 1 : 0);
   m.put(rej::kReason, reason);
   put_private(m, rej::kPrivateData, private_data);
   send(c, m);

@@ -317,7 +317,8 @@ int CmService::accept(Session &s, const ctl::CmAcceptReq &req) {
 
 int CmService::reject(Session &s, const ctl::CmRejectReq &req) {
   Id *id = owned(s, req.id);
-  if (!id || !id->conn || !id->listen_id) return EINVAL;
+  // A request received, or (RC, the active side) a REP received: the engine knows which.
+  if (!id || !id->conn || (!id->listen_id && is_ud(id->port_space, id->qp_type))) return EINVAL;
   // rdma_reject, or rdma_reject_ece: no other reason is the application's to give.
   if (req.reason && req.reason != cm::kRejVendorOptionNotSupported) return EINVAL;
   const std::vector<uint8_t> pd(req.private_data,

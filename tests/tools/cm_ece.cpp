@@ -2,7 +2,8 @@
 // (the REQ's vendor ID and options, the REP's answer): two vrnic QPs agree on selective repeat;
 // a QP whose peer offered no ECE (rxe, hardware, an application's own QP) runs without it; the
 // calls' errors (rdma_set_local_ece, rdma_get_remote_ece); rdma_reject_ece reaches the client
-// as REJECTED with reason 35. One process, a listener on 127.0.0.1:PORT and its clients; PASS
+// as REJECTED with reason 35; a client that refuses the REP (rdma_reject after
+// CONNECT_RESPONSE) is seen by the server as REJECTED. One process, a listener on 127.0.0.1:PORT and its clients; PASS
 // or FAIL lines, exit 0 when all pass. A plain rdma_cm program (links the system's librdmacm).
 #include <cerrno>
 
@@ -144,6 +145,26 @@ int main(int argc, char **argv) {
   rdma_ack_cm_event(rej);
   rdma_destroy_id(server);
   rdma_destroy_qp(p.client);
+  rdma_destroy_id(p.client);
+
+  // 4. The active side refuses the REP (what librdmacm does itself when the REP's ECE names
+  // another vendor): rdma_reject after CONNECT_RESPONSE, and the server sees REJECTED.
+  p.client = resolved_client(p.cch, addr);
+  server = request(p, pd, &own, &remote);
+  a = rc_qp_attr();
+  if (rdma_create_qp(server, nullptr, &a)) return std::perror("rdma_create_qp (server)"), 2;
+  if (rdma_accept(server, nullptr)) return std::perror("rdma_accept"), 2;
+  rdma_ack_cm_event(next_event(p.cch, RDMA_CM_EVENT_CONNECT_RESPONSE));
+  expect(rdma_reject(p.client, nullptr, 0) == 0, "rdma_reject after CONNECT_RESPONSE");
+  rej = next_event(p.lch, RDMA_CM_EVENT_REJECTED);
+  std::printf("server: REJECTED status %d\n", rej->status);
+  expect(rej->status == 28, "the server: REJECTED with reason 28 (consumer defined)");
+  rdma_ack_cm_event(rej);
+  rdma_destroy_qp(server);
+  rdma_destroy_id(server);
+  own_cq = own->send_cq;
+  ibv_destroy_qp(own);
+  ibv_destroy_cq(own_cq);
   rdma_destroy_id(p.client);
 
   ibv_dealloc_pd(pd);

@@ -244,6 +244,29 @@ TEST_CASE("CM: no listener -> REJ reason 8; the consumer's reject -> REJ 28 with
     CHECK(rej->mad.at(rej::kPrivateData)[1] == 43);
     CHECK(w.b.connections() == 0);
   }
+  SECTION("the REP rejected by the active side (rdma_reject after CONNECT_RESPONSE)") {
+    Wire w;
+    REQUIRE(w.b.listen(kService, kOwnerB).ok());
+    w.on_event = [&w](const Seen &s) {
+      if (s.who == 'B' && s.type == EventType::kReqReceived)
+        REQUIRE(w.b.accept(s.conn, accept_params(), w.now).ok());
+      if (s.who == 'A' && s.type == EventType::kRepReceived)
+        REQUIRE(w.a.reject(s.conn, kRejVendorOptionNotSupported, {}, w.now).ok());
+    };
+    REQUIRE(w.a.connect(kOwnerA, kGidB, connect_params(), 0).ok());
+    w.run();
+    CHECK(w.log == std::vector<std::string>{"A>B REQ", "B>A REP", "A>B REJ"});
+    const Seen *rej = w.last('B', EventType::kRejected);
+    REQUIRE(rej);
+    CHECK(rej->reason == kRejVendorOptionNotSupported);
+    CHECK(rej->mad[rej::kMessageRejected] == 1);  // the REP
+    const Seen *rep = w.last('A', EventType::kRepReceived);
+    REQUIRE(rep);
+    CHECK(rej->mad.tid() == rep->mad.tid());  // in the REP's transaction
+    CHECK(w.a.connections() == 0);
+    CHECK(w.b.connections() == 0);
+    CHECK(w.types('B') == std::vector<EventType>{EventType::kReqReceived, EventType::kRejected});
+  }
 }
 
 TEST_CASE("CM: a lost REQ is sent again after the response timeout", "[cm]") {
