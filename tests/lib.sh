@@ -370,6 +370,36 @@ vrnic_stat() {
   awk -F= -v k="$1" '$1 == k { print $2; found = 1; exit } END { exit !found }' <<<"$out"
 }
 
+# counters_unchanged "NAME=SOCKET ..." "KEY ..." COMMAND...: runs COMMAND; then 0 only when
+# none of the counters KEY of any of the vrnicd (vrnicctl stats at SOCKET) moved. COUNTERS_NOTE
+# says each one's change ("NAME: KEY DELTA ...; NAME: ..."). 1 also when COMMAND fails.
+counters_unchanged() {
+  local -a daemons keys before=()
+  local d key k=0 ok=0 delta
+  read -ra daemons <<<"$1"
+  read -ra keys <<<"$2"
+  shift 2
+  for d in "${daemons[@]}"; do
+    for key in "${keys[@]}"; do
+      before+=("$(vrnic_stat "$key" "${d#*=}")") || return 1
+    done
+  done
+  "$@" || return 1
+  COUNTERS_NOTE=
+  for d in "${daemons[@]}"; do
+    COUNTERS_NOTE+="${d%%=*}:"
+    for key in "${keys[@]}"; do
+      delta=$(($(vrnic_stat "$key" "${d#*=}") - before[k]))
+      k=$((k + 1))
+      COUNTERS_NOTE+=" $key $delta"
+      ((delta == 0)) || ok=1
+    done
+    COUNTERS_NOTE+="; "
+  done
+  COUNTERS_NOTE=${COUNTERS_NOTE%; }
+  return "$ok"
+}
+
 # _vrnicd_spawn SOCKET LOG CMD...: start CMD (a vrnicd command line, may begin with `env ...`)
 # in the background and wait until SOCKET exists and `vrnicctl stats` answers on it.
 # SIGINT/SIGQUIT are reset to default: background jobs of a non-interactive shell inherit
