@@ -540,19 +540,24 @@ int Server::set_faults(Session &, const ctl::SetFaultsReq &req) {
 
 // Everything a client created goes when its connection does (process exit or SIGKILL),
 // whatever it held, with no worker stopped: a session's objects refer only to each other, so
-// none needs its references counted down on the way. Its QPs, windows and regions leave the
-// tables; after a grace period no worker holds any, and each worker forgets the QPs it ran
-// and the session's doorbell ring; after a second one the packets they built are back, and
-// all of it is freed.
+// none needs its references counted down on the way. Its QPs leave their table; after a grace
+// period no worker holds any, and each worker forgets the QPs it ran; then its windows and
+// regions leave theirs and each worker forgets the session's doorbell ring; after a second
+// grace period the packets they built are back, and all of it is freed.
 void Server::close_session(uint32_t id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
   Session &s = *it->second;
   cm_.release(s);
+  // Its QPs first, as the kernel's uverbs tears a dead process down: out of the table, then,
+  // once no worker holds one it looked up before, forgotten by their workers; only then its
+  // regions. Taken out together, a worker could take a packet for a QP it had just looked up
+  // and not find the region: a peer writing to a killed process got REM_ACCESS_ERR instead
+  // of RETRY_EXC_ERR (verbs_data_test's SIGKILL case, 1 run in many).
   queues_.take_out(s);
-  memory_.take_out(s);
   workers_.synchronize();
   queues_.forget_taken();
+  memory_.take_out(s);
   if (s.shm) {
     for (auto &w : workers_.all()) w->run_between_bursts([&] { w->remove_session(id); });
   }
