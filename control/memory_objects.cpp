@@ -16,7 +16,7 @@ namespace {
 constexpr uint32_t kValidAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
                                   IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
-                                  IBV_ACCESS_RELAXED_ORDERING;
+                                  IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_ON_DEMAND;
 
 // How far a reused slot's key byte moves: 1 to 255 at random, so that the key of a new MR or
 // window cannot be told from the keys seen before it (issue 17, row 2) and never equals the
@@ -62,7 +62,19 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
   if ((req->access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
       !(req->access & IBV_ACCESS_LOCAL_WRITE))
     return EINVAL;
-  if (req->length > dev_.info.max_mr_size || dev_.mrs.size() >= dev_.capacity.mrs) return ENOMEM;
+  // On-demand paging: the region is the client's address space as it is at each access
+  // (its /proc/self/mem), never mapped or pinned here; so nothing is probed, and, as the
+  // kernel does not count ODP against RLIMIT_MEMLOCK, nothing is charged as mr_bytes. An
+  // implicit region (ibv_reg_mr(pd, NULL, SIZE_MAX, ...)) is the whole address space.
+  const bool on_demand = req->access & IBV_ACCESS_ON_DEMAND;
+  const bool implicit = on_demand && req->addr == 0 && req->length == UINT64_MAX;
+  if (on_demand && (s.mem_fd < 0 || req->npieces != 1 ||
+                    req->pieces[0].kind != uint32_t(ctl::PieceKind::kProcessVm) ||
+                    (implicit && req->iova != 0)))
+    return EINVAL;
+  // (max_mr_size is bounded by the user's mr_bytes, which ODP does not take.)
+  if ((req->length > dev_.info.max_mr_size && !on_demand) || dev_.mrs.size() >= dev_.capacity.mrs)
+    return ENOMEM;
   auto mr = std::make_unique<MemoryRegion>();
   mr->pd = req->pd;
   mr->access = req->access;
@@ -71,6 +83,7 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
   mr->addr = req->addr;
   mr->iova = req->iova;
   mr->length = req->length;
+  mr->on_demand = on_demand;
   // Each memfd piece is a mapping in vrnicd: one-byte pieces on pages of their own took
   // vrnicd to the kernel's mapping limit for 65 KB of mr_bytes (issue 28, row 7).
   uint64_t maps = 0;
@@ -107,9 +120,11 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
                                               p.fd_offset, req->iova + (p.va - req->addr),
                                               p.length});
     } else if (p.kind == uint32_t(ctl::PieceKind::kProcessVm)) {
-      // Through the client's own /proc/self/mem: is the memory there?
+      // Through the client's own /proc/self/mem: is the memory there? (On demand: whenever
+      // it is reached.)
       uint8_t probe;
-      if (s.mem_fd < 0 || ::pread(s.mem_fd, &probe, 1, off_t(p.va)) != 1) return EFAULT;
+      if (!on_demand && (s.mem_fd < 0 || ::pread(s.mem_fd, &probe, 1, off_t(p.va)) != 1))
+        return EFAULT;
     } else {
       return EINVAL;
     }
@@ -118,14 +133,15 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
   if (expect != req->addr + req->length) return EINVAL;
   // Charged like the kernel's pinned memory (RLIMIT_MEMLOCK): what vrnicd maps or reaches
   // for the user, so that sparse memfds cannot take vrnicd's address space (issue 17, row 8).
-  QuotaCharge byte_charge(quotas_, s.uid, Quota::kMrBytes, req->length);
+  const uint64_t pinned = mr->pinned_bytes();
+  QuotaCharge byte_charge(quotas_, s.uid, Quota::kMrBytes, pinned);
   if (byte_charge.status()) return byte_charge.status();
   if (int err = req->replaces ? replace_mr(s, req->replaces, std::move(mr), resp)
                               : insert_mr(s, std::move(mr), resp))
     return err;
   map_charge.keep();
   byte_charge.keep();
-  s.mr_bytes += req->length;
+  s.mr_bytes += pinned;
   s.mr_mappings += maps;
   return 0;
 }
@@ -172,9 +188,9 @@ int MemoryObjects::replace_mr(Session &s, uint32_t handle, std::unique_ptr<Memor
   else
     publish_direct(s, *old, true);
   workers_.synchronize();
-  quotas_.release(s.uid, Quota::kMrBytes, old->length);
+  quotas_.release(s.uid, Quota::kMrBytes, old->pinned_bytes());
   quotas_.release(s.uid, Quota::kMappings, old->mappings.size());
-  s.mr_bytes -= old->length;
+  s.mr_bytes -= old->pinned_bytes();
   s.mr_mappings -= old->mappings.size();
   if (ProtectionDomain *p = pds_.get(old->pd)) p->refs--;
   pds_.get(new_pd)->refs++;
@@ -277,8 +293,8 @@ std::unique_ptr<MemoryRegion> MemoryObjects::remove_mr(Session &s, uint32_t hand
   quotas_.release(s.uid, Quota::kMappings, mr->mappings.size());
   s.mr_mappings -= mr->mappings.size();
   if (!mr->null_mr) {
-    quotas_.release(s.uid, Quota::kMrBytes, mr->length);
-    s.mr_bytes -= mr->length;
+    quotas_.release(s.uid, Quota::kMrBytes, mr->pinned_bytes());
+    s.mr_bytes -= mr->pinned_bytes();
   }
   return mr;
 }

@@ -20,6 +20,17 @@
 #include "shared_region.h"
 
 namespace vrnic {
+namespace {
+
+// What ibv_modify_qp may set in qp_access_flags: the enum ibv_access_flags bits, which the
+// kernel passes on unchecked (pyverbs gives a QP its MRs' flags, ON_DEMAND among them). Only
+// the remote ones mean anything to a QP; a bit outside the enum is EINVAL.
+constexpr uint32_t kQpAccessKnown =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+    IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
+
+}  // namespace
 
 int QueueObjects::create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp) {
   if (m.fds.size() != 1) return EINVAL;
@@ -291,9 +302,7 @@ int QueueObjects::modify_step(QueuePair &qp, const ctl::QpAttrWire &a, uint32_t 
       ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) ||
       ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) ||
       ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) ||
-      ((mask & IBV_QP_ACCESS_FLAGS) &&
-       (a.qp_access_flags & ~uint32_t(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE))) ||
+      ((mask & IBV_QP_ACCESS_FLAGS) && (a.qp_access_flags & ~kQpAccessKnown)) ||
       ((mask & IBV_QP_AV) &&
        (a.ah.sgid_index >= ctl::kGidTableLen ||
         dev_.info.gids[a.ah.sgid_index].type == ctl::kGidEmpty || !a.ah.is_global)))

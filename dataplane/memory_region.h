@@ -51,6 +51,10 @@ class MemoryRegion {
   std::unique_ptr<shm::DirectoryMr> direct;
   // ibv_alloc_null_mr: reads give zeros, writes are dropped, any address is in range.
   bool null_mr = false;
+  // IBV_ACCESS_ON_DEMAND: one piece, reached through mem_fd as the client's page tables are
+  // at each access; nothing pinned, so nothing of it counts as mr_bytes.
+  bool on_demand = false;
+  uint64_t pinned_bytes() const { return on_demand ? 0 : length; }
   // Windows bound to it (bound and unbound by the workers of the QPs that post the binds):
   // deregistration is refused while any is.
   std::atomic<uint32_t> bound_windows{0};

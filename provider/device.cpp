@@ -128,6 +128,7 @@ void setup_ops(Context *c) {
   c->vctx.create_cq_ex = create_cq_ex;
   c->vctx.create_srq_ex = create_srq_ex;
   c->vctx.alloc_null_mr = alloc_null_mr;
+  c->vctx.advise_mr = advise_mr;
   c->vctx.modify_cq = modify_cq;
   c->vctx.sz = sizeof(verbs_context);
   ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
@@ -225,6 +226,7 @@ VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
   int hello_fds[2] = {c->async_write_fd, ::open("/proc/self/mem", O_RDWR | O_CLOEXEC)};
   err = c->conn.call(ctl::Op::kHello, &req, sizeof(req), resp.get(), sizeof(*resp), hello_fds,
                      hello_fds[1] >= 0 ? 2 : 1, &fds);
+  c->reaches_memory = hello_fds[1] >= 0;
   if (hello_fds[1] >= 0) ::close(hello_fds[1]);
   // vrnicd keeps the only write end, so that its death reads as end-of-file.
   ::close(c->async_write_fd);
@@ -410,6 +412,7 @@ int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
   // The extended flags start with the 32 of ibv_device_attr, as the kernel reports them.
   a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
+  fill_odp_caps(*Context::of(ctx), &a);
   std::memcpy(attr, &a, std::min(attr_size, sizeof(a)));
   return 0;
 }

@@ -68,8 +68,10 @@ uint8_t *translate(const Mr *mr, uint64_t io_addr, uint64_t len) {
 const Mr *region(const DirectPath *d, uint32_t key, bool remote, const ibv_pd *pd, int access) {
   if (key & kMwKeyBit) return nullptr;  // windows: the worker path resolves them
   const Mr *mr = d->mrs.get(key_handle(key));
+  // An ODP region may have pages unmapped that a copy here would fault on; vrnicd's access
+  // through /proc/self/mem turns that into the access error ODP promises.
   if (!mr || (remote ? mr->ibv.rkey : mr->ibv.lkey) != key || mr->ibv.pd != pd ||
-      (mr->access & access) != access)
+      (mr->access & access) != access || (mr->access & IBV_ACCESS_ON_DEMAND))
     return nullptr;
   return mr;
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "direct_path.h"
@@ -49,6 +50,8 @@ class DaemonConnection {
   bool dead_ = false;
 };
 
+struct Mr;
+
 struct Context {
   verbs_context vctx;  // ibv_context is its last member
   DaemonConnection conn;
@@ -67,6 +70,12 @@ struct Context {
   uint8_t *ring_chunk(uint32_t chunk, size_t bytes, int fd);
   std::atomic<bool> fatal_reported{false};
   std::unique_ptr<DirectPath> direct;  // the same-host direct path; nullptr when off
+  // vrnicd took our /proc/self/mem at Hello: it can reach memory that is not shared with it,
+  // and so on-demand paging works (on_demand.cpp).
+  bool reaches_memory = false;
+  // This context's ODP regions by lkey, for ibv_advise_mr.
+  std::mutex odp_mu;
+  std::unordered_map<uint32_t, Mr *> odp_mrs;
 
   static Context *of(ibv_context *c) {
     return outer_of(reinterpret_cast<verbs_context *>(reinterpret_cast<char *>(c) -
@@ -245,6 +254,12 @@ int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
 ibv_qp *create_qp_ex(ibv_context *ctx, ibv_qp_init_attr_ex *attr);
 ibv_srq *create_srq_ex(ibv_context *ctx, ibv_srq_init_attr_ex *attr);
 ibv_mr *alloc_null_mr(ibv_pd *pd);
+// On-demand paging (on_demand.cpp): the caps, the ODP regions ibv_advise_mr may name.
+void fill_odp_caps(const Context &c, ibv_device_attr_ex *attr);
+void odp_track(Context *c, Mr *mr);  // after registration or rereg: in if ODP, else out
+void odp_forget(Context *c, Mr *mr);
+int advise_mr(ibv_pd *pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge *sg_list,
+              uint32_t num_sge);
 int modify_cq(ibv_cq *cq, ibv_modify_cq_attr *attr);
 int post_srq_recv(ibv_srq *srq, ibv_recv_wr *wr, ibv_recv_wr **bad_wr);
 // Writes receive WRs into a ring; returns 0 or the errno for ibv_post_recv/_srq_recv.

@@ -231,11 +231,19 @@ int register_range(ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigne
                    uint32_t replaces, Mr *mr) {
   if (!length) return EINVAL;
   if (access & ~unsigned(kKnownAccess)) return EINVAL;
-  if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB)) return EOPNOTSUPP;
   if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
       !(access & IBV_ACCESS_LOCAL_WRITE))
     return EINVAL;
-  access &= ~unsigned(IBV_ACCESS_RELAXED_ORDERING);  // a hint; nothing to relax here
+  Context *c = Context::of(pd->context);
+  const bool on_demand = access & IBV_ACCESS_ON_DEMAND;
+  if (on_demand && !c->reaches_memory) return EOPNOTSUPP;  // as a device without ODP caps
+  // An implicit ODP region: the whole address space, by its own addresses.
+  const bool implicit = on_demand && !addr && length == SIZE_MAX;
+  if (implicit && iova) return EINVAL;
+  if (!implicit && reinterpret_cast<uint64_t>(addr) + length < reinterpret_cast<uint64_t>(addr))
+    return EINVAL;
+  // Hints: nothing to relax here, and huge pages are whatever the mapping is.
+  access &= ~unsigned(IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_HUGETLB);
   auto req = std::make_unique<ctl::RegMrReq>();
   req->pd = pd->handle;
   req->access = access;
@@ -245,7 +253,10 @@ int register_range(ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigne
   req->replaces = replaces;
   PieceList pieces;
   int err;
-  {
+  if (on_demand) {
+    // Nothing converted, nothing checked: vrnicd reaches it as it is at each access.
+    err = pieces.add(req->addr, length, ctl::PieceKind::kProcessVm);
+  } else {
     std::lock_guard lock(g_mu);
     err = describe_range(req->addr, length, pieces);
   }
@@ -254,9 +265,8 @@ int register_range(ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigne
   std::copy(pieces.pieces.begin(), pieces.pieces.end(), req->pieces);
   size_t req_len = offsetof(ctl::RegMrReq, pieces) + req->npieces * sizeof(ctl::MrPiece);
   ctl::RegMrResp resp{};
-  err = Context::of(pd->context)
-            ->conn.call(ctl::Op::kRegMr, req.get(), req_len, &resp, sizeof(resp), pieces.fds.data(),
-                        pieces.fds.size());
+  err = c->conn.call(ctl::Op::kRegMr, req.get(), req_len, &resp, sizeof(resp),
+                     pieces.fds.data(), pieces.fds.size());
   if (err) return err;
   mr->access = int(access);
   mr->iova = iova;
@@ -302,6 +312,7 @@ VRNIC_EXPORT ibv_mr *ibv_reg_mr_iova2(ibv_pd *pd, void *addr, size_t length, uin
     return fail_null<ibv_mr>(err);
   }
   direct_publish_mr(Context::of(pd->context)->direct.get(), mr);
+  odp_track(Context::of(pd->context), mr);
   return &mr->ibv;
 }
 
@@ -320,6 +331,7 @@ VRNIC_EXPORT int ibv_dereg_mr(ibv_mr *mr) {
   if (err) return err;
   // vrnicd's workers can no longer reach it; now no direct section either.
   direct_unpublish_mr(c->direct.get(), Mr::of(mr));
+  odp_forget(c, Mr::of(mr));
   delete Mr::of(mr);
   return 0;
 }
@@ -352,6 +364,7 @@ VRNIC_EXPORT int ibv_rereg_mr(ibv_mr *mr, int flags, ibv_pd *pd, void *addr, siz
   // vrnicd has the new translation in the directory: no poster elsewhere is on the old one.
   direct_synchronize_peers(direct);
   direct_publish_mr(direct, Mr::of(mr));
+  odp_track(Context::of(mr->context), Mr::of(mr));
   if (err) {
     errno = err;
     return IBV_REREG_MR_ERR_INPUT;

@@ -30,6 +30,7 @@ direct_ops_grew() {
 check "verbs_data_test: WRs between QPs of one process took the direct path (direct_ops grew)" \
   direct_ops_grew
 run_catch2_binary direct_path_test
+run_catch2_binary odp_test
 # Every case of a binary in one run, with the environment given.
 whole_binary() {
   local bin=$VRNIC_BUILD_DIR/tests/$1

@@ -19,8 +19,6 @@ import unittest
 # (test id pattern, skip reason pattern, why vrnic skips it)
 KNOWN_SKIPS = [
     (r"\.test_mlx5_|\.test_efa", r".", "vendor-only tests (mlx5dv, efadv)"),
-    (r"\.test_odp\.", r"ODP is not supported|Create XRCD|no huge pages",
-     "no ODP: vrnic reports no odp_caps"),
     (r".", r"^Device memory is not supported", "no device memory: max_dm_size is 0"),
     (r".", r"^Create XRCD is not supported", "no XRC: IBV_DEVICE_XRC is not reported"),
     (r".", r"Create QP type 8 is not supported|Create Raw Packet QP",
