@@ -27,6 +27,28 @@ uint8_t random_key_step() {
 
 }  // namespace
 
+// Maps [fd_offset, fd_offset + length) of a memfd into `mr` (one of its mappings) and points
+// `piece` at it; its inode in *inode. Only a memfd sealed against shrinking: vrnicd's access
+// to a page cut off would die of SIGBUS (issue 17, row 4). Other files have no seals at all.
+int MemoryObjects::map_memfd(int fd, uint64_t fd_offset, uint64_t length, MemoryRegion &mr,
+                             MrPieceMap &piece, uint64_t *inode) {
+  int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK)) return EINVAL;
+  struct stat st;
+  if (::fstat(fd, &st) < 0 || fd_offset + length > uint64_t(st.st_size) ||
+      fd_offset + length < fd_offset)
+    return EINVAL;
+  uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  uint64_t base = fd_offset & ~(page - 1);
+  size_t len = size_t(fd_offset + length - base);
+  void *map = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(base));
+  if (map == MAP_FAILED) return errno;
+  mr.mappings.push_back({map, len});
+  piece.local = static_cast<uint8_t *>(map) + (fd_offset - base);
+  *inode = uint64_t(st.st_ino);
+  return 0;
+}
+
 int MemoryObjects::alloc_pd(Session &s, ctl::HandleResp &resp) {
   if (pds_.size() >= dev_.capacity.pds) return ENOMEM;
   QuotaCharge charge(quotas_, s.uid, Quota::kPds);
@@ -98,27 +120,15 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
     MrPieceMap piece{p.va, p.length, nullptr};
     if (p.kind == uint32_t(ctl::PieceKind::kMemfd)) {
       if (p.fd_index >= m.fds.size()) return EINVAL;
-      int fd = m.fds[p.fd_index];
-      // Only a memfd sealed against shrinking: vrnicd's access to a page cut off would die
-      // of SIGBUS (issue 17, row 4). Other files have no seals at all.
-      int seals = ::fcntl(fd, F_GET_SEALS);
-      if (seals < 0 || !(seals & F_SEAL_SHRINK)) return EINVAL;
-      struct stat st;
-      if (::fstat(fd, &st) < 0 || p.fd_offset + p.length > uint64_t(st.st_size)) return EINVAL;
-      uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
-      uint64_t base = p.fd_offset & ~(page - 1);
-      size_t len = size_t(p.fd_offset + p.length - base);
-      void *map = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(base));
-      if (map == MAP_FAILED) return errno;
-      mr->mappings.push_back({map, len});
-      piece.local = static_cast<uint8_t *>(map) + (p.fd_offset - base);
+      uint64_t inode = 0;
+      if (int err = map_memfd(m.fds[p.fd_index], p.fd_offset, p.length, *mr, piece, &inode))
+        return err;
       // The direct path: a poster of the same user may map this piece too, if it is the
       // region's only memfd piece (between the partial pages at its ends, if any).
       if (maps == 1 && p.client_fd >= 0 && s.directory)
         mr->direct.reset(new shm::DirectoryMr{0, req->pd, req->access, uint32_t(s.pid),
-                                              uint32_t(p.client_fd), 0, uint64_t(st.st_ino),
-                                              p.fd_offset, req->iova + (p.va - req->addr),
-                                              p.length});
+                                              uint32_t(p.client_fd), 0, inode, p.fd_offset,
+                                              req->iova + (p.va - req->addr), p.length});
     } else if (p.kind == uint32_t(ctl::PieceKind::kProcessVm)) {
       // Through the client's own /proc/self/mem: is the memory there? (On demand: whenever
       // it is reached.)
@@ -176,7 +186,7 @@ int MemoryObjects::replace_mr(Session &s, uint32_t handle, std::unique_ptr<Memor
   if (!owns(s.mrs, handle)) return EINVAL;
   uint32_t new_pd = mr->pd;
   MemoryRegion *cur = dev_.mrs.get(handle);
-  if (cur->null_mr) return EINVAL;
+  if (cur->null_mr || cur->dm) return EINVAL;  // as the kernel: no rereg of these
   if (cur->bound_windows.load()) return EBUSY;  // memory windows still expose the old translation
   mr->handle = handle;
   mr->key = cur->key;
@@ -288,6 +298,7 @@ void MemoryObjects::publish_direct(Session &s, MemoryRegion &mr, bool clear) {
 std::unique_ptr<MemoryRegion> MemoryObjects::remove_mr(Session &s, uint32_t handle) {
   std::unique_ptr<MemoryRegion> mr = dev_.mrs.remove(handle);
   if (!mr) return nullptr;
+  if (DeviceMemoryBlock *dm = dms_.get(mr->dm)) dm->refs--;
   publish_direct(s, *mr, true);
   quotas_.release(s.uid, Quota::kMrs);
   quotas_.release(s.uid, Quota::kMappings, mr->mappings.size());
@@ -334,6 +345,7 @@ bool MemoryObjects::reap(size_t max) {
 }
 
 void MemoryObjects::release(Session &s) {
+  release_dms(s);
   for (uint32_t h : s.pds) pds_.remove(h);
   quotas_.release(s.uid, Quota::kPds, s.pds.size());
   quotas_.release(s.uid, Quota::kMws, s.mws.size());

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "dataplane/device.h"
 #include "dataplane/slot_table.h"
@@ -24,6 +25,11 @@ class MemoryObjects {
   int reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp);
   int dereg_mr(Session &s, uint32_t handle);
   int alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp);
+  // Device memory (device_memory.cpp).
+  int alloc_dm(Session &s, const ctl::AllocDmReq &req, ctl::AllocDmResp &resp,
+               std::vector<int> &fds);
+  int free_dm(Session &s, uint32_t handle);
+  int reg_dm_mr(Session &s, const ctl::RegDmMrReq &req, ctl::RegMrResp &resp);
   int alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &resp);
   int dealloc_mw(Session &s, uint32_t handle);
 
@@ -41,6 +47,9 @@ class MemoryObjects {
   bool reap(size_t max);
 
  private:
+  static int map_memfd(int fd, uint64_t fd_offset, uint64_t length, MemoryRegion &mr,
+                       MrPieceMap &piece, uint64_t *inode);
+  void release_dms(Session &s);  // a closing session's device memory
   // Puts an MR in the key table (on the worker); 0 or ENOMEM (table or quota full).
   int insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp);
   int replace_mr(Session &s, uint32_t handle, std::unique_ptr<MemoryRegion> mr,
@@ -55,6 +64,7 @@ class MemoryObjects {
   WorkerGroup &workers_;
   UserQuotas &quotas_;
   SlotTable<ProtectionDomain> pds_{1u << 16};
+  SlotTable<DeviceMemoryBlock> dms_{1u << 16};
   // Out of the key table, with no worker holding them: only their memory is left to free.
   std::vector<std::unique_ptr<MemoryRegion>> retired_;
   std::vector<std::unique_ptr<MemoryWindow>> closing_mws_;  // a closing session's, until freed

@@ -59,6 +59,7 @@ Server::Server(ServerConfig cfg)
   const uint64_t rings = q[Quota::kMappings] ? q[Quota::kMappings] - 1 : 0;
   ctl::DeviceInfo &d = dev_.info;
   d.max_mr_size = std::min<uint64_t>(d.max_mr_size, q[Quota::kMrBytes]);
+  d.max_dm_size = std::min<uint64_t>(d.max_dm_size, q[Quota::kMrBytes]);
   d.max_mr = limit(d.max_mr, Quota::kMrs);
   d.max_qp = limit(d.max_qp, Quota::kQps, shm::kMaxQpsPerSession);
   d.max_cq = limit(d.max_cq, Quota::kCqs, rings);

@@ -21,6 +21,16 @@ struct ProtectionDomain {
   uint32_t refs = 0;  // MRs, QPs and AHs in it
 };
 
+// ibv_alloc_dm: memory of vrnicd's own, a sealed memfd the client maps too.
+struct DeviceMemoryBlock {
+  uint32_t session;
+  int fd = -1;            // kept, for the MRs registered on it (each maps it anew)
+  uint64_t length = 0;    // as allocated
+  uint64_t map_length = 0;  // the memfd's size, whole pages
+  uint32_t refs = 0;      // MRs on it: ibv_free_dm is EBUSY while any is
+  ~DeviceMemoryBlock();
+};
+
 struct CompletionChannel {
   uint32_t session;
   int fd;  // write end of the client's pipe
@@ -55,7 +65,7 @@ struct Session {
   shm::Directory *directory = nullptr;
   // What it owns, by handle: sets, so that each check and each removal costs the same
   // whatever a session holds (a million MRs, then exit: teardown is linear, issue 17 row 10).
-  absl::flat_hash_set<uint32_t> pds, mrs, cqs, qps, ahs, channels, srqs, mws;
+  absl::flat_hash_set<uint32_t> pds, mrs, cqs, qps, ahs, channels, srqs, mws, dms;
   // What its MRs hold of its user's quotas, given back in one call when it closes (not one
   // per MR: a million of them), and those of its MRs in its user's directory.
   uint64_t mr_bytes = 0, mr_mappings = 0;

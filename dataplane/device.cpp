@@ -68,6 +68,7 @@ Device::Device(uint32_t index) {
   info.max_srq = 1u << 16;
   info.max_srq_wr = 16384;
   info.max_mr_size = 1ull << 40;
+  info.max_dm_size = 1ull << 20;  // one ibv_alloc_dm; each is charged to its user's mr_bytes
   info.max_mw = 1u << 16;  // the MW table's size
   capacity = {info.max_qp, info.max_cq, info.max_mr, info.max_pd,
               info.max_ah, info.max_srq, info.max_mw};

@@ -52,9 +52,13 @@ class MemoryRegion {
   // ibv_alloc_null_mr: reads give zeros, writes are dropped, any address is in range.
   bool null_mr = false;
   // IBV_ACCESS_ON_DEMAND: one piece, reached through mem_fd as the client's page tables are
-  // at each access; nothing pinned, so nothing of it counts as mr_bytes.
+  // at each access; nothing pinned, so nothing of it counts as mr_bytes (nor does a DM MR's
+  // memory, which its device memory was charged for).
   bool on_demand = false;
-  uint64_t pinned_bytes() const { return on_demand ? 0 : length; }
+  // ibv_reg_dm_mr: the device memory (control/device_memory.cpp) it is part of, or 0. Its
+  // piece is a mapping of that memory of its own.
+  uint32_t dm = 0;
+  uint64_t pinned_bytes() const { return on_demand || dm ? 0 : length; }  // (a DM's own: charged once)
   // Windows bound to it (bound and unbound by the workers of the QPs that post the binds):
   // deregistration is refused while any is.
   std::atomic<uint32_t> bound_windows{0};

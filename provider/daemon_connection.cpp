@@ -9,9 +9,23 @@ namespace vrnic::provider {
 
 DaemonConnection::~DaemonConnection() {
   if (sock_ >= 0) ::close(sock_);
+  if (mu_) {
+    pthread_mutex_destroy(mu_);
+    ::munmap(mu_, sizeof(pthread_mutex_t));
+  }
 }
 
 int DaemonConnection::open(const char *path) {
+  void *page = ::mmap(nullptr, sizeof(pthread_mutex_t), PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) return ENOMEM;
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  mu_ = static_cast<pthread_mutex_t *>(page);
+  pthread_mutex_init(mu_, &attr);
+  pthread_mutexattr_destroy(&attr);
   int s = ctl::connect_daemon(path);
   if (s < 0) return -s;
   sock_ = s;
@@ -20,7 +34,13 @@ int DaemonConnection::open(const char *path) {
 
 int DaemonConnection::call(ctl::Op op, const void *req, size_t req_len, void *resp, size_t resp_len,
                            const int *fds, size_t nfds, std::vector<int> *resp_fds) {
-  std::lock_guard lock(mu_);
+  // A process that died holding it (mid-call) leaves the lock consistent again; its reply,
+  // if one is left unread, is not this call's, and the op check below says so.
+  if (pthread_mutex_lock(mu_) == EOWNERDEAD) pthread_mutex_consistent(mu_);
+  struct Unlock {
+    pthread_mutex_t *mu;
+    ~Unlock() { pthread_mutex_unlock(mu); }
+  } unlock{mu_};
   if (dead_) return EIO;
   int err = ctl::send_message(sock_, op, 0, req, req_len, fds, nfds);
   auto m = std::make_unique<ctl::Message>();

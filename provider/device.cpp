@@ -129,6 +129,9 @@ void setup_ops(Context *c) {
   c->vctx.create_srq_ex = create_srq_ex;
   c->vctx.alloc_null_mr = alloc_null_mr;
   c->vctx.advise_mr = advise_mr;
+  c->vctx.alloc_dm = alloc_dm;
+  c->vctx.free_dm = free_dm;
+  c->vctx.reg_dm_mr = reg_dm_mr;
   c->vctx.modify_cq = modify_cq;
   c->vctx.sz = sizeof(verbs_context);
   ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
@@ -413,6 +416,7 @@ int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
   a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
   fill_odp_caps(*Context::of(ctx), &a);
+  a.max_dm_size = Context::of(ctx)->info.max_dm_size;
   std::memcpy(attr, &a, std::min(attr_size, sizeof(a)));
   return 0;
 }

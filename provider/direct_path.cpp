@@ -59,9 +59,10 @@ ReaderCell *my_cell() {
 // A registered range [addr, addr+len) of `mr` in this process, in the MR's I/O addresses;
 // nullptr when it is not all inside it.
 uint8_t *translate(const Mr *mr, uint64_t io_addr, uint64_t len) {
+  if (!mr->local) return nullptr;  // a null MR: the worker path reads its zeros
   if (io_addr < mr->iova || len > mr->ibv.length || io_addr - mr->iova > mr->ibv.length - len)
     return nullptr;
-  return static_cast<uint8_t *>(mr->ibv.addr) + (io_addr - mr->iova);
+  return mr->local + (io_addr - mr->iova);
 }
 
 // The region a key names, if it is one of this process's MRs with all of `access` on `pd`.

@@ -34,7 +34,9 @@ Outer *outer_of(Inner *inner, Inner Outer::*member) {
   return reinterpret_cast<Outer *>(reinterpret_cast<char *>(inner) - offset);
 }
 
-// A connection to vrnicd: one per open device, requests serialized.
+// A connection to vrnicd: one per open device, requests serialized -- across processes too:
+// a child of fork() may go on using its parent's context (as with the kernel's command fd),
+// and two processes' requests and replies on one stream must not interleave.
 class DaemonConnection {
  public:
   ~DaemonConnection();
@@ -45,7 +47,8 @@ class DaemonConnection {
   int sock() const { return sock_; }
 
  private:
-  std::mutex mu_;
+  // A robust, process-shared mutex in a page of its own (MAP_SHARED, so fork keeps it one).
+  pthread_mutex_t *mu_ = nullptr;
   int sock_ = -1;
   bool dead_ = false;
 };
@@ -121,7 +124,10 @@ struct Pd {
 struct Mr {
   ibv_mr ibv;
   int access = 0;
-  uint64_t iova = 0;  // the I/O address of ibv.addr (keys name memory by it)
+  uint64_t iova = 0;  // the I/O address of `local` (keys name memory by it)
+  // Where byte `iova` is in this process: ibv.addr, or for device memory (whose ibv.addr is
+  // NULL, as rdma-core gives) the DM's mapping at the MR's offset.
+  uint8_t *local = nullptr;
   static Mr *of(ibv_mr *m) { return outer_of(m, &Mr::ibv); }
 };
 
@@ -260,6 +266,10 @@ void odp_track(Context *c, Mr *mr);  // after registration or rereg: in if ODP, 
 void odp_forget(Context *c, Mr *mr);
 int advise_mr(ibv_pd *pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge *sg_list,
               uint32_t num_sge);
+// Device memory (device_memory.cpp).
+ibv_dm *alloc_dm(ibv_context *ctx, ibv_alloc_dm_attr *attr);
+int free_dm(ibv_dm *dm);
+ibv_mr *reg_dm_mr(ibv_pd *pd, ibv_dm *dm, uint64_t offset, size_t length, unsigned access);
 int modify_cq(ibv_cq *cq, ibv_modify_cq_attr *attr);
 int post_srq_recv(ibv_srq *srq, ibv_recv_wr *wr, ibv_recv_wr **bad_wr);
 // Writes receive WRs into a ring; returns 0 or the errno for ibv_post_recv/_srq_recv.

@@ -273,6 +273,7 @@ int register_range(ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigne
   mr->ibv.context = pd->context;
   mr->ibv.pd = pd;
   mr->ibv.addr = addr;
+  mr->local = static_cast<uint8_t *>(addr);
   mr->ibv.length = length;
   mr->ibv.handle = resp.handle;
   mr->ibv.lkey = resp.lkey;

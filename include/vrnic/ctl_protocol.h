@@ -60,8 +60,14 @@ enum class Op : uint16_t {
   kCmEstablish,
   kCmDisconnect,
   kCmMigrate,
-  kSetEce,  // the last (tests/fuzz/ctl_fuzz.cpp sends every op up to it)
+  kSetEce,
+  // Device memory (ibv_alloc_dm, ibv_free_dm, ibv_reg_dm_mr).
+  kAllocDm,
+  kFreeDm,
+  kRegDmMr,
 };
+// The last op (tests/fuzz/ctl_fuzz.cpp sends every op up to it).
+inline constexpr Op kLastOp = Op::kRegDmMr;
 
 struct MsgHeader {
   uint32_t magic;
@@ -104,6 +110,7 @@ struct DeviceInfo {
   uint32_t max_srq_wr;
   uint32_t max_mw;
   uint64_t max_mr_size;
+  uint64_t max_dm_size;  // the largest ibv_alloc_dm
   char fw_ver[64];
   // port 1
   uint32_t port_state;       // enum ibv_port_state
@@ -169,6 +176,29 @@ struct RegMrResp {
   uint32_t lkey;
   uint32_t rkey;
   uint32_t reserved;
+};
+
+// Device memory: vrnicd's own memory, a sealed memfd both sides map. The response carries it.
+struct AllocDmReq {
+  uint64_t length;
+  uint32_t log_align_req;
+  uint32_t comp_mask;
+};
+struct AllocDmResp {
+  uint32_t handle;
+  uint32_t reserved;
+  uint64_t map_length;  // the memfd's size: length rounded up to pages
+};  // fds: [0] the memfd
+// ibv_reg_dm_mr: [offset, offset + length) of a DM, zero based (the MR's IOVA 0 is offset).
+struct RegDmMrReq {
+  uint32_t pd;
+  uint32_t dm;
+  uint64_t offset;
+  uint64_t length;
+  uint32_t access;
+  // The DM's memfd in the client (its fd number, kept open), for the direct path's peers;
+  // -1 if it is not kept.
+  int32_t client_fd;
 };
 
 struct AllocMwReq {

@@ -323,7 +323,7 @@ void run_connection(const char *path, Stats &st) {
       op = uint16_t(Op::kHello);
     } else {
       do {
-        op = uint16_t(rnd(uint64_t(Op::kSetEce) + 4));  // every op, and a few past the last
+        op = uint16_t(rnd(uint64_t(vrnic::ctl::kLastOp) + 4));  // every op, and a few past the last
       } while (op == uint16_t(Op::kSetFaults));
     }
     size_t len = plausible_body(c, op, body);

@@ -31,6 +31,7 @@ check "verbs_data_test: WRs between QPs of one process took the direct path (dir
   direct_ops_grew
 run_catch2_binary direct_path_test
 run_catch2_binary odp_test
+run_catch2_binary dm_test
 # Every case of a binary in one run, with the environment given.
 whole_binary() {
   local bin=$VRNIC_BUILD_DIR/tests/$1
@@ -44,11 +45,12 @@ direct_off_env() {
   before=$(direct_ops_now) || return 1
   whole_binary verbs_data_test VRNIC_DIRECT_PATH=0 || rc=1
   whole_binary direct_path_test VRNIC_DIRECT_PATH=0 || rc=1
+  whole_binary dm_test VRNIC_DIRECT_PATH=0 || rc=1
   now=$(direct_ops_now) || return 1
   echo "direct_ops before $before, after $now (the worker path only: no change)"
   ((rc == 0 && now == before))
 }
-check "verbs_data_test and direct_path_test with VRNIC_DIRECT_PATH=0: all pass, direct_ops +0" \
+check "verbs_data_test, direct_path_test, dm_test with VRNIC_DIRECT_PATH=0: all pass, direct_ops +0" \
   direct_off_env
 # Between two processes of one user: the peer QP and region from the user's directory in
 # vrnicd, the region mapped from its owner's memfd (provider/direct_peers.cpp).
