@@ -1,6 +1,8 @@
 // PDs, MRs and MWs of one device (memory_objects.h).
 #include "memory_objects.h"
 
+#include "client_fds.h"
+
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <sys/mman.h>
@@ -90,7 +92,14 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
   // implicit region (ibv_reg_mr(pd, NULL, SIZE_MAX, ...)) is the whole address space.
   const bool on_demand = req->access & IBV_ACCESS_ON_DEMAND;
   const bool implicit = on_demand && req->addr == 0 && req->length == UINT64_MAX;
-  if (on_demand && (s.mem_fd < 0 || req->npieces != 1 ||
+  // Whose memory the pieces outside memfds are: a forked child's own, sent with the request,
+  // or the session's opener's.
+  int mem_fd = s.mem_fd;
+  if (req->own_mem) {
+    if (m.fds.empty() || !is_proc_mem(m.fds.back())) return EINVAL;
+    mem_fd = m.fds.back();
+  }
+  if (on_demand && (mem_fd < 0 || req->npieces != 1 ||
                     req->pieces[0].kind != uint32_t(ctl::PieceKind::kProcessVm) ||
                     (implicit && req->iova != 0)))
     return EINVAL;
@@ -101,7 +110,12 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
   mr->pd = req->pd;
   mr->access = req->access;
   mr->session = s.id;
-  mr->mem_fd = s.mem_fd;
+  if (req->own_mem) {
+    mr->own_mem_fd = ::fcntl(mem_fd, F_DUPFD_CLOEXEC, 0);
+    if (mr->own_mem_fd < 0) return errno;
+    mem_fd = mr->own_mem_fd;
+  }
+  mr->mem_fd = mem_fd;
   mr->addr = req->addr;
   mr->iova = req->iova;
   mr->length = req->length;
@@ -133,7 +147,7 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
       // Through the client's own /proc/self/mem: is the memory there? (On demand: whenever
       // it is reached.)
       uint8_t probe;
-      if (!on_demand && (s.mem_fd < 0 || ::pread(s.mem_fd, &probe, 1, off_t(p.va)) != 1))
+      if (!on_demand && (mem_fd < 0 || ::pread(mem_fd, &probe, 1, off_t(p.va)) != 1))
         return EFAULT;
     } else {
       return EINVAL;

@@ -13,6 +13,7 @@ namespace vrnic {
 
 MemoryRegion::~MemoryRegion() {
   for (const Mapping &m : mappings) ::munmap(m.base, m.length);
+  if (own_mem_fd >= 0) ::close(own_mem_fd);
 }
 
 // The piece holding va, or nullptr: never one that va lies outside of (issue 28, row 1).

@@ -42,6 +42,7 @@ class MemoryRegion {
   // The client's /proc/self/mem (its session's, open while the MR lives), for pieces not
   // mapped here: bound to that process's memory, it reads nothing once the process is gone.
   int mem_fd = -1;
+  int own_mem_fd = -1;  // a forked child's /proc/self/mem (its MRs), closed with the region
   uint64_t addr = 0;  // client VA of the first byte
   uint64_t iova = 0;  // address the region is accessed by
   uint64_t length = 0;

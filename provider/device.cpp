@@ -230,6 +230,7 @@ VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
   err = c->conn.call(ctl::Op::kHello, &req, sizeof(req), resp.get(), sizeof(*resp), hello_fds,
                      hello_fds[1] >= 0 ? 2 : 1, &fds);
   c->reaches_memory = hello_fds[1] >= 0;
+  c->opener = ::getpid();
   if (hello_fds[1] >= 0) ::close(hello_fds[1]);
   // vrnicd keeps the only write end, so that its death reads as end-of-file.
   ::close(c->async_write_fd);

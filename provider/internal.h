@@ -76,6 +76,7 @@ struct Context {
   // vrnicd took our /proc/self/mem at Hello: it can reach memory that is not shared with it,
   // and so on-demand paging works (on_demand.cpp).
   bool reaches_memory = false;
+  pid_t opener = 0;  // the process that opened it (a forked child may use it too)
   // This context's ODP regions by lkey, for ibv_advise_mr.
   std::mutex odp_mu;
   std::unordered_map<uint32_t, Mr *> odp_mrs;

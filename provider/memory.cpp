@@ -261,12 +261,28 @@ int register_range(ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigne
     err = describe_range(req->addr, length, pieces);
   }
   if (err) return err;
+  // Pieces vrnicd reaches through /proc/<pid>/mem must be this process's, not the opener's.
+  int own_mem = -1;
+  if (::getpid() != c->opener &&
+      std::any_of(pieces.pieces.begin(), pieces.pieces.end(), [](const ctl::MrPiece &p) {
+        return p.kind == uint32_t(ctl::PieceKind::kProcessVm);
+      })) {
+    own_mem = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    if (own_mem < 0) return EFAULT;
+    if (pieces.fds.size() == ctl::kMaxFdsPerMessage) {
+      ::close(own_mem);
+      return ENOMEM;
+    }
+    pieces.fds.push_back(own_mem);
+    req->own_mem = 1;
+  }
   req->npieces = uint32_t(pieces.pieces.size());
   std::copy(pieces.pieces.begin(), pieces.pieces.end(), req->pieces);
   size_t req_len = offsetof(ctl::RegMrReq, pieces) + req->npieces * sizeof(ctl::MrPiece);
   ctl::RegMrResp resp{};
   err = c->conn.call(ctl::Op::kRegMr, req.get(), req_len, &resp, sizeof(resp),
                      pieces.fds.data(), pieces.fds.size());
+  if (own_mem >= 0) ::close(own_mem);
   if (err) return err;
   mr->access = int(access);
   mr->iova = iova;

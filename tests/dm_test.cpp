@@ -2,9 +2,6 @@
 // their errors, ibv_reg_dm_mr (zero based) and its errors, and device memory as the source
 // and target of WRITE, READ, SEND, receives and atomics. Two QPs of one process: the direct
 // path takes WRITE, READ and atomics (the catch2 group runs it again with VRNIC_DIRECT_PATH=0).
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstring>
@@ -186,41 +183,4 @@ TEST_CASE("device memory as the source and target of WRITE, READ, SEND, receives
   wc = post_one(p, IBV_WR_RDMA_WRITE, make_sge(host.payload(), 64, host.lkey()), kLen - 32,
                 mr_b->rkey, "WRITE past the DM MR");
   CHECK(wc.status == IBV_WC_REM_ACCESS_ERR);
-}
-
-// A child of fork() may use its parent's context, as with the kernel's command fd: five
-// children allocating and freeing at once, each call answered to the one that asked.
-TEST_CASE("forked children allocate device memory on their parent's context at once",
-          "[dm][fork]") {
-  auto dev = open_device();
-  ibv_context *ctx = dev->ctx.get();
-  constexpr int kChildren = 5, kRounds = 40;
-  std::vector<pid_t> children;
-  for (int c = 0; c < kChildren; c++) {
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      child_prepare(60);
-      for (int r = 0; r < kRounds; r++) {
-        ibv_alloc_dm_attr attr{size_t(4096 * (1 + c)), 0, 0};
-        ibv_dm *dm = ibv_alloc_dm(ctx, &attr);
-        if (!dm) _exit(10 + (errno & 0x7f) % 100);
-        uint32_t word = uint32_t(c << 16 | r), back = 0;
-        if (ibv_memcpy_to_dm(dm, 4 * c, &word, 4) || ibv_memcpy_from_dm(&back, dm, 4 * c, 4) ||
-            back != word)
-          _exit(2);
-        if (ibv_free_dm(dm)) _exit(3);
-      }
-      _exit(0);
-    }
-    children.push_back(pid);
-  }
-  for (pid_t pid : children) {
-    int st = 0;
-    REQUIRE(::waitpid(pid, &st, 0) == pid);
-    INFO("child exit status " << (WIFEXITED(st) ? WEXITSTATUS(st) : -1) << " (10 + errno: failed alloc)");
-    CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 0));
-  }
-  // The parent's context still answers.
-  DmPtr dm = alloc_dm(ctx, 4096);
 }

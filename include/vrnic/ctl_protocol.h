@@ -169,6 +169,11 @@ struct RegMrReq {
   // ibv_rereg_mr: the handle of the region this registration replaces in place (same
   // handle and keys, as rxe and mlx5 keep them); 0 for a new region.
   uint32_t replaces;
+  // 1: the last descriptor is the registering process's /proc/self/mem, for its pieces not
+  // in a memfd -- a child of fork() using its parent's context registers its own memory,
+  // not the parent's; 0: the session's (its Hello's) serves.
+  uint32_t own_mem;
+  uint32_t reserved;
   MrPiece pieces[kMaxMrPieces];
 };
 struct RegMrResp {
