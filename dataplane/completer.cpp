@@ -205,6 +205,13 @@ void read_response(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   if (index == qp.req.started) return;  // a duplicate, or for what has been answered
   shm::SendWqe &wqe = qp.wqe(index);
   WqeMeta &meta = qp.wqe_meta(index);
+  if (meta.opcode == IBV_WR_ATOMIC_WRITE) {  // answered by one empty read response
+    if (psn != meta.first_psn || pkt.payload_len) return;
+    answered(qp, index);
+    acknowledge(w, qp, psn);
+    w.schedule(qp);
+    return;
+  }
   if (meta.opcode != IBV_WR_RDMA_READ) return;
   uint32_t offset = uint32_t(psn_diff(psn, meta.first_psn)) * qp.mtu;
   uint32_t expect = psn == meta.last_psn ? meta.length - offset : qp.mtu;
@@ -255,7 +262,7 @@ void atomic_ack(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   if (index == qp.req.started) return;
   shm::SendWqe &wqe = qp.wqe(index);
   WqeMeta &meta = qp.wqe_meta(index);
-  if (meta.opcode == IBV_WR_RDMA_READ || psn != meta.first_psn) return;
+  if (wr::rule(meta.opcode).kind != wr::Kind::kAtomic || psn != meta.first_psn) return;
   uint8_t orig[8];
   uint64_t value = pkt.ext<AtomicAckEth>(pkt.info().atomic_ack_off).orig();
   std::memcpy(orig, &value, 8);  // host order into the application's buffer, as NICs do

@@ -41,6 +41,7 @@ constexpr OperationSpec kOperations[] = {
     {kFetchAdd, kOpAtomic | kOpOnly | kOpAtomicEth | kOpRequest, "FETCH_ADD"},
     {kSendLastInv, kOpSend | kOpLast | kOpIeth | kOpPayload | kOpRequest, "SEND_LAST_INV"},
     {kSendOnlyInv, kOpSend | kOpOnly | kOpIeth | kOpPayload | kOpRequest, "SEND_ONLY_INV"},
+    {kAtomicWrite, kOpAtomicWrite | kOpOnly | kOpReth | kOpPayload | kOpRequest, "ATOMIC_WRITE"},
 };
 
 // Which operations each transport allows (IB spec 9.4): UC has no reads, atomics or ACKs;

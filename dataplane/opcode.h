@@ -29,6 +29,7 @@ enum OpFlags : uint32_t {
   kOpAtomic = 1u << 16,
   kOpAck = 1u << 17,      // ACK or ATOMIC ACK
   kOpRequest = 1u << 18,  // travels requester -> responder
+  kOpAtomicWrite = 1u << 19,
   kOpOnly = kOpFirst | kOpLast,
 };
 

@@ -65,6 +65,11 @@ void start_wqe(TransportHost &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
       else
         meta.status = uint8_t(sge_validate(w.dev, send_sge_list(wqe, qp.pd), true, &total));
       break;
+    case IBV_WR_ATOMIC_WRITE:  // the 8 bytes are in the WQE
+      total = 8;
+      if (wqe.num_sge || (wqe.flags & shm::kWqeInline) || (wqe.remote_addr & 7))
+        meta.status = IBV_WC_LOC_QP_OP_ERR;
+      break;
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       total = 8;
@@ -82,7 +87,8 @@ void start_wqe(TransportHost &w, QueuePair &qp, shm::SendWqe &wqe, WqeMeta &meta
   if (qp.type == IBV_QPT_UD && total > qp.mtu) meta.status = IBV_WC_LOC_LEN_ERR;  // one packet
   meta.length = uint32_t(total);
   uint32_t psns = meta.status ? 0
-                  : wr::rule(wqe.opcode).kind == wr::Kind::kAtomic
+                  : wr::rule(wqe.opcode).kind == wr::Kind::kAtomic ||
+                          wr::rule(wqe.opcode).kind == wr::Kind::kAtomicWrite
                       ? 1
                       : packets_for(meta.length, qp.mtu);
   meta.last_psn = psn_add(meta.first_psn, psns ? psns - 1 : 0);
@@ -190,8 +196,22 @@ bool send_read_request(TransportHost &w, QueuePair &qp, const shm::SendWqe &wqe,
 }
 
 // An atomic's request packet.
+// ATOMIC WRITE: the RETH and the WQE's 8 bytes as the payload.
+bool send_atomic_write(TransportHost &w, QueuePair &qp, const shm::SendWqe &wqe,
+                       const WqeMeta &meta) {
+  Packet *pkt = new_packet(w, qp, kAtomicWrite, meta.first_psn, true);
+  if (!pkt) return false;
+  pkt->ext<Reth>(opcode_info(kAtomicWrite).reth_off).set(wqe.remote_addr, wqe.rkey, 8);
+  std::memcpy(pkt->bounce, &wqe.compare_add, 8);
+  pkt->payload = pkt->bounce;
+  pkt->payload_len = 8;
+  w.transmit(qp, pkt);
+  return true;
+}
+
 bool send_atomic_request(TransportHost &w, QueuePair &qp, const shm::SendWqe &wqe,
                          const WqeMeta &meta) {
+  if (meta.opcode == IBV_WR_ATOMIC_WRITE) return send_atomic_write(w, qp, wqe, meta);
   uint8_t opcode = meta.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap : kFetchAdd;
   Packet *pkt = new_packet(w, qp, opcode, meta.first_psn, true);
   if (!pkt) return false;

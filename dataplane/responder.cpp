@@ -3,6 +3,9 @@
 // coalesced ACKs, NAKs and read/atomic responses (which go out in PSN order).
 #include <infiniband/verbs.h>
 
+#include <atomic>
+#include <cstring>
+
 #include "events.h"
 #include "ip_header.h"
 #include "sge_io.h"
@@ -289,12 +292,58 @@ void receive_atomic(TransportHost &w, QueuePair &qp, const Packet &pkt, const Op
   w.schedule(qp);
 }
 
+// The answer to an ATOMIC WRITE: an empty read response, from the responder's queue of
+// answers (so that it follows the reads and atomics before it).
+void answer_atomic_write(TransportHost &w, QueuePair &qp, ResponderResource *res, uint32_t psn) {
+  res->kind = ResponderResource::kRead;
+  res->first_psn = psn;
+  res->packets = 1;
+  res->va = 0;
+  res->rkey = 0;
+  res->length = 0;
+  w.schedule(qp);
+}
+
+// IBTA 1.5 ATOMIC WRITE: 8 bytes, 8-byte aligned, stored at once (no reader sees half of
+// them), with REMOTE_WRITE access.
+void receive_atomic_write(TransportHost &w, QueuePair &qp, const Packet &pkt,
+                          const OpcodeInfo &info) {
+  uint32_t psn = pkt.bth().psn();
+  const Reth &reth = pkt.ext<Reth>(info.reth_off);
+  if (reth.dma_len() != 8 || pkt.payload_len != 8 || (reth.va() & 7))
+    return fail(w, qp, psn, kNakInvalidRequest);
+  const MemoryRegion *mr = remote_mr(w, qp, reth.rkey(), reth.va(), 8, IBV_ACCESS_REMOTE_WRITE);
+  if (!mr) return fail(w, qp, psn, kNakRemoteAccess);
+  ResponderResource *res = new_resource(qp);
+  if (!res) return fail(w, qp, psn, kNakInvalidRequest);
+  uint64_t value;
+  std::memcpy(&value, pkt.payload, 8);
+  bool ok;
+  if (uint8_t *p = mr->local_span(reth.va(), 8)) {
+    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t *>(p)).store(value);
+    ok = true;
+  } else {
+    ok = mr->write(reth.va(), &value, 8);
+  }
+  if (!ok) {
+    qp.resp.res_head--;
+    return fail(w, qp, psn, kNakRemoteAccess);
+  }
+  qp.resp.psn = psn_add(psn, 1);
+  finish_message(qp);
+  answer_atomic_write(w, qp, res, psn);
+}
+
 // A request we already executed: answer again without executing it twice.
 void receive_duplicate(TransportHost &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
   ResponderState &r = qp.resp;
   w.count(qp, kDuplicates);
   uint32_t psn = pkt.bth().psn();
   if (info.flags & kOpReadRequest) return receive_read(w, qp, pkt, info, true);
+  if (info.flags & kOpAtomicWrite) {  // executed: its answer again, never the write
+    if (ResponderResource *again = insert_replay(qp, psn, 1)) answer_atomic_write(w, qp, again, psn);
+    return;
+  }
   if (info.flags & kOpAtomic) {
     for (const ResponderState::AtomicResult &done : r.atomics) {
       if (!done.valid || done.psn != psn) continue;
@@ -413,6 +462,8 @@ void receive_in_sequence(TransportHost &w, QueuePair &qp, const Packet &pkt,
     return receive_read(w, qp, pkt, info, false);
   } else if (info.flags & kOpAtomic) {
     return receive_atomic(w, qp, pkt, info);
+  } else if (info.flags & kOpAtomicWrite) {
+    return receive_atomic_write(w, qp, pkt, info);
   }
   if (pkt.bth().ack_req() && qp.state() != IBV_QPS_ERR && !r.nak_sent && psn_diff(r.psn, psn) > 0) {
     r.ack_pending = true;

@@ -415,6 +415,10 @@ int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
   fill_device_attr(Context::of(ctx)->info, &a.orig_attr);
   // The extended flags start with the 32 of ibv_device_attr, as the kernel reports them.
   a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+  // IB_UVERBS_DEVICE_ATOMIC_WRITE (rdma-core 45's IBV_DEVICE_ATOMIC_WRITE; 44's headers have
+  // no name for it): IBTA 1.5's ATOMIC WRITE, ibv_wr_atomic_write.
+  constexpr uint64_t kDeviceAtomicWrite = 1ull << 40;
+  a.device_cap_flags_ex |= kDeviceAtomicWrite;
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
   fill_odp_caps(*Context::of(ctx), &a);
   a.max_dm_size = Context::of(ctx)->info.max_dm_size;

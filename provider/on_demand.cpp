@@ -23,8 +23,10 @@ void fill_odp_caps(const Context &c, ibv_device_attr_ex *attr) {
   constexpr uint32_t kRecvs = IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
   ibv_odp_caps &odp = attr->odp_caps;
   odp.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+  constexpr uint32_t kAtomicWrite = 1 << 7;  // IBV_ODP_SUPPORT_ATOMIC_WRITE (rdma-core 45)
   odp.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | kRecvs | IBV_ODP_SUPPORT_WRITE |
-                                       IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC;
+                                       IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+                                       kAtomicWrite;
   odp.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | kRecvs | IBV_ODP_SUPPORT_WRITE;
   odp.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | kRecvs;
 }

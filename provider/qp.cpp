@@ -32,6 +32,13 @@ int write_send_wqe(Qp *qp, const ibv_send_wr *wr, shm::SendWqe &w, bool allow_ty
     case IBV_WR_SEND_WITH_INV:
       w.imm_or_rkey = wr->invalidate_rkey;
       break;
+    case IBV_WR_ATOMIC_WRITE:
+      // As rxe takes it from ibv_post_send: the 8 bytes at the one SGE's address, read now.
+      if (wr->num_sge != 1 || wr->sg_list[0].length != 8) return EINVAL;
+      w.remote_addr = wr->wr.rdma.remote_addr;
+      w.rkey = wr->wr.rdma.rkey;
+      std::memcpy(&w.compare_add, reinterpret_cast<const void *>(wr->sg_list[0].addr), 8);
+      return 0;
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       w.remote_addr = wr->wr.atomic.remote_addr;

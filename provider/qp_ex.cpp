@@ -133,6 +133,16 @@ void wr_atomic_fetch_add(ibv_qp_ex *ex, uint32_t rkey, uint64_t remote_addr, uin
   if (w) w->compare_add = add;
 }
 
+// The 8 bytes at atomic_wr, as they are, into the WQE: they are written at the remote address
+// as one store.
+void wr_atomic_write(ibv_qp_ex *ex, uint32_t rkey, uint64_t remote_addr, const void *atomic_wr) {
+  Qp *qp = Qp::of(ex);
+  shm::SendWqe *w = begin_remote_wqe(qp, IBV_WR_ATOMIC_WRITE, rkey, remote_addr);
+  if (!w) return;
+  if (!atomic_wr) return fail(qp, EINVAL);
+  std::memcpy(&w->compare_add, atomic_wr, 8);
+}
+
 void wr_send_inv(ibv_qp_ex *ex, uint32_t invalidate_rkey) {
   if (shm::SendWqe *w = begin_wqe(Qp::of(ex), IBV_WR_SEND_WITH_INV))
     w->imm_or_rkey = invalidate_rkey;
@@ -163,7 +173,9 @@ void wr_set_sge_list(ibv_qp_ex *ex, size_t num_sge, const ibv_sge *sg_list) {
   Qp *qp = Qp::of(ex);
   shm::SendWqe *w = current_wqe(qp);
   if (!w) return;
-  if (w->opcode == IBV_WR_BIND_MW || w->opcode == IBV_WR_LOCAL_INV) return fail(qp, EINVAL);
+  if (w->opcode == IBV_WR_BIND_MW || w->opcode == IBV_WR_LOCAL_INV ||
+      w->opcode == IBV_WR_ATOMIC_WRITE)
+    return fail(qp, EINVAL);  // they carry no data list
   if (int err = encode_sges(qp, *w, sg_list, num_sge)) fail(qp, err);
 }
 
@@ -198,7 +210,7 @@ namespace vrnic::provider {
 
 int setup_qp_ex(Qp *qp, uint64_t send_ops_flags) {
   const ibv_qp_type type = qp->ibv.qp_type;
-  // What vrnic executes on this QP type (TSO and atomic write are not implemented).
+  // What vrnic executes on this QP type (TSO is not implemented).
   const uint64_t supported = wr::send_ops_for(type);
   if (!supported || (send_ops_flags & ~supported)) return EOPNOTSUPP;
   ibv_qp_ex &ex = qp->ex;
@@ -241,7 +253,10 @@ int setup_qp_ex(Qp *qp, uint64_t send_ops_flags) {
   else
     ex.wr_send_inv = reject<EINVAL>;
   ex.wr_send_tso = reject<EOPNOTSUPP>;
-  ex.wr_atomic_write = reject<EOPNOTSUPP>;
+  if (supported & IBV_QP_EX_WITH_ATOMIC_WRITE)
+    ex.wr_atomic_write = wr_atomic_write;
+  else
+    ex.wr_atomic_write = reject<EINVAL>;
   ex.wr_set_sge = wr_set_sge;
   ex.wr_set_sge_list = wr_set_sge_list;
   ex.wr_set_inline_data = wr_set_inline_data;

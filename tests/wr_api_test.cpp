@@ -41,7 +41,7 @@ constexpr size_t kGrhBytes = 40;
 constexpr uint64_t kRcSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                                 IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                                IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+                                IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_WRITE;
 constexpr uint64_t kUcSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                                 IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
 constexpr uint64_t kUdSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
@@ -491,7 +491,7 @@ TEST_CASE("ibv_create_qp_ex: send_ops_flags are validated per QP type", "[wr-api
   };
   const Case rejected[] = {
       {IBV_QPT_RC, IBV_QP_EX_WITH_TSO, "RC TSO"},
-      {IBV_QPT_RC, IBV_QP_EX_WITH_ATOMIC_WRITE, "RC ATOMIC_WRITE"},
+      {IBV_QPT_UC, IBV_QP_EX_WITH_ATOMIC_WRITE, "UC ATOMIC_WRITE"},
       {IBV_QPT_UC, IBV_QP_EX_WITH_SEND_WITH_INV, "UC SEND_WITH_INV"},
       {IBV_QPT_UD, IBV_QP_EX_WITH_BIND_MW, "UD BIND_MW"},
       {IBV_QPT_RC, uint64_t(1) << 40, "RC unknown bit"},
@@ -718,6 +718,70 @@ TEST_CASE("RC: wr_rdma_write, wr_rdma_write_imm and wr_rdma_read with SGE lists"
   REQUIRE_BYTES("remote (written)", remote.at(), want_remote.data(), remote.size());
   REQUIRE_BYTES("local (read into)", local.at(), want_local.data(), local.size());
   REQUIRE_BYTES("receive buffer of write_imm", rbuf.at(), want_rbuf.data(), rbuf.size());
+}
+
+TEST_CASE("RC: wr_atomic_write (IBTA 1.5) writes its 8 bytes; misaligned, or no REMOTE_WRITE, "
+          "fails",
+          "[wr-api]") {
+  Pair p;
+  Mem target(p.pd(), 64);
+  fill_pattern(target.at(), target.size(), 31);
+  std::vector<uint8_t> want = target.copy();
+  ibv_qp_ex *x = p.a.x;
+  const uint8_t bytes[8] = {1, 2, 3, 4, 5, 6, 7, 8}, more[8] = {9, 9, 9, 9, 0, 0, 0, 1};
+  REQUIRE(batch(x, [&] {
+            x->wr_flags = IBV_SEND_SIGNALED;
+            x->wr_id = 31;
+            ibv_wr_atomic_write(x, target.rkey(), target.addr(8), bytes);
+            x->wr_id = 32;
+            ibv_wr_atomic_write(x, target.rkey(), target.addr(40), more);
+          }) == 0);
+  check_all(poll_n(p.a.scq.get(), 2, "requester"),
+            {sent(p.a, 31, IBV_WC_ATOMIC_WRITE, 8), sent(p.a, 32, IBV_WC_ATOMIC_WRITE, 8)},
+            "requester");
+  std::memcpy(want.data() + 8, bytes, 8);
+  std::memcpy(want.data() + 40, more, 8);
+  REQUIRE_BYTES("target after two atomic writes", target.at(), want.data(), target.size());
+  // Through ibv_post_send: the 8 bytes at the one SGE's address, as rxe takes them.
+  uint8_t third[8] = {7, 7, 7, 7, 7, 7, 7, 7};
+  ibv_sge sge{reinterpret_cast<uint64_t>(third), 8, 0};
+  ibv_send_wr wr{};
+  wr.wr_id = 33;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_ATOMIC_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = target.addr(16);
+  wr.wr.rdma.rkey = target.rkey();
+  ibv_send_wr *bad = nullptr;
+  REQUIRE(ibv_post_send(p.a.qp.get(), &wr, &bad) == 0);
+  check(poll_one(p.a.scq.get(), "requester"), sent(p.a, 33, IBV_WC_ATOMIC_WRITE, 8), "requester");
+  std::memcpy(want.data() + 16, third, 8);
+  REQUIRE_BYTES("target after ibv_post_send", target.at(), want.data(), target.size());
+  // An address not 8-byte aligned: the WR fails at the requester, nothing is written.
+  REQUIRE(batch(x, [&] {
+            x->wr_id = 34;
+            ibv_wr_atomic_write(x, target.rkey(), target.addr(4), bytes);
+          }) == 0);
+  const auto wc = poll_one(p.a.scq.get(), "misaligned");
+  CHECK(wc.status == IBV_WC_LOC_QP_OP_ERR);
+  REQUIRE_BYTES("target after the misaligned one", target.at(), want.data(), target.size());
+}
+
+TEST_CASE("RC: wr_atomic_write to a region without REMOTE_WRITE: REM_ACCESS_ERR", "[wr-api]") {
+  Pair p;
+  Mem target(p.pd(), 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  fill_pattern(target.at(), target.size(), 35);
+  std::vector<uint8_t> want = target.copy();
+  const uint64_t v = 0x1234;
+  REQUIRE(batch(p.a.x, [&] {
+            p.a.x->wr_flags = IBV_SEND_SIGNALED;
+            p.a.x->wr_id = 35;
+            ibv_wr_atomic_write(p.a.x, target.rkey(), target.addr(0), &v);
+          }) == 0);
+  const auto wc = poll_one(p.a.scq.get(), "no remote write");
+  CHECK(wc.status == IBV_WC_REM_ACCESS_ERR);
+  REQUIRE_BYTES("target untouched", target.at(), want.data(), target.size());
 }
 
 TEST_CASE("RC: wr_atomic_cmp_swp (hit and miss) and wr_atomic_fetch_add", "[wr-api]") {
@@ -1265,19 +1329,27 @@ TEST_CASE("errors: invalid batches fail ibv_wr_complete with the documented errn
             }) == ENOMEM);
   }
   SECTION("operations vrnic does not implement: EOPNOTSUPP") {
-    for (int op = 0; op < 3; op++) {
+    for (int op = 0; op < 2; op++) {
       INFO("operation " << op);
       REQUIRE(batch(x, [&] {
                 valid_first();
                 if (op == 0) ibv_wr_send_tso(x, nullptr, 0, 0);
                 if (op == 1) ibv_wr_set_xrc_srqn(x, 1);
-                if (op == 2) {
-                  const uint64_t v = 1;
-                  ibv_wr_atomic_write(x, f.src.rkey(), f.src.addr(), &v);
-                }
                 ibv_wr_set_sge(x, f.src.lkey(), f.src.addr(), 8);
               }) == EOPNOTSUPP);
     }
+  }
+  SECTION("an atomic write carries its 8 bytes, no SGE and no null pointer: EINVAL") {
+    const uint64_t v = 1;
+    REQUIRE(batch(x, [&] {
+              valid_first();
+              ibv_wr_atomic_write(x, f.src.rkey(), f.src.addr(), &v);
+              ibv_wr_set_sge(x, f.src.lkey(), f.src.addr(), 8);
+            }) == EINVAL);
+    REQUIRE(batch(x, [&] {
+              valid_first();
+              ibv_wr_atomic_write(x, f.src.rkey(), f.src.addr(), nullptr);
+            }) == EINVAL);
   }
   SECTION("window operations with bad arguments: EINVAL") {
     REQUIRE(batch(x, [&] {

@@ -230,6 +230,7 @@ enum Opcode : uint8_t {
   kFetchAdd = 0x14,
   kSendLastInv = 0x16,
   kSendOnlyInv = 0x17,
+  kAtomicWrite = 0x1d,  // IBTA 1.5: RETH and 8 bytes, answered by an empty READ RESPONSE ONLY
 };
 
 inline constexpr uint8_t make_opcode(Transport t, Opcode op) {

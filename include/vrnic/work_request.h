@@ -17,6 +17,10 @@ enum class Kind : uint8_t {
   kWrite,   // RDMA WRITE (with immediate: also a receive WQE)
   kRead,    // RDMA READ: the data comes back in read responses
   kAtomic,  // 8-byte atomics: one request, one atomic ACK
+  // IBTA 1.5 ATOMIC WRITE: 8 bytes (in the WQE's compare_add, as given) written at once; one
+  // request, answered as a zero-length read, and like reads and atomics it holds one of
+  // max_rd_atomic until then.
+  kAtomicWrite,
   kLocal,   // memory-window bind and local invalidate: never on the wire
 };
 
@@ -50,6 +54,8 @@ constexpr Rule rule(uint32_t op) {
       return {Kind::kAtomic, kRc, false, IBV_WC_COMP_SWAP, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP};
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       return {Kind::kAtomic, kRc, false, IBV_WC_FETCH_ADD, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD};
+    case IBV_WR_ATOMIC_WRITE:
+      return {Kind::kAtomicWrite, kRc, false, IBV_WC_ATOMIC_WRITE, IBV_QP_EX_WITH_ATOMIC_WRITE};
     case IBV_WR_BIND_MW:
       return {Kind::kLocal, kRc | kUc, false, IBV_WC_BIND_MW, IBV_QP_EX_WITH_BIND_MW};
     case IBV_WR_LOCAL_INV:
@@ -74,7 +80,8 @@ constexpr bool fits_qp(uint32_t qp_type, uint32_t op) {
   return (rule(op).qp_types & qp_type_bit(qp_type)) != 0;
 }
 constexpr bool is_read_or_atomic(uint32_t op) {
-  return rule(op).kind == Kind::kRead || rule(op).kind == Kind::kAtomic;
+  return rule(op).kind == Kind::kRead || rule(op).kind == Kind::kAtomic ||
+         rule(op).kind == Kind::kAtomicWrite;
 }
 constexpr bool is_local(uint32_t op) {
   return rule(op).kind == Kind::kLocal;

@@ -26,8 +26,6 @@ KNOWN_SKIPS = [
      "no parent domains (ibv_alloc_parent_domain: EOPNOTSUPP)"),
     (r"\.test_tag_matching\.", r"Extended CQ is not supported",
      "no hardware tag matching: tm_caps is 0 (IBV_WC_EX_WITH_TM_INFO refused)"),
-    (r"\.test_qpex\..*atomic_write", r"Extended QP is not supported",
-     "no ATOMIC_WRITE: IBV_DEVICE_ATOMIC_WRITE is not reported"),
     (r"\.test_shared_pd\.|\.SharedDMTest\.",
      r"Importing a device is not supported|Some object imports are not supported",
      "ibv_import_device needs a kernel uverbs fd"),

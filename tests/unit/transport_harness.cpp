@@ -52,6 +52,7 @@ const char *operation_name(uint8_t opcode) {
                                        "CMP_SWAP",
                                        "FETCH_ADD"};
   uint8_t op = op_operation(opcode);
+  if (op == kAtomicWrite) return "ATOMIC_WRITE";
   return op < std::size(kNames) ? kNames[op] : "?";
 }
 
@@ -386,6 +387,19 @@ shm::SendWqe fetch_add_wqe(uint64_t wr_id, const QpEnd &into, size_t offset, con
   shm::SendWqe w =
       remote_wqe(wr_id, IBV_WR_ATOMIC_FETCH_AND_ADD, into, offset, 8, at, remote_offset);
   w.compare_add = add;
+  return w;
+}
+
+shm::SendWqe atomic_write_wqe(uint64_t wr_id, uint64_t value, const QpEnd &at,
+                              size_t remote_offset) {
+  shm::SendWqe w{};
+  w.wr_id = wr_id;
+  w.opcode = IBV_WR_ATOMIC_WRITE;
+  w.flags = shm::kWqeSignaled;
+  w.length = 8;
+  w.remote_addr = at.addr(remote_offset);
+  w.rkey = at.key;
+  w.compare_add = value;  // the 8 bytes, as they are
   return w;
 }
 

@@ -138,5 +138,8 @@ shm::SendWqe read_wqe(uint64_t wr_id, const QpEnd &into, size_t offset, uint32_t
                       const QpEnd &from, size_t remote_offset);
 shm::SendWqe fetch_add_wqe(uint64_t wr_id, const QpEnd &into, size_t offset, const QpEnd &at,
                            size_t remote_offset, uint64_t add);
+// IBTA 1.5 ATOMIC WRITE of `value`'s 8 bytes (no SGE: they travel in the WQE).
+shm::SendWqe atomic_write_wqe(uint64_t wr_id, uint64_t value, const QpEnd &at,
+                              size_t remote_offset);
 
 }  // namespace vrnic::testing

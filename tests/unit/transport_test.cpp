@@ -333,6 +333,49 @@ TEST_CASE("transport: a repeated atomic is answered again, not executed twice", 
   CHECK(cqe.opcode == IBV_WC_FETCH_ADD);
 }
 
+// ATOMIC WRITE (IBTA 1.5) is answered by an empty READ RESPONSE ONLY; asked again after its
+// answer was lost, it is answered again and not executed again: the FETCH_ADD that followed
+// it must not be undone by a second write.
+TEST_CASE("transport: a repeated ATOMIC WRITE is answered again, not written twice",
+          "[transport]") {
+  QpPair p;
+  p.script = drop_once([](const WireRecord &r) {
+    return is(r, 'B', wire::kReadResponseOnly, 100);
+  });
+  p.a.post_send(atomic_write_wqe(1, 7, p.b, 64));
+  p.a.post_send(fetch_add_wqe(2, p.a, 0, p.b, 64, 5));
+  p.run();
+  CHECK(p.trace() == Lines{"A ATOMIC_WRITE 100 ack_req", "A FETCH_ADD 101 ack_req",
+                           "B READ_RESPONSE_ONLY 100 (dropped)", "B ATOMIC_ACK 101",
+                           "A ATOMIC_WRITE 100 ack_req", "B READ_RESPONSE_ONLY 100"});
+  uint64_t at_b, orig;
+  std::memcpy(&at_b, p.b.mem.data() + 64, 8);
+  std::memcpy(&orig, p.a.mem.data(), 8);
+  CHECK(at_b == 12);  // 7, then + 5; not 7 again
+  CHECK(orig == 7);
+  CHECK(p.b.qp->counters[kDuplicates] == 1);
+  const std::vector<shm::Cqe> done = p.a.poll_send_cq();
+  REQUIRE(done.size() == 2);
+  CHECK(done[0].status == IBV_WC_SUCCESS);
+  CHECK(done[0].opcode == IBV_WC_ATOMIC_WRITE);
+  CHECK(done[1].status == IBV_WC_SUCCESS);
+  CHECK(done[1].opcode == IBV_WC_FETCH_ADD);
+}
+
+TEST_CASE("transport: an ATOMIC WRITE to an address not 8-byte aligned fails before the wire",
+          "[transport]") {
+  QpPair p;
+  fill(p.b, 0, 128, 9);
+  std::vector<uint8_t> before(p.b.mem.begin(), p.b.mem.begin() + 128);
+  shm::SendWqe w = atomic_write_wqe(1, 7, p.b, 64);
+  w.remote_addr += 4;
+  p.a.post_send(w);
+  p.run();
+  CHECK(p.trace().empty());
+  CHECK(std::equal(before.begin(), before.end(), p.b.mem.begin()));
+  CHECK(one_send_completion(p.a).status == IBV_WC_LOC_QP_OP_ERR);
+}
+
 // Until an atomic retires it may be asked for again, and the responder remembers only its last
 // 16 atomics' results. The requester used to count only unanswered reads and atomics against
 // max_rd_atomic, so with the oldest answer lost twice it went on with newer atomics until their
