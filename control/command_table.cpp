@@ -98,6 +98,8 @@ const Server::Command *Server::command(ctl::Op op) {
       {kModifySrq, W::kClient, false, call<&QueueObjects::modify_srq>},
       {kQuerySrq, W::kClient, false, call<&QueueObjects::query_srq>},
       {kDestroySrq, W::kClient, false, call<&QueueObjects::destroy_srq>},
+      {kAttachMcast, W::kClient, false, call<&QueueObjects::attach_mcast>},
+      {kDetachMcast, W::kClient, false, call<&QueueObjects::detach_mcast>},
       {kCreateAh, W::kClient, false, call<&QueueObjects::create_ah>},
       {kDestroyAh, W::kClient, false, call<&QueueObjects::destroy_ah>},
       {kStats, W::kAnyone, false, call<&Server::stats>},

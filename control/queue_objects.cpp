@@ -351,6 +351,7 @@ int QueueObjects::destroy_qp(Session &s, uint32_t handle) {
   });
   workers_.synchronize();
   free_qp(std::move(qp));
+  leave_mcast({handle});
   const QpOwner &owner_of = qp_owners_[handle];
   if (ProtectionDomain *pd = memory_.pds().get(owner_of.pd)) pd->refs--;
   s.rings.free(owner_of.ring);  // its chunk stays mapped (and charged) for the next QP
@@ -459,7 +460,7 @@ int QueueObjects::create_ah(Session &s, const ctl::CreateAhReq &req, ctl::Handle
   pd->refs++;
   s.ahs.insert(h);
   resp.handle = h;
-  workers_.resolve_peer(0, req.av.dgid);
+  if (!is_multicast_gid(req.av.dgid)) workers_.resolve_peer(0, req.av.dgid);  // (a group has no neighbour)
   return 0;
 }
 
@@ -527,6 +528,7 @@ void QueueObjects::free_taken(Session &s) {
 }
 
 void QueueObjects::release(Session &s) {
+  leave_mcast(s.qps);
   for (uint32_t h : s.qps) qp_owners_.erase(h);
   for (uint32_t h : s.ahs) ahs_.remove(h);
   for (uint32_t h : s.channels) channels_.remove(h);

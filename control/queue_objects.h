@@ -4,6 +4,7 @@
 // the reply's status (command_table.cpp).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -47,11 +48,16 @@ class QueueObjects {
   int modify_srq(Session &s, const ctl::ModifySrqReq &req);
   int query_srq(Session &s, uint32_t handle, ctl::QuerySrqResp &resp);
   int destroy_srq(Session &s, uint32_t handle);
+  // Multicast (multicast.cpp).
+  int attach_mcast(Session &s, const ctl::McastReq &req);
+  int detach_mcast(Session &s, const ctl::McastReq &req);
   int create_ah(Session &s, const ctl::CreateAhReq &req, ctl::HandleResp &resp);
   int destroy_ah(Session &s, uint32_t handle);
 
   size_t channel_count() const { return channels_.size(); }
   size_t ah_count() const { return ahs_.size(); }
+  size_t mcast_group_count() const { return mcast_.size(); }
+  uint32_t mcast_attached_count() const { return mcast_attached_; }
   // A closing session's QPs, SRQs and CQs, with no worker stopped (Server::close_session):
   // its QPs leave the table (take_out); after a grace period each worker forgets those it
   // runs (forget_taken); after another they are freed, and its SRQs and CQs with them
@@ -63,6 +69,10 @@ class QueueObjects {
 
  private:
   void free_qp(std::unique_ptr<QueuePair> qp);
+  // QPs destroyed or closing: out of every multicast group; publish_mcast: the dataplane's
+  // snapshot of mcast_ made anew.
+  void leave_mcast(const absl::flat_hash_set<uint32_t> &qps);
+  void publish_mcast();
   // privileged: root's session, which may give a QP a controlled Q_Key.
   int modify_step(QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask, bool privileged,
                   bool *resolve);
@@ -78,6 +88,9 @@ class QueueObjects {
   SlotTable<CompletionChannel> channels_{1u << 16};
   SlotTable<AddressHandle> ahs_{1u << 16};
   std::map<uint32_t, QpOwner> qp_owners_;
+  // Multicast GID -> the attached QPs (handle -> QPN).
+  std::map<std::array<uint8_t, 16>, std::map<uint32_t, uint32_t>> mcast_;
+  uint32_t mcast_attached_ = 0;
   std::vector<std::unique_ptr<QueuePair>> closing_qps_;  // a closing session's, until freed
 };
 

@@ -427,6 +427,8 @@ int Server::stats(Session &s, ctl::StatsResp &resp) {
   resp.pds = memory_.pds().size();
   resp.channels = queues_.channel_count();
   resp.ahs = queues_.ah_count();
+  resp.mcast_groups = queues_.mcast_group_count();
+  resp.mcast_attached = queues_.mcast_attached_count();
   resp.wire_link_up = 1;
   resp.qp_moves = workers_.moves();
   resp.worker_stops = workers_.stops();

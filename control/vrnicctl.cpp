@@ -54,6 +54,8 @@ int stats(int sock) {
       {"cm_mads_received", r->cm_mads_received},
       {"cm_mads_dropped", r->cm_mads_dropped},
       {"cm_mads_resent", r->cm_mads_resent},
+      {"mcast_groups", r->mcast_groups},
+      {"mcast_attached", r->mcast_attached},
   };
   for (const auto &c : others) std::printf("%s=%llu\n", c.name, u(c.value));
   // The asking user's quota account (vrnicd --limits).

@@ -68,7 +68,11 @@ Device::Device(uint32_t index) {
   info.max_srq = 1u << 16;
   info.max_srq_wr = 16384;
   info.max_mr_size = 1ull << 40;
-  info.max_dm_size = 1ull << 20;  // one ibv_alloc_dm; each is charged to its user's mr_bytes
+  info.max_dm_size = 1ull << 20;
+  // Multicast within this vrnicd, as rxe bounds it.
+  info.max_mcast_grp = 8192;
+  info.max_mcast_qp_attach = 56;
+  info.max_total_mcast_qp_attach = 0x70000;  // one ibv_alloc_dm; each is charged to its user's mr_bytes
   info.max_mw = 1u << 16;  // the MW table's size
   capacity = {info.max_qp, info.max_cq, info.max_mr, info.max_pd,
               info.max_ah, info.max_srq, info.max_mw};

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
 #include "completion_queue.h"
 #include "memory_region.h"
 #include "memory_window.h"
+#include "multicast.h"
 #include "queue_pair.h"
 #include "slot_table.h"
 #include "spin_lock.h"
@@ -60,6 +62,9 @@ class Device {
   // get plain NAKs (every responder holds what arrives early either way; a requester always
   // acts on a Sack it gets). rdma_cm agrees on it per connection (ECE, QueuePair::ece_set).
   bool selective_repeat = false;
+  // Who is attached to which multicast GID (multicast.h): replaced whole by the control side,
+  // the old one freed after a grace period.
+  std::atomic<const MulticastGroups *> multicast{nullptr};
 
   MemoryRegion *mr_by_key(uint32_t key) const {
     if (key == kGsiMrKey) return gsi_mr;

@@ -195,7 +195,8 @@ void Worker::move_qp(QueuePair &qp, Worker &to) {
 void Worker::transmit(QueuePair &qp, Packet *pkt) {
   qp.counters[kPacketsSent]++;  // the device counts what the port accepts (flush)
   count(qp, kBytesSent, pkt->header_len + pkt->payload_len);
-  bool wire = wire_ && !dev.is_local_gid(pkt->dst_gid);
+  // Multicast is delivered within this vrnicd only (the loop port fans it out), not on a wire.
+  bool wire = wire_ && !dev.is_local_gid(pkt->dst_gid) && !is_multicast_gid(pkt->dst_gid);
   TxBatch &batch = wire ? wire_tx_ : loop_tx_;
   batch.pkts[batch.n++] = pkt;
   if (batch.n == kBurst) flush(wire ? *wire_ : *loop_, batch);
@@ -285,26 +286,64 @@ bool Worker::receive() {
       recycle(pkt);
       continue;
     }
-    QueuePair *qp = dev.qp_by_qpn(pkt->bth().dest_qp());
-    if (qp && qp->worker != index_ && qp->worker < peers_.size()) {
-      // Another worker's QP: handed over whole, in arrival order.
-      Worker &owner = *peers_[qp->worker];
-      if (owner.inbox_[index_]->push(pkt)) {
-        // Pairs with idle_wait(): it flags sleeping, then looks at its inbox; we push, then
-        // look at the flag. Without the fence the load may pass the push.
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        if (daemon_shm_->workers[owner.index_].sleeping.load(std::memory_order_relaxed))
-          owner.wake();
-      } else {
-        counters[kPacketsDropped]++;  // its inbox is full: a lost packet
-        recycle(pkt);
-      }
+    if (pkt->bth().dest_qp() == kMulticastQpn && is_multicast_gid(pkt->dst_gid)) {
+      fan_out(*pkt);
+      recycle(pkt);
       continue;
     }
-    deliver(pkt);
-    recycle(pkt);
+    route(pkt);
   }
   return n != 0;
+}
+
+void Worker::route(Packet *pkt) {
+  QueuePair *qp = dev.qp_by_qpn(pkt->bth().dest_qp());
+  if (qp && qp->worker != index_ && qp->worker < peers_.size()) {
+    // Another worker's QP: handed over whole, in arrival order.
+    Worker &owner = *peers_[qp->worker];
+    if (owner.inbox_[index_]->push(pkt)) {
+      // Pairs with idle_wait(): it flags sleeping, then looks at its inbox; we push, then
+      // look at the flag. Without the fence the load may pass the push.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (daemon_shm_->workers[owner.index_].sleeping.load(std::memory_order_relaxed))
+        owner.wake();
+    } else {
+      counters[kPacketsDropped]++;  // its inbox is full: a lost packet
+      recycle(pkt);
+    }
+    return;
+  }
+  deliver(pkt);
+  recycle(pkt);
+}
+
+// Each copy is an ordinary UD datagram to one member's QPN, with the payload in its own
+// buffer: it may go to another worker, and the original's may be the sender's memory.
+void Worker::fan_out(const Packet &pkt) {
+  const MulticastGroups *all = dev.multicast.load(std::memory_order_acquire);
+  const MulticastGroups::Group *group = all ? all->find(pkt.dst_gid) : nullptr;
+  if (!group || pkt.payload_len > kPacketBufferBytes) {
+    counters[kPacketsDropped]++;  // nobody is attached: dropped, as a switch would
+    return;
+  }
+  for (uint32_t qpn : group->qpns) {
+    Packet *copy = pool.alloc();
+    if (!copy) {
+      counters[kPacketsDropped]++;
+      continue;
+    }
+    std::memcpy(copy->src_gid, pkt.src_gid, 16);
+    std::memcpy(copy->dst_gid, pkt.dst_gid, 16);
+    copy->udp_sport = pkt.udp_sport;
+    copy->header_len = pkt.header_len;
+    std::memcpy(copy->header, pkt.header, pkt.header_len);
+    std::memcpy(copy->bounce, pkt.payload, pkt.payload_len);
+    copy->payload = copy->bounce;
+    copy->payload_len = pkt.payload_len;
+    copy->src_qpn = pkt.src_qpn;
+    copy->bth().set_dest_qp(qpn);
+    route(copy);
+  }
 }
 
 void Worker::recycle(Packet *pkt) {

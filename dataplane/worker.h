@@ -109,6 +109,11 @@ class Worker final : public TransportHost {
   void run();
   bool poll_doorbells();
   bool receive();
+  // A received packet to the QP it names: delivered here, or handed to the worker that owns
+  // the QP; taken either way.
+  void route(Packet *pkt);
+  // A multicast datagram: a copy to each attached QP (multicast.h); the original is left.
+  void fan_out(const Packet &pkt);
   void check_timers_due();
   bool tx_blocked() const override { return wire_ && wire_->tx_full(); }
   bool delivery_pending(const QueuePair &qp) const override;

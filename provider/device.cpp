@@ -89,6 +89,9 @@ void fill_device_attr(const ctl::DeviceInfo &d, ibv_device_attr *a) {
   a->max_srq_wr = int(d.max_srq_wr);
   a->max_srq_sge = int(d.max_sge);
   a->max_mw = int(d.max_mw);
+  a->max_mcast_grp = int(d.max_mcast_grp);
+  a->max_mcast_qp_attach = int(d.max_mcast_qp_attach);
+  a->max_total_mcast_qp_attach = int(d.max_total_mcast_qp_attach);
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;
 }

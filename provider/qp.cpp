@@ -495,12 +495,19 @@ int bind_mw(ibv_qp *qp, ibv_mw *mw, ibv_mw_bind *bind) {
 
 extern "C" {
 
-// Multicast comes with the full-API work: a clean failure until then.
-VRNIC_EXPORT int ibv_attach_mcast(ibv_qp *, const union ibv_gid *, uint16_t) {
-  return EOPNOTSUPP;
+// A UD QP to or from a multicast group of this vrnicd (control/multicast.cpp); RoCE has no
+// LIDs, so `lid` is not looked at.
+static int mcast_call(ctl::Op op, ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) {
+  if (!qp || !gid) return EINVAL;
+  ctl::McastReq req{Qp::of(qp)->handle, lid, 0, {}};
+  std::memcpy(req.gid, gid->raw, 16);
+  return Context::of(qp->context)->conn.call(op, &req, sizeof(req), nullptr, 0);
 }
-VRNIC_EXPORT int ibv_detach_mcast(ibv_qp *, const union ibv_gid *, uint16_t) {
-  return EOPNOTSUPP;
+VRNIC_EXPORT int ibv_attach_mcast(ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) {
+  return mcast_call(ctl::Op::kAttachMcast, qp, gid, lid);
+}
+VRNIC_EXPORT int ibv_detach_mcast(ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) {
+  return mcast_call(ctl::Op::kDetachMcast, qp, gid, lid);
 }
 
 }  // extern "C"

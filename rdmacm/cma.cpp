@@ -23,12 +23,6 @@ namespace {
 std::mutex g_ids_mu;
 std::set<Id *> g_ids;
 
-Id *of(rdma_cm_id *id) {
-  return reinterpret_cast<Id *>(id);
-}
-Channel *of(rdma_event_channel *ch) {
-  return reinterpret_cast<Channel *>(ch);
-}
 
 Channel *new_channel() {
   auto *c = new (std::nothrow) Channel;
@@ -352,10 +346,11 @@ int attach(Id *id, Device *dev, uint8_t gid_index) {
   return 0;
 }
 
-void raise(Id *id, uint32_t event, int status) {
+void raise(Id *id, uint32_t event, int status, const ctl::CmAddress *peer) {
   ctl::CmEventRecord rec{};
   rec.event = event;
   rec.status = status;
+  if (peer) rec.peer = *peer;
   rec.id = id->handle;
   rec.cookie = reinterpret_cast<uint64_t>(id);
   // vrnicd writes to the same end with non-blocking sends; ours is the library's own event:
@@ -895,7 +890,10 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel *channel, rdma_cm_event *
         }
       }
     }
-    if (is_ud(id) && (rec.event == ctl::kCmEstablished || rec.event == ctl::kCmConnectRequest)) {
+    if (rec.event == RDMA_CM_EVENT_MULTICAST_JOIN) {
+      fill_multicast_join(id, rec, &e->event);
+    } else if (is_ud(id) &&
+               (rec.event == ctl::kCmEstablished || rec.event == ctl::kCmConnectRequest)) {
       rdma_ud_param &ud = e->event.param.ud;
       ud.private_data = e->private_data;
       ud.private_data_len = pd_len;
@@ -1055,16 +1053,6 @@ RDMACM_EXPORT const char *rdma_event_str(rdma_cm_event_type event) {
   return unsigned(event) < std::size(kNames) ? kNames[event] : "UNKNOWN EVENT";
 }
 
-// Multicast: not built (the issue allows EOPNOTSUPP).
-RDMACM_EXPORT int rdma_join_multicast(rdma_cm_id *, sockaddr *, void *) {
-  return fail(EOPNOTSUPP);
-}
-RDMACM_EXPORT int rdma_join_multicast_ex(rdma_cm_id *, rdma_cm_join_mc_attr_ex *, void *) {
-  return fail(EOPNOTSUPP);
-}
-RDMACM_EXPORT int rdma_leave_multicast(rdma_cm_id *, sockaddr *) {
-  return fail(EOPNOTSUPP);
-}
 // ECE for an application that makes its own QP (rdma-core's contract: only while the id has
 // none): what its REQ or REP offers, and what the peer's said.
 RDMACM_EXPORT int rdma_set_local_ece(rdma_cm_id *cmid, ibv_ece *ece) {

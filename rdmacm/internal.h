@@ -72,6 +72,15 @@ struct Id {
   uint8_t responder_resources = 0, initiator_depth = 0, retry_count = 7, rnr_retry = 7;
   ibv_qp_init_attr *ep_qp_attr = nullptr;  // rdma_create_ep on a listener: for get_request
   int unacked = 0;                         // events reported and not yet acked (under mu)
+  // Multicast groups joined (multicast.cpp).
+  struct Group {
+    sockaddr_storage addr;
+    ibv_gid gid;
+    void *context;
+    uint32_t flags;  // enum rdma_cm_mc_join_flags
+    bool attached;   // the id's QP is attached to it
+  };
+  std::vector<Group> groups;
   std::mutex mu;
   std::condition_variable all_acked;  // rdma_destroy_id waits on it for unacked == 0
 };
@@ -83,12 +92,23 @@ struct Event {
   uint8_t private_data[256];
 };
 
+// The library's id behind the application's pointer (rdma_cm_id is its first member).
+inline Id *of(rdma_cm_id *id) {
+  return reinterpret_cast<Id *>(id);
+}
+inline Channel *of(rdma_event_channel *ch) {
+  return reinterpret_cast<Channel *>(ch);
+}
+
 // Creates vrnicd's side of an id on `dev` (bind or resolve_addr); 0 or errno.
 int attach(Id *id, Device *dev, uint8_t gid_index);
 // vrnicd's handle for an id of `channel`'s on `dev`, its events for `cookie`; 0 and errno.
 uint32_t create_on(Device *dev, rdma_event_channel *channel, int ps, int qp_type, uint64_t cookie);
-// Writes an event the library raises itself (address and route resolution) to the id's channel.
-void raise(Id *id, uint32_t event, int status);
+// Writes an event the library raises itself (address and route resolution, multicast joins)
+// to the id's channel; `peer`, if given, goes in the record's peer address.
+void raise(Id *id, uint32_t event, int status, const ctl::CmAddress *peer = nullptr);
+// A MULTICAST_JOIN's UD parameters (the group's address, QPN, Q_Key, the join's context).
+void fill_multicast_join(const Id *id, const ctl::CmEventRecord &rec, rdma_cm_event *event);
 // Waits for a sync id's next event of one of `want` (ucma_complete); 0 or errno.
 int complete(Id *id, std::initializer_list<uint32_t> want);
 // The id behind a cookie, if it is still alive; the id with vrnicd's handle on a channel.

@@ -65,9 +65,12 @@ enum class Op : uint16_t {
   kAllocDm,
   kFreeDm,
   kRegDmMr,
+  // ibv_attach_mcast, ibv_detach_mcast.
+  kAttachMcast,
+  kDetachMcast,
 };
 // The last op (tests/fuzz/ctl_fuzz.cpp sends every op up to it).
-inline constexpr Op kLastOp = Op::kRegDmMr;
+inline constexpr Op kLastOp = Op::kDetachMcast;
 
 struct MsgHeader {
   uint32_t magic;
@@ -111,6 +114,10 @@ struct DeviceInfo {
   uint32_t max_mw;
   uint64_t max_mr_size;
   uint64_t max_dm_size;  // the largest ibv_alloc_dm
+  uint32_t max_mcast_grp;
+  uint32_t max_mcast_qp_attach;
+  uint32_t max_total_mcast_qp_attach;
+  uint32_t reserved_mcast;
   char fw_ver[64];
   // port 1
   uint32_t port_state;       // enum ibv_port_state
@@ -204,6 +211,13 @@ struct RegDmMrReq {
   // The DM's memfd in the client (its fd number, kept open), for the direct path's peers;
   // -1 if it is not kept.
   int32_t client_fd;
+};
+
+struct McastReq {
+  uint32_t qp;  // a UD QP's handle
+  uint16_t lid;  // (RoCE has no LIDs: not used)
+  uint16_t reserved;
+  uint8_t gid[16];  // a multicast GID (dataplane/multicast.h)
 };
 
 struct AllocMwReq {
@@ -426,6 +440,9 @@ struct StatsResp {
   uint64_t cm_mads_received;
   uint64_t cm_mads_dropped;  // malformed, unsolicited, or no MAD at all
   uint64_t cm_mads_resent;   // CM retries after a response timeout
+  // Multicast (control/multicast.cpp): groups with a QP attached, and attachments.
+  uint64_t mcast_groups;
+  uint64_t mcast_attached;
 };
 
 // Per-QP state and counters, a page at a time (vrnicctl qps).

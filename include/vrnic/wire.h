@@ -80,6 +80,7 @@ struct Bth {
   bool ack_req() const { return b[8] & 0x80; }
   uint32_t psn() const { return load_be24(b + 9); }
 
+  void set_dest_qp(uint32_t qpn) { store_be24(b + 5, qpn & kQpnMask); }
   void set(uint8_t opcode, bool solicited, uint8_t pad, uint16_t pkey, uint32_t dest_qp,
            bool ack_req, uint32_t psn) {
     b[0] = opcode;

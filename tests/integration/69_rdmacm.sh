@@ -123,6 +123,18 @@ udaddy_pair() {
     status_zero_both
 }
 
+# mckey (rdmacm-utils' multicast test) as its man page runs it: a receiver joined to a group
+# until 20 datagrams came, a sender joined to it sending them; on one vrnicd (issue 32 item 6).
+# The receiver is ready once its QP is attached to the group (vrnicd's mcast_attached).
+mckey_pair() {
+  local group=230.1.2.$((RANDOM % 200 + 1))
+  CM_SERVER_READY="stat_is mcast_attached 1" \
+    cm_pair mckey mckey -m "$group" -b 127.0.0.1 -C 20 -- \
+    mckey -m "$group" -b 127.0.0.1 -s -C 20 && status_zero_both || return 1
+  grep -q 'joined dgid: ::ffff:'"$group" "$CM_SERVER_LOG" ||
+    { echo "FAIL: the receiver did not say it joined $group"; return 1; }
+}
+
 # perftest's -R: its connections through rdma_cm (keys exchanged on the QP itself). Its server
 # listens for the second connection only once the first is up, and Debian's perftest takes the
 # REJ (reason 8, no listener yet) its client then may get as the end: a race the server lost
@@ -559,6 +571,7 @@ check "rping -q -C 100 -V: the application's own QP (rdma_init_qp_attr)" rping_p
 check "ucmatose -c 10" ucmatose_pair c10 -c 10
 check "ucmatose -c 4 -m (rdma_migrate_id)" ucmatose_pair m4 -c 4 -m
 check "udaddy (UD, SIDR)" udaddy_pair
+check "mckey: a group's datagrams reach the receiver that joined it (one vrnicd)" mckey_pair
 check "rdma_server / rdma_client (synchronous ids, rdma_create_ep)" sync_pair rdma_server rdma_client
 check "rdma_xserver / rdma_xclient -c r" sync_pair rdma_xserver rdma_xclient -c r
 check "cmtime -c 1000" cmtime_1000

@@ -29,8 +29,6 @@ KNOWN_SKIPS = [
     (r"\.test_shared_pd\.|\.SharedDMTest\.",
      r"Importing a device is not supported|Some object imports are not supported",
      "ibv_import_device needs a kernel uverbs fd"),
-    (r"\.test_rdmacm\..*multicast", r"Multicast is not supported",
-     "no multicast: max_mcast_grp is 0 (rdma_join_multicast: EOPNOTSUPP)"),
     (r"dmabuf|cuda", r"dmabuf is not supported|cuda-python|PCI device must be passed",
      "needs a GPU / a PCI device this machine does not have"),
 ]

@@ -1,0 +1,69 @@
+// Multicast attachments (ibv_attach_mcast, ibv_detach_mcast): which UD QPs each multicast GID
+// reaches on this vrnicd. The control side keeps the membership; each change publishes a new
+// dataplane snapshot (dataplane/multicast.h) and frees the old one after a grace period, with
+// no worker stopped. A destroyed QP leaves every group it was in.
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "queue_objects.h"
+
+namespace vrnic {
+
+int QueueObjects::attach_mcast(Session &s, const ctl::McastReq &req) {
+  if (!owns(s.qps, req.qp) || !is_multicast_gid(req.gid)) return EINVAL;
+  const QueuePair *qp = dev_.qps.get(req.qp);
+  if (qp->type != IBV_QPT_UD) return EINVAL;  // as the kernel's ib_attach_mcast
+  std::array<uint8_t, 16> gid;
+  std::memcpy(gid.data(), req.gid, 16);
+  auto group = mcast_.find(gid);
+  if (group != mcast_.end() && group->second.contains(req.qp)) return 0;  // attached already
+  if (group == mcast_.end() && mcast_.size() >= dev_.info.max_mcast_grp) return ENOMEM;
+  if (group != mcast_.end() && group->second.size() >= dev_.info.max_mcast_qp_attach)
+    return ENOMEM;
+  if (mcast_attached_ >= dev_.info.max_total_mcast_qp_attach) return ENOMEM;
+  mcast_[gid][req.qp] = qp->qpn;
+  mcast_attached_++;
+  publish_mcast();
+  return 0;
+}
+
+int QueueObjects::detach_mcast(Session &s, const ctl::McastReq &req) {
+  if (!owns(s.qps, req.qp)) return EINVAL;
+  std::array<uint8_t, 16> gid;
+  std::memcpy(gid.data(), req.gid, 16);
+  auto group = mcast_.find(gid);
+  if (group == mcast_.end() || !group->second.erase(req.qp)) return EINVAL;  // not attached
+  if (group->second.empty()) mcast_.erase(group);
+  mcast_attached_--;
+  publish_mcast();
+  return 0;
+}
+
+void QueueObjects::leave_mcast(const absl::flat_hash_set<uint32_t> &qps) {
+  bool changed = false;
+  for (auto group = mcast_.begin(); group != mcast_.end();) {
+    for (uint32_t h : qps)
+      if (group->second.erase(h)) {
+        mcast_attached_--;
+        changed = true;
+      }
+    group = group->second.empty() ? mcast_.erase(group) : std::next(group);
+  }
+  if (changed) publish_mcast();
+}
+
+void QueueObjects::publish_mcast() {
+  // None at all: no snapshot (nothing left to free when vrnicd exits).
+  auto *next = mcast_.empty() ? nullptr : new MulticastGroups;
+  for (const auto &[gid, members] : mcast_) {
+    MulticastGroups::Group &g = next->groups.emplace_back();
+    g.gid = gid;
+    for (const auto &[handle, qpn] : members) g.qpns.push_back(qpn);
+  }
+  std::unique_ptr<const MulticastGroups> old(dev_.multicast.exchange(next));
+  workers_.synchronize();  // no worker still reads the old one
+}
+
+}  // namespace vrnic
