@@ -106,16 +106,7 @@ ibv_mr *reg_dm_mr(ibv_pd *pd, ibv_dm *ibdm, uint64_t offset, size_t length, unsi
     return fail_null<ibv_mr>(err);
   auto *mr = new (std::nothrow) Mr{};
   if (!mr) return fail_null<ibv_mr>(ENOMEM);  // vrnicd frees it with the session
-  mr->access = int(access);
-  mr->iova = 0;
-  mr->local = dm->map + offset;
-  mr->ibv.context = pd->context;
-  mr->ibv.pd = pd;
-  mr->ibv.addr = nullptr;
-  mr->ibv.length = length;
-  mr->ibv.handle = resp.handle;
-  mr->ibv.lkey = resp.lkey;
-  mr->ibv.rkey = resp.rkey;
+  mr->set(pd, nullptr, dm->map + offset, length, 0, int(access), resp);
   direct_publish_mr(c->direct.get(), mr);
   return &mr->ibv;
 }

@@ -130,6 +130,20 @@ struct Mr {
   // NULL, as rdma-core gives) the DM's mapping at the MR's offset.
   uint8_t *local = nullptr;
   static Mr *of(ibv_mr *m) { return outer_of(m, &Mr::ibv); }
+  // What vrnicd registered, as the application sees it.
+  void set(ibv_pd *pd, void *addr, uint8_t *local_addr, size_t length, uint64_t io_addr,
+           int access_flags, const ctl::RegMrResp &resp) {
+    access = access_flags;
+    iova = io_addr;
+    local = local_addr;
+    ibv.context = pd->context;
+    ibv.pd = pd;
+    ibv.addr = addr;
+    ibv.length = length;
+    ibv.handle = resp.handle;
+    ibv.lkey = resp.lkey;
+    ibv.rkey = resp.rkey;
+  }
 };
 
 // A position in a CQ's two sources of completions, vrnicd's ring and the direct path's.

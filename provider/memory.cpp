@@ -284,16 +284,7 @@ int register_range(ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigne
                      pieces.fds.data(), pieces.fds.size());
   if (own_mem >= 0) ::close(own_mem);
   if (err) return err;
-  mr->access = int(access);
-  mr->iova = iova;
-  mr->ibv.context = pd->context;
-  mr->ibv.pd = pd;
-  mr->ibv.addr = addr;
-  mr->local = static_cast<uint8_t *>(addr);
-  mr->ibv.length = length;
-  mr->ibv.handle = resp.handle;
-  mr->ibv.lkey = resp.lkey;
-  mr->ibv.rkey = resp.rkey;
+  mr->set(pd, addr, static_cast<uint8_t *>(addr), length, iova, int(access), resp);
   return 0;
 }
 
@@ -414,14 +405,8 @@ ibv_mr *alloc_null_mr(ibv_pd *pd) {
     return fail_null<ibv_mr>(err);
   auto *mr = new (std::nothrow) Mr{};
   if (!mr) return fail_null<ibv_mr>(ENOMEM);
-  mr->access = IBV_ACCESS_LOCAL_WRITE;
-  mr->ibv.context = pd->context;
-  mr->ibv.pd = pd;
-  mr->ibv.addr = nullptr;
-  mr->ibv.length = SIZE_MAX;
-  mr->ibv.handle = resp.handle;
-  mr->ibv.lkey = resp.lkey;
-  mr->ibv.rkey = 0;  // nothing remote can reach it
+  resp.rkey = 0;  // nothing remote can reach it
+  mr->set(pd, nullptr, nullptr, SIZE_MAX, 0, IBV_ACCESS_LOCAL_WRITE, resp);
   return &mr->ibv;
 }
 

@@ -392,14 +392,10 @@ shm::SendWqe fetch_add_wqe(uint64_t wr_id, const QpEnd &into, size_t offset, con
 
 shm::SendWqe atomic_write_wqe(uint64_t wr_id, uint64_t value, const QpEnd &at,
                               size_t remote_offset) {
-  shm::SendWqe w{};
-  w.wr_id = wr_id;
-  w.opcode = IBV_WR_ATOMIC_WRITE;
-  w.flags = shm::kWqeSignaled;
-  w.length = 8;
-  w.remote_addr = at.addr(remote_offset);
-  w.rkey = at.key;
-  w.compare_add = value;  // the 8 bytes, as they are
+  shm::SendWqe w = remote_wqe(wr_id, IBV_WR_ATOMIC_WRITE, at, 0, 8, at, remote_offset);
+  w.num_sge = 0;  // the 8 bytes travel in the WQE, as they are
+  w.sge[0] = {};
+  w.compare_add = value;
   return w;
 }
 
