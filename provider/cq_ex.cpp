@@ -137,8 +137,13 @@ int setup_cq_ex(Cq *cq, uint64_t wc_flags) {
 
 ibv_cq_ex *create_cq_ex(ibv_context *context, ibv_cq_init_attr_ex *attr) {
   if (!attr) return fail_null<ibv_cq_ex>(EINVAL);
-  if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) return fail_null<ibv_cq_ex>(EOPNOTSUPP);
-  if (attr->comp_mask & ~uint32_t(IBV_CQ_INIT_ATTR_MASK_FLAGS))
+  // A CQ in a parent domain: a parent domain of this context, as mlx5 takes it (a protection
+  // domain is EINVAL). Its thread domain is a hint vrnic has no use for.
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) &&
+      (!attr->parent_domain || attr->parent_domain->context != context ||
+       !Pd::of(attr->parent_domain)->protection_domain))
+    return fail_null<ibv_cq_ex>(EINVAL);
+  if (attr->comp_mask & ~uint32_t(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
     return fail_null<ibv_cq_ex>(EINVAL);  // bits rdma-core 44 does not define
   uint32_t flags = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? attr->flags : 0;
   if (flags & ~uint32_t(IBV_CREATE_CQ_ATTR_SINGLE_THREADED))

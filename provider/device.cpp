@@ -132,6 +132,9 @@ void setup_ops(Context *c) {
   c->vctx.create_srq_ex = create_srq_ex;
   c->vctx.alloc_null_mr = alloc_null_mr;
   c->vctx.advise_mr = advise_mr;
+  c->vctx.alloc_td = alloc_td;
+  c->vctx.dealloc_td = dealloc_td;
+  c->vctx.alloc_parent_domain = alloc_parent_domain;
   c->vctx.alloc_dm = alloc_dm;
   c->vctx.free_dm = free_dm;
   c->vctx.reg_dm_mr = reg_dm_mr;

@@ -71,7 +71,7 @@ const Mr *region(const DirectPath *d, uint32_t key, bool remote, const ibv_pd *p
   const Mr *mr = d->mrs.get(key_handle(key));
   // An ODP region may have pages unmapped that a copy here would fault on; vrnicd's access
   // through /proc/self/mem turns that into the access error ODP promises.
-  if (!mr || (remote ? mr->ibv.rkey : mr->ibv.lkey) != key || mr->ibv.pd != pd ||
+  if (!mr || (remote ? mr->ibv.rkey : mr->ibv.lkey) != key || mr->ibv.pd->handle != pd->handle ||
       (mr->access & access) != access || (mr->access & IBV_ACCESS_ON_DEMAND))
     return nullptr;
   return mr;

@@ -118,8 +118,20 @@ struct Context {
   static void close_fd(int fd);
 };
 
+struct Td {
+  ibv_td ibv;
+  std::atomic<int> parents{0};  // parent domains holding it
+  static Td *of(ibv_td *t) { return outer_of(t, &Td::ibv); }
+};
+
+// A protection domain (vrnicd's), or a parent domain over one (parent_domain.cpp).
 struct Pd {
   ibv_pd ibv;
+  Pd *protection_domain = nullptr;  // a parent domain's; nullptr for a protection domain
+  Td *td = nullptr;
+  void *pd_context = nullptr;
+  std::atomic<int> parents{0};  // a protection domain's parent domains
+  static Pd *of(ibv_pd *p) { return outer_of(p, &Pd::ibv); }
 };
 
 struct Mr {
@@ -281,6 +293,11 @@ void odp_track(Context *c, Mr *mr);  // after registration or rereg: in if ODP, 
 void odp_forget(Context *c, Mr *mr);
 int advise_mr(ibv_pd *pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge *sg_list,
               uint32_t num_sge);
+// Thread and parent domains (parent_domain.cpp).
+ibv_td *alloc_td(ibv_context *ctx, ibv_td_init_attr *attr);
+int dealloc_td(ibv_td *td);
+ibv_pd *alloc_parent_domain(ibv_context *ctx, ibv_parent_domain_init_attr *attr);
+int dealloc_parent_domain(Pd *parent);
 // Device memory (device_memory.cpp).
 ibv_dm *alloc_dm(ibv_context *ctx, ibv_alloc_dm_attr *attr);
 int free_dm(ibv_dm *dm);

@@ -305,8 +305,11 @@ VRNIC_EXPORT ibv_pd *ibv_alloc_pd(ibv_context *context) {
 }
 
 VRNIC_EXPORT int ibv_dealloc_pd(ibv_pd *pd) {
+  Pd *p = Pd::of(pd);
+  if (p->protection_domain) return dealloc_parent_domain(p);
+  if (p->parents.load()) return EBUSY;  // parent domains are over it
   int err = Context::of(pd->context)->call_on(ctl::Op::kDeallocPd, pd->handle);
-  if (!err) delete reinterpret_cast<Pd *>(pd);
+  if (!err) delete p;
   return err;
 }
 

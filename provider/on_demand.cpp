@@ -82,7 +82,9 @@ int advise_mr(ibv_pd *pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge *
       auto it = c->odp_mrs.find(s.lkey);
       if (it == c->odp_mrs.end()) return ENOENT;
       const Mr *mr = it->second;
-      if (mr->ibv.pd != pd || (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE))) return ENOENT;
+      // (By handle: a parent domain names its protection domain's.)
+      if (mr->ibv.pd->handle != pd->handle || (write && !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
+        return ENOENT;
       if (s.addr < mr->iova || s.length > mr->ibv.length ||
           s.addr - mr->iova > mr->ibv.length - s.length)
         return EFAULT;
