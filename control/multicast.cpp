@@ -23,6 +23,10 @@ int QueueObjects::attach_mcast(Session &s, const ctl::McastReq &req) {
   if (group != mcast_.end() && group->second.size() >= dev_.info.max_mcast_qp_attach)
     return ENOMEM;
   if (mcast_attached_ >= dev_.info.max_total_mcast_qp_attach) return ENOMEM;
+  // Charged to the user: the device's groups and attachments are every user's.
+  QuotaCharge charge(quotas_, s.uid, Quota::kMcast);
+  if (charge.status()) return charge.status();
+  charge.keep();
   mcast_[gid][req.qp] = qp->qpn;
   mcast_attached_++;
   publish_mcast();
@@ -37,21 +41,21 @@ int QueueObjects::detach_mcast(Session &s, const ctl::McastReq &req) {
   if (group == mcast_.end() || !group->second.erase(req.qp)) return EINVAL;  // not attached
   if (group->second.empty()) mcast_.erase(group);
   mcast_attached_--;
+  quotas_.release(s.uid, Quota::kMcast);
   publish_mcast();
   return 0;
 }
 
-void QueueObjects::leave_mcast(const absl::flat_hash_set<uint32_t> &qps) {
-  bool changed = false;
+void QueueObjects::leave_mcast(Session &s, const absl::flat_hash_set<uint32_t> &qps) {
+  uint32_t left = 0;
   for (auto group = mcast_.begin(); group != mcast_.end();) {
-    for (uint32_t h : qps)
-      if (group->second.erase(h)) {
-        mcast_attached_--;
-        changed = true;
-      }
+    for (uint32_t h : qps) left += uint32_t(group->second.erase(h));
     group = group->second.empty() ? mcast_.erase(group) : std::next(group);
   }
-  if (changed) publish_mcast();
+  if (!left) return;
+  mcast_attached_ -= left;
+  quotas_.release(s.uid, Quota::kMcast, left);
+  publish_mcast();
 }
 
 void QueueObjects::publish_mcast() {

@@ -351,7 +351,7 @@ int QueueObjects::destroy_qp(Session &s, uint32_t handle) {
   });
   workers_.synchronize();
   free_qp(std::move(qp));
-  leave_mcast({handle});
+  leave_mcast(s, {handle});
   const QpOwner &owner_of = qp_owners_[handle];
   if (ProtectionDomain *pd = memory_.pds().get(owner_of.pd)) pd->refs--;
   s.rings.free(owner_of.ring);  // its chunk stays mapped (and charged) for the next QP
@@ -528,7 +528,7 @@ void QueueObjects::free_taken(Session &s) {
 }
 
 void QueueObjects::release(Session &s) {
-  leave_mcast(s.qps);
+  leave_mcast(s, s.qps);
   for (uint32_t h : s.qps) qp_owners_.erase(h);
   for (uint32_t h : s.ahs) ahs_.remove(h);
   for (uint32_t h : s.channels) channels_.remove(h);

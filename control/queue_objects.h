@@ -71,7 +71,7 @@ class QueueObjects {
   void free_qp(std::unique_ptr<QueuePair> qp);
   // QPs destroyed or closing: out of every multicast group; publish_mcast: the dataplane's
   // snapshot of mcast_ made anew.
-  void leave_mcast(const absl::flat_hash_set<uint32_t> &qps);
+  void leave_mcast(Session &s, const absl::flat_hash_set<uint32_t> &qps);
   void publish_mcast();
   // privileged: root's session, which may give a QP a controlled Q_Key.
   int modify_step(QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask, bool privileged,

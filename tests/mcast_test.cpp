@@ -89,6 +89,35 @@ TEST_CASE("ibv_attach_mcast/detach_mcast: limits reported; UD only, multicast GI
   ud.qp.reset();
 }
 
+namespace {
+long long user_mcast() {
+  std::string err;
+  auto stats = read_vrnic_stats(&err);
+  INFO(err);
+  REQUIRE(stats);
+  return (*stats)["user_mcast"];
+}
+}  // namespace
+
+TEST_CASE("attachments count against the user's mcast quota until detached or destroyed",
+          "[mcast]") {
+  auto dev = open_device();
+  PdPtr pd(ibv_alloc_pd(dev->ctx.get()));
+  REQUIRE(pd);
+  const long long before = user_mcast();
+  {
+    UdQp a = make_ud(*dev, pd.get()), b = make_ud(*dev, pd.get());
+    const ibv_gid g1 = group_gid(3), g2 = group_gid(4);
+    REQUIRE(ibv_attach_mcast(a.qp.get(), &g1, 0) == 0);
+    REQUIRE(ibv_attach_mcast(a.qp.get(), &g2, 0) == 0);
+    REQUIRE(ibv_attach_mcast(b.qp.get(), &g1, 0) == 0);
+    CHECK(user_mcast() == before + 3);
+    REQUIRE(ibv_detach_mcast(a.qp.get(), &g2, 0) == 0);
+    CHECK(user_mcast() == before + 2);
+  }  // both QPs destroyed while attached
+  CHECK(user_mcast() == before);
+}
+
 TEST_CASE("a datagram to a group reaches each attached QP with its Q_Key, and no other",
           "[mcast]") {
   auto dev = open_device();

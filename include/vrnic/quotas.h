@@ -19,7 +19,8 @@ enum class Quota : uint32_t {
   kAhs,
   kCmIds,     // rdma_cm ids, those a listener's requests make included
   kMappings,  // vrnicd's mappings for the user: session page, CQ, QP and SRQ rings, MR pieces
-  kMrBytes,   // registered bytes, as RLIMIT_MEMLOCK counts pinned memory
+  kMcast,     // multicast attachments (a QP to a group): the device's groups are everyone's
+  kMrBytes,   // registered bytes, as RLIMIT_MEMLOCK counts pinned memory (device memory too)
 };
 inline constexpr uint32_t kQuotaCount = uint32_t(Quota::kMrBytes) + 1;
 
@@ -33,7 +34,8 @@ struct QuotaKind {
 inline constexpr QuotaKind kQuotaKinds[kQuotaCount] = {
     {"sessions", 1024}, {"channels", 4096},   {"pds", 1u << 16},  {"mrs", 1u << 20},
     {"mws", 1u << 20},  {"cqs", 1u << 16},    {"qps", 1u << 16},  {"srqs", 1u << 16},
-    {"ahs", 1u << 16},  {"cm_ids", 1u << 16}, {"mappings", 32768}, {"mr_bytes", 0},
+    {"ahs", 1u << 16},  {"cm_ids", 1u << 16}, {"mappings", 32768}, {"mcast", 1024},
+    {"mr_bytes", 0},
 };
 
 }  // namespace vrnic
