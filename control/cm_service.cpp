@@ -168,11 +168,16 @@ int CmService::create_id(Session &s, const ctl::CmCreateIdReq &req, ctl::HandleR
   return 0;
 }
 
-void CmService::unbind(Id &id) {
-  if (id.bound) ports_.erase(uint32_t(id.port_space) << 16 | id.local.port);
-  id.bound = false;
-  if (id.listening) engine_->stop_listening(cm::service_id(id.port_space, id.local.port));
+void CmService::unbind(Id &id, uint32_t handle) {
+  if (id.listening) unlisten_port(id, handle);
   id.listening = false;
+  if (id.bound) {
+    const uint32_t key = uint32_t(id.port_space) << 16 | id.local.port;
+    std::vector<uint32_t> &at = ports_[key];
+    std::erase(at, handle);
+    if (at.empty()) ports_.erase(key);
+  }
+  id.bound = false;
 }
 
 void CmService::drop_id(uint32_t handle) {
@@ -183,7 +188,7 @@ void CmService::drop_id(uint32_t handle) {
     conn_ids_.erase(id.conn);
     engine_->abandon(id.conn, now_);
   }
-  unbind(id);
+  unbind(id, handle);
   mark_fetched(id);
   quotas_.release(id.uid, Quota::kCmIds);
   ids_.erase(it);
@@ -214,16 +219,17 @@ int CmService::bind(Session &s, const ctl::CmBindReq &req, ctl::CmBindResp &resp
     for (uint32_t tries = 0; tries <= kEphemeralLast - kEphemeralFirst; tries++) {
       if (++next_port_ > kEphemeralLast || next_port_ < kEphemeralFirst)
         next_port_ = kEphemeralFirst;
-      if (!ports_.contains(space | next_port_)) {
+      if (!ports_.contains(space | next_port_)) {  // a port no id is at
         port = next_port_;
         break;
       }
     }
     if (port == 0) return EADDRINUSE;
-  } else if (ports_.contains(space | port)) {
-    return EADDRINUSE;
+  } else if (int err = port_conflict(space | port, req.addr, req.flags & ctl::kCmBindAfOnly)) {
+    return err;
   }
-  ports_[space | port] = req.id;
+  ports_[space | port].push_back(req.id);
+  id->afonly = req.flags & ctl::kCmBindAfOnly;
   id->bound = true;
   id->local = req.addr;
   id->local.port = port;
@@ -237,7 +243,7 @@ int CmService::listen(Session &s, const ctl::CmListenReq &req) {
   // As ucma's: a backlog of 0 or past the maximum is the maximum; listening again sets it.
   id->backlog = req.backlog > 0 && req.backlog < kMaxBacklog ? req.backlog : kMaxBacklog;
   if (id->listening) return 0;
-  absl::Status st = engine_->listen(cm::service_id(id->port_space, id->local.port), req.id);
+  absl::Status st = listen_port(*id, req.id);
   if (!st.ok()) return errno_of(st);
   id->listening = true;
   return 0;
@@ -508,8 +514,31 @@ void CmService::on_event(const cm::Event &e) {
   auto it = ids_.find(uint32_t(e.owner));
   if (it == ids_.end()) return;
   Id &id = it->second;
-  if (e.type == cm::EventType::kReqReceived || e.type == cm::EventType::kSidrReqReceived)
-    return on_request(id, it->first, e);
+  if (e.type == cm::EventType::kReqReceived || e.type == cm::EventType::kSidrReqReceived) {
+    // The engine's listener is the port's; the request is for the id whose address it names.
+    const bool ud = e.type == cm::EventType::kSidrReqReceived;
+    cm::IpServiceHeader h{};
+    uint32_t handle = it->first;
+    Id *listener = &id;
+    if (h.read(ud ? e.mad->at(cm::sidr_req::kPrivateData) : e.mad->at(cm::req::kPrivateData))) {
+      uint8_t dst[16] = {};
+      if (h.ip_version == 4) {  // (the header keeps an IPv4 address in its last four bytes)
+        dst[10] = dst[11] = 0xff;
+        std::memcpy(dst + 12, h.dst + 12, 4);
+      } else {
+        std::memcpy(dst, h.dst, 16);
+      }
+      listener = listener_for(id.port_space, id.local.port, dst, &handle);
+    }
+    if (!listener) {  // none of the port's listeners takes this address: as no listener
+      if (ud)
+        (void)engine_->sidr_reply(e.conn, cm::kSidrRejected, 0, 0, {});
+      else
+        (void)engine_->reject(e.conn, cm::kRejInvalidServiceId, {}, now_);
+      return;
+    }
+    return on_request(*listener, handle, e);
+  }
   ctl::CmEventRecord rec = record(0, it->first, id);
   bool over = false;  // the connection is gone after this event
   switch (e.type) {

@@ -90,6 +90,7 @@ class CmService {
     ctl::CmAddress local{}, peer{};
     bool bound = false;
     bool listening = false;
+    bool afonly = false;  // RDMA_OPTION_ID_AFONLY: its wildcard is of its own family only
     uint32_t conn = 0;       // the engine's connection (or SIDR request), 0 for none
     uint32_t listen_id = 0;  // an id made for a REQ: its listener
     // A listener's backlog, as ucma's: how many of its requests may wait with their
@@ -107,7 +108,15 @@ class CmService {
   void on_event(const cm::Event &e);
   void on_request(Id &listener, uint32_t listen_handle, const cm::Event &e);
   ctl::CmEventRecord record(uint32_t event, uint32_t handle, const Id &id) const;
-  void unbind(Id &id);
+  void unbind(Id &id, uint32_t handle);
+  // Ports (cm_ports.cpp): whether `addr` may be bound at the port beside the ids bound there
+  // (0, EADDRINUSE or EADDRNOTAVAIL, as the kernel's cma_check_port answers); the engine's one
+  // listener per service ID, for every id listening at the port; and which of those ids a
+  // request to address `dst` is for (nullptr: none).
+  int port_conflict(uint32_t key, const ctl::CmAddress &addr, bool afonly) const;
+  absl::Status listen_port(Id &id, uint32_t handle);
+  void unlisten_port(Id &id, uint32_t handle);
+  Id *listener_for(uint16_t port_space, uint16_t port, const uint8_t dst[16], uint32_t *handle);
   // The request id's CONNECT_REQUEST was handed out (or will never be): its listener's
   // backlog gets the place back.
   void mark_fetched(Id &id);
@@ -128,7 +137,7 @@ class CmService {
   std::map<uint32_t, std::unique_ptr<Channel>> channels_;
   std::map<uint32_t, Id> ids_;
   absl::flat_hash_map<uint32_t, uint32_t> conn_ids_;  // engine connection -> id
-  std::map<uint32_t, uint32_t> ports_;                // port space << 16 | port -> id
+  std::map<uint32_t, std::vector<uint32_t>> ports_;  // port space << 16 | port -> its ids
   uint32_t next_handle_ = 1;
   uint16_t next_port_ = 0;
 };

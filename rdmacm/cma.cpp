@@ -85,6 +85,7 @@ int bind_twins(Id *id, const ctl::CmAddress &addr) {
     id->twins.push_back({d, h});
     ctl::CmBindReq req{};
     req.id = h;
+    req.flags = id->afonly ? ctl::kCmBindAfOnly : 0;
     req.addr = addr;
     ctl::CmBindResp resp{};
     if (int err = d->daemon->call(ctl::Op::kCmBind, &req, sizeof(req), &resp, sizeof(resp)))
@@ -457,6 +458,7 @@ RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id *cmid, sockaddr *addr) {
   Id *id = of(cmid);
   ctl::CmBindReq req{};
   if (!to_cm_address(addr, &req.addr)) return fail(EAFNOSUPPORT);
+  req.flags = id->afonly ? ctl::kCmBindAfOnly : 0;
   uint8_t index = 0;
   bool any = ctl::cm_wildcard(req.addr.gid);
   Device *dev = any ? nullptr : device_of_gid(req.addr.gid, &index);
@@ -480,7 +482,9 @@ RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id *cmid, sockaddr *addr) {
     if (!err) break;
     if (!any) return fail(err);
     detach(id);
-    if (err != EADDRINUSE || req.addr.port || attempt == 16) return fail(err);
+    // (EADDRNOTAVAIL: a wildcard of another device's vrnicd at that port.)
+    if ((err != EADDRINUSE && err != EADDRNOTAVAIL) || req.addr.port || attempt == 16)
+      return fail(err);
   }
   sockaddr_storage ss;
   to_sockaddr(resp.addr, addr->sa_family, &ss);
@@ -795,8 +799,12 @@ RDMACM_EXPORT int rdma_set_option(rdma_cm_id *cmid, int level, int optname, void
         id->tos = *static_cast<uint8_t *>(optval);
         return 0;
       case RDMA_OPTION_ID_REUSEADDR:
-      case RDMA_OPTION_ID_AFONLY:
         if (optlen != sizeof(int)) return fail(EINVAL);
+        return 0;
+      case RDMA_OPTION_ID_AFONLY:
+        // Its wildcard of its own family only: taken at bind (the kernel's cma_check_port).
+        if (optlen != sizeof(int)) return fail(EINVAL);
+        id->afonly = *static_cast<int *>(optval) != 0;
         return 0;
       case RDMA_OPTION_ID_ACK_TIMEOUT:
         if (optlen != sizeof(uint8_t)) return fail(EINVAL);

@@ -65,6 +65,7 @@ struct Id {
   uint8_t tos = 0;
   uint8_t ack_timeout = 14;  // the QP's local ACK timeout (RDMA_OPTION_ID_ACK_TIMEOUT)
   bool ack_timeout_set = false;
+  bool afonly = false;  // RDMA_OPTION_ID_AFONLY
   uint32_t psn = 0;            // the PSN our QP receives from (sent in the REQ or REP)
   ctl::CmConnParams remote{};  // the peer's, from CONNECT_REQUEST or CONNECT_RESPONSE
   bool passive = false;        // made for a CONNECT_REQUEST

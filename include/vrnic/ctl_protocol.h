@@ -565,9 +565,12 @@ struct CmCreateIdReq {
 };
 struct CmBindReq {
   uint32_t id;
-  uint32_t reserved;
+  uint32_t flags;  // kCmBindAfOnly
   CmAddress addr;  // port 0: vrnicd picks one
 };
+// RDMA_OPTION_ID_AFONLY: a wildcard of the address's family only, so that an IPv4 and an
+// IPv6 wildcard id may both be at one port (each taking its family's requests).
+inline constexpr uint32_t kCmBindAfOnly = 1;
 struct CmBindResp {
   CmAddress addr;
 };

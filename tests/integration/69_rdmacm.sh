@@ -197,6 +197,19 @@ wildcard_run() {
   done
 }
 
+# One vrnicd with an IPv4 device (127.0.0.21) and an IPv6 one (::1): an IPv4 and an IPv6
+# wildcard id with RDMA_OPTION_ID_AFONLY listen at one port, each taking its family's
+# connections (tests/tools/cm_afonly), as the kernel's cma_check_port allows.
+two_families() {
+  local port
+  port=$(free_udp_port) || return 1
+  host_vrnicd af - --udp 127.0.0.21 --udp-port "$port" --device --udp ::1 --udp-port "$port"
+}
+afonly_run() {
+  VRNIC_SOCKET=${SOCK[af]} vrnic_fg "${CM_RUN[@]}" timeout 30 \
+    "$VRNIC_BUILD_DIR/tests/cm_afonly" 127.0.0.21 ::1 "$(next_port)"
+}
+
 sync_pair() {  # rdma_server/rdma_client and the x variants: "end 0" on both sides
   local server=$1 client=$2
   shift 2
@@ -596,6 +609,8 @@ check "across two vrnicd: ucmatose -c 10" across ucmatose_pair x10 -c 10
 check "across two vrnicd: udaddy" across udaddy_pair
 check "two devices of one vrnicd: a listener on 0.0.0.0 is reached at each device's address" \
   wildcard_listener
+check "an IPv4 and an IPv6 wildcard with AFONLY at one port, each taking its family's requests" \
+  with_hosts two_families af -- afonly_run
 check "on the wire: tshark decodes every CM MAD, none malformed" across cm_on_the_wire
 check "10% loss at both vrnicd: ucmatose -c 10 -C 10 connects (MAD retries) and disconnects" \
   lossy ucmatose_pair lossy -c 10 -C 10
