@@ -276,9 +276,20 @@ cm_rxe() {
       vrnic_tail "$SERVER_LOG"
       return 1
     }
-    echo "+ (in the VM) ${cli[*]}"
-    rxe_run "$RXE_T" "${cli[*]}" >"$CLIENT_LOG" 2>&1
+    local vm_gate=() watcher=
+    if [[ -n ${CM_GATE:-} ]]; then
+      vm_gate=(env LD_PRELOAD="$RXE_VM_CTL/$(basename "$CM_GATE_SO")"
+        VRNIC_CM_GATE="sh $RXE_VM_CTL/$(basename "$(vm_gate_script)")")
+      listeners_watcher &
+      watcher=$!
+      _vrnic_track "$watcher"
+    fi
+    local gate_words=
+    ((${#vm_gate[@]})) && gate_words=$(printf '%q ' "${vm_gate[@]}")
+    echo "+ (in the VM) $gate_words${cli[*]}"
+    rxe_run "$RXE_T" "$gate_words${cli[*]}" >"$CLIENT_LOG" 2>&1
     CLIENT_RC=$?
+    [[ -n $watcher ]] && { kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null; }
     finish_server
     srv_rc=$VRNIC_RC
   else
@@ -332,6 +343,35 @@ id=gate-\$\$-\$(date +%s%N) jobs=$RXE_CTL/jobs n=0
 cp $f.job "\$jobs/\$id.tmp" && mv "\$jobs/\$id.tmp" "\$jobs/\$id.cmd"
 while [ ! -e "\$jobs/\$id.rc" ] && [ \$n -lt 450 ]; do sleep 0.1; n=\$((n + 1)); done
 EOF
+  echo "$f"
+}
+# The other way round, rxe's client against a vrnic server, the same race: the VM's client
+# runs with the same shim, copied into the VM's shared folder, and its gate waits until
+# vrnicd lists a listener -- as a line the host writes there (listeners_watcher: a sequence
+# number and vrnicd's cm_listeners, every 50 ms), read only once newer than the gate's start,
+# so that the listener it sees is not the first connection's, already gone.
+RXE_VM_CTL=/mnt/ctl
+listeners_watcher() {
+  local seq=0 v
+  while :; do
+    v=$(vrnic_stat cm_listeners "${SOCK[rxe]}") || v=0
+    seq=$((seq + 1))
+    echo "$seq $v" >"$RXE_CTL/listeners.tmp" && mv "$RXE_CTL/listeners.tmp" "$RXE_CTL/listeners"
+    sleep 0.05
+  done
+}
+vm_gate_script() {
+  local f=$RXE_CTL/vm-gate.sh
+  cp "$CM_GATE_SO" "$RXE_CTL/" || return 1
+  cat >"$f" <<'GATE'
+at=/mnt/ctl/listeners n=0
+start=$(cut -d' ' -f1 "$at" 2>/dev/null || echo 0)
+while [ $n -lt 600 ]; do
+  set -- $(cat "$at" 2>/dev/null) 0 0
+  [ "$1" -ge $((start + 2)) ] && [ "$2" -ge 1 ] && break
+  sleep 0.05; n=$((n + 1))
+done
+GATE
   echo "$f"
 }
 cm_rxe_perftest() {

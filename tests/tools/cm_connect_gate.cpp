@@ -9,9 +9,15 @@
 
 #include <cstdlib>
 
+namespace {
+using Fn = int (*)(rdma_cm_id *, sockaddr *, sockaddr *, int);
+// Looked up on first use (every thread finds the same): no function-local static, whose
+// guard would need the C++ runtime, which the rxe VM, where it runs too, does not have.
+Fn real = nullptr;
+}  // namespace
+
 extern "C" int rdma_resolve_addr(rdma_cm_id *id, sockaddr *src, sockaddr *dst, int timeout_ms) {
-  using Fn = int (*)(rdma_cm_id *, sockaddr *, sockaddr *, int);
-  static Fn real = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "rdma_resolve_addr"));
+  if (!real) real = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "rdma_resolve_addr"));
   if (const char *gate = std::getenv("VRNIC_CM_GATE")) {
     [[maybe_unused]] int rc = std::system(gate);  // the connect below reports what matters
   }
