@@ -100,6 +100,8 @@ const Server::Command *Server::command(ctl::Op op) {
       {kDestroySrq, W::kClient, false, call<&QueueObjects::destroy_srq>},
       {kAttachMcast, W::kClient, false, call<&QueueObjects::attach_mcast>},
       {kDetachMcast, W::kClient, false, call<&QueueObjects::detach_mcast>},
+      {kOpenXrcd, W::kClient, false, call<&QueueObjects::open_xrcd>},
+      {kCloseXrcd, W::kClient, false, call<&QueueObjects::close_xrcd>},
       {kCreateAh, W::kClient, false, call<&QueueObjects::create_ah>},
       {kDestroyAh, W::kClient, false, call<&QueueObjects::destroy_ah>},
       {kStats, W::kAnyone, false, call<&Server::stats>},

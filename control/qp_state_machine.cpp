@@ -15,7 +15,8 @@ struct Masks {
   uint32_t optional;
 };
 
-enum TypeIndex { kRc, kUc, kUd, kTypes };
+// XRC's initiator and target (the kernel's XRC_INI and XRC_TGT rows of qp_state_table).
+enum TypeIndex { kRc, kUc, kUd, kXrcIni, kXrcTgt, kTypes };
 
 int type_index(uint32_t qp_type) {
   switch (qp_type) {
@@ -25,6 +26,10 @@ int type_index(uint32_t qp_type) {
       return kUc;
     case IBV_QPT_UD:
       return kUd;
+    case IBV_QPT_XRC_SEND:
+      return kXrcIni;
+    case IBV_QPT_XRC_RECV:
+      return kXrcTgt;
     default:
       return -1;
   }
@@ -39,6 +44,7 @@ constexpr uint32_t S = IBV_QP_STATE, CUR = IBV_QP_CUR_STATE, PKEY = IBV_QP_PKEY_
                    MIG = IBV_QP_PATH_MIG_STATE, SQD_NOTIFY = IBV_QP_EN_SQD_ASYNC_NOTIFY;
 
 Masks lookup(int t, uint32_t cur, uint32_t next) {
+  const bool ini = t == kXrcIni, tgt = t == kXrcTgt;
   const bool rc = t == kRc, uc = t == kUc, ud = t == kUd;
   if (next == IBV_QPS_RESET || next == IBV_QPS_ERR) return {true, S, 0};  // from any state
   switch (cur) {
@@ -48,42 +54,46 @@ Masks lookup(int t, uint32_t cur, uint32_t next) {
     case IBV_QPS_INIT:
       if (next == IBV_QPS_INIT) return {true, 0, PKEY | PORT | (ud ? QKEY : ACC)};
       if (next == IBV_QPS_RTR) {
-        if (rc) return {true, S | AV | MTU | DQPN | RQPSN | DRD | RNRT, ALT | ACC | PKEY};
-        if (uc) return {true, S | AV | MTU | DQPN | RQPSN, ALT | ACC | PKEY};
+        if (rc || tgt) return {true, S | AV | MTU | DQPN | RQPSN | DRD | RNRT, ALT | ACC | PKEY};
+        if (uc || ini) return {true, S | AV | MTU | DQPN | RQPSN, ALT | ACC | PKEY};
         return {true, S, PKEY | QKEY};
       }
       break;
     case IBV_QPS_RTR:
       if (next == IBV_QPS_RTS) {
         if (rc) return {true, S | SQPSN | TMO | RETRY | RNR | RD, CUR | ALT | ACC | RNRT | MIG};
+        if (ini) return {true, S | SQPSN | TMO | RETRY | RNR | RD, CUR | ALT | ACC | MIG};
+        if (tgt) return {true, S | SQPSN | TMO, CUR | ALT | ACC | RNRT | MIG};
         if (uc) return {true, S | SQPSN, CUR | ALT | ACC | MIG};
         return {true, S | SQPSN, CUR | QKEY};
       }
       break;
     case IBV_QPS_RTS:
       if (next == IBV_QPS_RTS) {
-        if (rc) return {true, 0, CUR | ACC | ALT | MIG | RNRT};
-        if (uc) return {true, 0, CUR | ACC | ALT | MIG};
+        if (rc || tgt) return {true, 0, CUR | ACC | ALT | MIG | RNRT};
+        if (uc || ini) return {true, 0, CUR | ACC | ALT | MIG};
         return {true, 0, CUR | QKEY};
       }
       if (next == IBV_QPS_SQD) return {true, S, SQD_NOTIFY};
       break;
     case IBV_QPS_SQD:
       if (next == IBV_QPS_RTS) {
-        if (rc) return {true, S, CUR | ACC | ALT | MIG | RNRT};
-        if (uc) return {true, S, CUR | ACC | ALT | MIG};
+        if (rc || tgt) return {true, S, CUR | ACC | ALT | MIG | RNRT};
+        if (uc || ini) return {true, S, CUR | ACC | ALT | MIG};
         return {true, S, CUR | QKEY};
       }
       if (next == IBV_QPS_SQD) {
         if (rc)
           return {true, 0,
                   PKEY | PORT | ACC | AV | RD | DRD | RNRT | TMO | RETRY | RNR | ALT | MIG};
+        if (ini) return {true, 0, PKEY | PORT | ACC | AV | RD | TMO | RETRY | RNR | ALT | MIG};
+        if (tgt) return {true, 0, PKEY | PORT | ACC | AV | DRD | RNRT | TMO | ALT | MIG};
         if (uc) return {true, 0, PKEY | ACC | AV | ALT | MIG};
         return {true, 0, PKEY | QKEY};
       }
       break;
     case IBV_QPS_SQE:
-      if (next == IBV_QPS_RTS && !rc) return {true, S, CUR | (uc ? ACC : QKEY)};
+      if (next == IBV_QPS_RTS && (uc || ud)) return {true, S, CUR | (uc ? ACC : QKEY)};
       break;
     default:
       break;

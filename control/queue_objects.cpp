@@ -182,23 +182,36 @@ int QueueObjects::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::Create
 
 int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp &resp,
                             std::vector<int> &fds) {
-  ProtectionDomain *pd = memory_.pds().get(req.pd);
-  if (!pd || pd->session != s.id) return EINVAL;
-  if (!owns(s.cqs, req.send_cq) || !owns(s.cqs, req.recv_cq)) return EINVAL;
-  if (req.srq && (!owns(s.srqs, req.srq) || req.qp_type == IBV_QPT_UD)) return EINVAL;
-  if (req.qp_type == IBV_QPT_XRC_SEND || req.qp_type == IBV_QPT_XRC_RECV ||
-      req.qp_type == IBV_QPT_RAW_PACKET || req.qp_type == IBV_QPT_DRIVER)
-    return EOPNOTSUPP;
-  if (req.qp_type != IBV_QPT_RC && req.qp_type != IBV_QPT_UC && req.qp_type != IBV_QPT_UD)
+  if (req.qp_type == IBV_QPT_RAW_PACKET || req.qp_type == IBV_QPT_DRIVER) return EOPNOTSUPP;
+  if (req.qp_type != IBV_QPT_RC && req.qp_type != IBV_QPT_UC && req.qp_type != IBV_QPT_UD &&
+      req.qp_type != IBV_QPT_XRC_SEND && req.qp_type != IBV_QPT_XRC_RECV)
     return EINVAL;
+  // XRC (IB spec 9.8.2): the initiator is a send queue in a PD, with no receive side; the
+  // target has neither queue nor PD of its own, only its XRC domain, whose SRQs it fills.
+  const bool xrc_initiator = req.qp_type == IBV_QPT_XRC_SEND;
+  const bool xrc_target = req.qp_type == IBV_QPT_XRC_RECV;
+  ProtectionDomain *pd = nullptr;
+  uint32_t xrc_domain = 0;
+  if (xrc_target) {
+    xrc_domain = xrcd_domain(s, req.xrcd);
+    if (!xrc_domain) return EINVAL;
+  } else {
+    pd = memory_.pds().get(req.pd);
+    if (!pd || pd->session != s.id) return EINVAL;
+    if (!owns(s.cqs, req.send_cq) || (!xrc_initiator && !owns(s.cqs, req.recv_cq))) return EINVAL;
+  }
+  if (req.srq && (xrc_initiator || xrc_target || req.qp_type == IBV_QPT_UD ||
+                  !owns(s.srqs, req.srq) || dev_.srqs.get(req.srq)->xrcd))
+    return EINVAL;  // an XRC SRQ is reached through its domain's target QPs only
   const ctl::QpCaps &c = req.caps;
   if (c.max_send_wr > dev_.info.max_qp_wr || c.max_recv_wr > dev_.info.max_qp_wr ||
       c.max_send_sge > shm::kMaxSge || c.max_recv_sge > shm::kMaxSge ||
       c.max_inline_data > shm::kMaxInline)
     return EINVAL;
   if (s.qps.size() >= shm::kMaxQpsPerSession || dev_.qps.size() >= dev_.capacity.qps) return ENOMEM;
-  uint32_t sq_slots = std::bit_ceil(std::max(c.max_send_wr, 1u));
-  uint32_t rq_slots = std::bit_ceil(std::max(c.max_recv_wr, 1u));
+  // The queues an XRC QP does not have get the smallest ring, which vrnicd never reads.
+  uint32_t sq_slots = xrc_target ? 1 : std::bit_ceil(std::max(c.max_send_wr, 1u));
+  uint32_t rq_slots = xrc_target || xrc_initiator ? 1 : std::bit_ceil(std::max(c.max_recv_wr, 1u));
   size_t bytes = shm::qp_region_bytes(sq_slots, rq_slots);
   // A mapping only when the session's ring arena opens a chunk for it.
   QuotaCharge charge(quotas_, s.uid, Quota::kQps),
@@ -209,7 +222,8 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
   void *map = ring->map;
   auto qp = std::make_unique<QueuePair>();
   qp->session = s.id;
-  qp->pd = req.pd;
+  qp->pd = pd ? req.pd : 0;
+  qp->xrcd = xrc_domain;
   qp->sq_sig_all = req.sq_sig_all;
   qp->cookie = req.cookie;
   qp->async_fd = s.async_fd;
@@ -223,7 +237,9 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
     q.handle = h;
     q.qpn = Device::qpn_of_handle(h, ::arc4random());
     if (s.directory && q.type == IBV_QPT_RC) q.directory = &s.directory->qps[qpn_index(q.qpn)];
-    qp_attach_queues(q, dev_.cqs.get(req.send_cq), dev_.cqs.get(req.recv_cq),
+    if (xrc_target) return;  // it takes its SRQ's queues per request (xrc_target_bind)
+    CompletionQueue *send_cq = dev_.cqs.get(req.send_cq);
+    qp_attach_queues(q, send_cq, xrc_initiator ? send_cq : dev_.cqs.get(req.recv_cq),
                      req.srq ? dev_.srqs.get(req.srq) : nullptr);
   });
   if (!handle) {
@@ -232,9 +248,11 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
   }
   charge.keep();
   map_charge.keep();
-  pd->refs++;
+  if (pd) pd->refs++;
+  if (xrc_target) hold_xrcd(req.xrcd, +1);
   s.qps.insert(handle);
-  qp_owners_[handle] = {req.pd, req.send_cq, req.recv_cq, req.srq, *ring};
+  qp_owners_[handle] = {pd ? req.pd : 0, req.send_cq, req.recv_cq, req.srq,
+                        xrc_target ? req.xrcd : 0, *ring};
   resp.handle = handle;
   resp.qpn = dev_.qps.get(handle)->qpn;
   resp.sq_slots = sq_slots;
@@ -242,6 +260,8 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
   resp.worker = w.index();
   workers_.qp_added(w.index());
   resp.caps = {sq_slots, rq_slots, shm::kMaxSge, shm::kMaxSge, shm::kMaxInline, 0};
+  if (xrc_target || xrc_initiator) resp.caps.max_recv_wr = resp.caps.max_recv_sge = 0;
+  if (xrc_target) resp.caps.max_send_wr = resp.caps.max_send_sge = resp.caps.max_inline_data = 0;
   resp.ring_chunk = ring->chunk;
   resp.ring_offset = ring->offset;
   resp.ring_chunk_bytes = s.rings.chunk_bytes(ring->chunk);
@@ -354,6 +374,7 @@ int QueueObjects::destroy_qp(Session &s, uint32_t handle) {
   leave_mcast(s, {handle});
   const QpOwner &owner_of = qp_owners_[handle];
   if (ProtectionDomain *pd = memory_.pds().get(owner_of.pd)) pd->refs--;
+  if (owner_of.xrcd) hold_xrcd(owner_of.xrcd, -1);
   s.rings.free(owner_of.ring);  // its chunk stays mapped (and charged) for the next QP
   qp_owners_.erase(handle);
   s.qps.erase(handle);
@@ -365,6 +386,12 @@ int QueueObjects::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::Crea
                              std::vector<int> &fds) {
   ProtectionDomain *pd = memory_.pds().get(req.pd);
   if (!pd || pd->session != s.id) return EINVAL;
+  if (req.srq_type == IBV_SRQT_TM) return EOPNOTSUPP;  // no hardware tag matching
+  if (req.srq_type != IBV_SRQT_BASIC && req.srq_type != IBV_SRQT_XRC) return EINVAL;
+  // An XRC SRQ: in an XRC domain, with its own CQ (IB spec 9.8.2).
+  const bool xrc = req.srq_type == IBV_SRQT_XRC;
+  const uint32_t xrc_domain = xrc ? xrcd_domain(s, req.xrcd) : 0;
+  if (xrc && (!xrc_domain || !owns(s.cqs, req.cq))) return EINVAL;
   const ctl::SrqAttrWire &a = req.attr;
   if (a.max_wr < 1 || a.max_wr > dev_.info.max_srq_wr || a.max_sge > shm::kMaxSge ||
       a.srq_limit > a.max_wr)
@@ -390,6 +417,8 @@ int QueueObjects::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::Crea
   srq->cookie = req.cookie;
   srq->async_fd = s.async_fd;
   srq->multi_worker = workers_.size() > 1;  // its QPs may be on several workers
+  srq->xrcd = xrc_domain;
+  srq->cq = xrc ? dev_.cqs.get(req.cq) : nullptr;
   const uint32_t handle =
       dev_.srqs.insert(std::move(srq), 1, [](ReceiveQueue &q, uint32_t h, uint8_t) { q.handle = h; });
   if (!handle) {
@@ -399,6 +428,11 @@ int QueueObjects::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::Crea
   charge.keep();
   map_charge.keep();
   pd->refs++;
+  if (xrc) {
+    dev_.cqs.get(req.cq)->refs++;
+    hold_xrcd(req.xrcd, +1);
+    xrc_srq_opens_[handle] = req.xrcd;
+  }
   s.srqs.insert(handle);
   resp.handle = handle;
   resp.slots = slots;
@@ -434,7 +468,7 @@ int QueueObjects::destroy_srq(Session &s, uint32_t handle) {
   if (!owns(s.srqs, handle)) return EINVAL;
   // As a CQ: reached by the workers only through its QPs, of which it has none.
   if (dev_.srqs.get(handle)->refs) return EBUSY;
-  const uint32_t pd = remove_srq(handle);
+  const uint32_t pd = remove_srq(handle);  // (after a grace period, for an XRC SRQ)
   if (ProtectionDomain *p = memory_.pds().get(pd)) p->refs--;
   s.srqs.erase(handle);
   quotas_.release(s.uid, Quota::kSrqs);
@@ -485,12 +519,27 @@ void QueueObjects::free_qp(std::unique_ptr<QueuePair> qp) {
 // SRQs and CQs are reached by the workers only through QPs: out of a table, one is gone once
 // its QPs are (a closing session's, after their grace periods).
 
+// An XRC SRQ is reached by number, by the target QPs of its domain, whoever's: out of its
+// table, it goes after a grace period.
 uint32_t QueueObjects::remove_srq(uint32_t handle) {
-  ReceiveQueue *srq = dev_.srqs.get(handle);
-  uint32_t pd = srq->pd;
-  ::munmap(reinterpret_cast<uint8_t *>(srq->indices), shm::srq_region_bytes(srq->mask + 1));
-  dev_.srqs.remove(handle);
+  std::unique_ptr<ReceiveQueue> srq = dev_.srqs.remove(handle);
+  const uint32_t pd = srq->pd;
+  if (srq->xrcd) {
+    workers_.synchronize();
+    forget_xrc_srq(handle);
+  }
+  free_srq(std::move(srq));
   return pd;
+}
+
+void QueueObjects::forget_xrc_srq(uint32_t handle) {
+  hold_xrcd(xrc_srq_opens_.at(handle), -1);
+  xrc_srq_opens_.erase(handle);
+}
+
+void QueueObjects::free_srq(std::unique_ptr<ReceiveQueue> srq) {
+  if (srq->cq) srq->cq->refs--;
+  ::munmap(reinterpret_cast<uint8_t *>(srq->indices), shm::srq_region_bytes(srq->mask + 1));
 }
 
 uint32_t QueueObjects::remove_cq(uint32_t handle) {
@@ -505,6 +554,12 @@ void QueueObjects::take_out(Session &s) {
   closing_qps_.reserve(s.qps.size());
   for (uint32_t h : s.qps)
     if (std::unique_ptr<QueuePair> qp = dev_.qps.remove(h)) closing_qps_.push_back(std::move(qp));
+  // Its XRC SRQs too: other sessions' target QPs reach them by number until the grace period.
+  for (uint32_t h : s.srqs) {
+    if (!dev_.srqs.get(h)->xrcd) continue;
+    closing_srqs_.push_back(dev_.srqs.remove(h));
+    forget_xrc_srq(h);
+  }
 }
 
 void QueueObjects::forget_taken() {
@@ -523,12 +578,18 @@ void QueueObjects::free_taken(Session &s) {
   for (auto &qp : closing_qps_) free_qp(std::move(qp));
   closing_qps_.clear();
   closing_qps_.shrink_to_fit();
-  for (uint32_t h : s.srqs) remove_srq(h);
+  for (auto &srq : closing_srqs_) free_srq(std::move(srq));
+  closing_srqs_.clear();
+  for (uint32_t h : s.srqs) {
+    const ReceiveQueue *srq = dev_.srqs.get(h);
+    if (srq && srq->session == s.id) remove_srq(h);  // (the XRC ones went above)
+  }
   for (uint32_t h : s.cqs) remove_cq(h);
 }
 
 void QueueObjects::release(Session &s) {
   leave_mcast(s, s.qps);
+  release_xrcds(s);
   for (uint32_t h : s.qps) qp_owners_.erase(h);
   for (uint32_t h : s.ahs) ahs_.remove(h);
   for (uint32_t h : s.channels) channels_.remove(h);

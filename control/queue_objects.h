@@ -48,6 +48,9 @@ class QueueObjects {
   int modify_srq(Session &s, const ctl::ModifySrqReq &req);
   int query_srq(Session &s, uint32_t handle, ctl::QuerySrqResp &resp);
   int destroy_srq(Session &s, uint32_t handle);
+  // XRC domains (xrc_domains.cpp).
+  int open_xrcd(Session &s, const ctl::Message &m, ctl::HandleResp &resp);
+  int close_xrcd(Session &s, uint32_t handle);
   // Multicast (multicast.cpp).
   int attach_mcast(Session &s, const ctl::McastReq &req);
   int detach_mcast(Session &s, const ctl::McastReq &req);
@@ -65,7 +68,7 @@ class QueueObjects {
   void take_out(Session &s);
   void forget_taken();
   void free_taken(Session &s);
-  void release(Session &s);  // then its AHs and channels
+  void release(Session &s);  // then its AHs and channels, and its XRC domain opens
 
  private:
   void free_qp(std::unique_ptr<QueuePair> qp);
@@ -80,6 +83,16 @@ class QueueObjects {
   // (the PD, the channel).
   uint32_t remove_srq(uint32_t handle);
   uint32_t remove_cq(uint32_t handle);
+  // The memory of an SRQ out of its table (after a grace period, for an XRC SRQ: the target
+  // QPs of every session find it by number), and its CQ's count of it.
+  static void free_srq(std::unique_ptr<ReceiveQueue> srq);
+  void forget_xrc_srq(uint32_t handle);  // its XRC domain open no longer holds it
+  // XRC domains: the domain a session's open handle names (0: not one of its opens); what is
+  // made through an open holds it (delta +1) until it goes (-1).
+  uint32_t xrcd_domain(const Session &s, uint32_t handle) const;
+  void hold_xrcd(uint32_t handle, int delta);
+  void drop_xrcd_open(uint32_t handle);
+  void release_xrcds(Session &s);
 
   Device &dev_;
   WorkerGroup &workers_;
@@ -92,6 +105,27 @@ class QueueObjects {
   std::map<std::array<uint8_t, 16>, std::map<uint32_t, uint32_t>> mcast_;
   uint32_t mcast_attached_ = 0;
   std::vector<std::unique_ptr<QueuePair>> closing_qps_;  // a closing session's, until freed
+  std::vector<std::unique_ptr<ReceiveQueue>> closing_srqs_;  // its XRC SRQs, likewise
+  // XRC domains by vrnicd's number for them (never 0), those opened with a file by the file,
+  // and every open (a session's handle) with the domain it names and what it holds.
+  struct XrcFile {
+    uint64_t dev, ino;
+    bool operator<(const XrcFile &o) const { return dev != o.dev ? dev < o.dev : ino < o.ino; }
+  };
+  struct XrcDomain {
+    XrcFile file;
+    bool has_file;
+    uint32_t opens;
+  };
+  struct XrcdOpen {
+    uint32_t session, domain;
+    uint32_t objects;  // its SRQs and target QPs
+  };
+  std::map<uint32_t, XrcDomain> xrc_domains_;
+  std::map<XrcFile, uint32_t> xrc_domain_by_file_;
+  std::map<uint32_t, XrcdOpen> xrcd_opens_;
+  std::map<uint32_t, uint32_t> xrc_srq_opens_;  // XRC SRQ handle -> the open it was made through
+  uint32_t next_xrc_domain_ = 0, next_xrcd_open_ = 0;
 };
 
 }  // namespace vrnic

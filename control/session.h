@@ -46,6 +46,7 @@ struct AddressHandle {
 
 struct QpOwner {
   uint32_t pd, send_cq, recv_cq, srq;
+  uint32_t xrcd;  // an XRC target QP: the XRC domain open it was made through
   RingBlock ring;  // its memory, in its session's ring arena
 };
 
@@ -66,6 +67,7 @@ struct Session {
   // What it owns, by handle: sets, so that each check and each removal costs the same
   // whatever a session holds (a million MRs, then exit: teardown is linear, issue 17 row 10).
   absl::flat_hash_set<uint32_t> pds, mrs, cqs, qps, ahs, channels, srqs, mws, dms;
+  absl::flat_hash_set<uint32_t> xrcds;  // its opens of XRC domains (control/xrc_domains.cpp)
   // What its MRs hold of its user's quotas, given back in one call when it closes (not one
   // per MR: a million of them), and those of its MRs in its user's directory.
   uint64_t mr_bytes = 0, mr_mappings = 0;

@@ -73,7 +73,7 @@ uint64_t sack_round_ns(const QueuePair &qp) {
 // (or, with --selective-repeat, any: every peer is a vrnic) has something outstanding, unless
 // armed.
 void arm_repair_timer(TransportHost &w, QueuePair &qp) {
-  if (qp.type != IBV_QPT_RC || qp.comp.sack_deadline ||
+  if (!qp.reliable() || qp.comp.sack_deadline ||
       !(qp.comp.peer_sacks || uses_selective_repeat(w.dev, qp)) || !outstanding(qp))
     return;
   qp.comp.sack_deadline = w.now + (sack_round_ns(qp) << qp.comp.sack_probes);
@@ -462,7 +462,7 @@ void completer_retire(TransportHost &w, QueuePair &qp) {
   while (outstanding(qp)) {
     WqeMeta &meta = qp.wqe_meta(comp.wqe);
     if (meta.status == IBV_WC_SUCCESS) {
-      bool done = qp.type != IBV_QPT_RC ? comp.wqe != qp.req.wqe  // fully sent
+      bool done = !qp.reliable() ? comp.wqe != qp.req.wqe  // fully sent
                   : wr::is_read_or_atomic(meta.opcode)
                       ? meta.resp_done
                       : psn_diff(meta.last_psn, comp.acked_psn) <= 0;
@@ -492,7 +492,7 @@ void completer_retire(TransportHost &w, QueuePair &qp) {
     }
     if (meta.status != IBV_WC_SUCCESS) {
       // An unreliable QP's send errors stop only its send queue (IB spec 10.3.1: SQE).
-      if (qp.type == IBV_QPT_RC) {
+      if (qp.reliable()) {
         qp_enter_error(w, qp);
       } else {
         qp_enter_send_error(w, qp);
@@ -509,9 +509,11 @@ void completer_retire(TransportHost &w, QueuePair &qp) {
 }
 
 void completer_receive(TransportHost &w, QueuePair &qp, const Packet &pkt) {
-  if (qp.type != IBV_QPT_RC || qp.state() == IBV_QPS_ERR) return;
-  // Responses come from the connected peer only (as requests do, see the responder).
-  if (!from_connected_peer(qp, pkt)) {
+  // An XRC target sends no requests, and so takes no responses.
+  if (!qp.reliable() || qp.type == IBV_QPT_XRC_RECV || qp.state() == IBV_QPS_ERR) return;
+  // Responses come from the connected peer only (as requests do, see the responder), in the
+  // QP's own transport.
+  if (op_transport(pkt.bth().opcode()) != qp.transport() || !from_connected_peer(qp, pkt)) {
     w.count(qp, kPacketsDropped);
     return;
   }
@@ -524,9 +526,9 @@ void completer_receive(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   if (psn_diff(psn, qp.req.psn_end) >= 0) return;
   // Responses to reads and atomics may come after an ACK that covered their PSNs (a lost
   // response, asked for again): the ACK acknowledged the request, not the response.
-  bool response = (info.flags & kOpReadResponse) || pkt.bth().opcode() == kAtomicAcknowledge;
+  const uint8_t op = op_operation(pkt.bth().opcode());
+  bool response = (info.flags & kOpReadResponse) || op == kAtomicAcknowledge;
   if (!response && psn_diff(psn, qp.comp.acked_psn) <= 0) return;
-  uint8_t op = pkt.bth().opcode();
   if (info.flags & kOpReadResponse) {
     if (info.flags & kOpAeth) {
       uint8_t syndrome = pkt.ext<Aeth>(info.aeth_off).syndrome();

@@ -44,11 +44,12 @@ constexpr OperationSpec kOperations[] = {
     {kAtomicWrite, kOpAtomicWrite | kOpOnly | kOpReth | kOpPayload | kOpRequest, "ATOMIC_WRITE"},
 };
 
-// Which operations each transport allows (IB spec 9.4): UC has no reads, atomics or ACKs;
-// UD only SEND ONLY (with immediate).
+// Which operations each transport allows (IB spec 9.4): RC and XRC all of them; UC no reads,
+// atomics or ACKs; UD only SEND ONLY (with immediate).
 constexpr bool transport_allows(uint8_t transport, uint32_t flags, uint8_t operation) {
   switch (transport) {
     case kRc:
+    case kXrc:
       return true;
     case kUc:
       return (flags & (kOpSend | kOpWrite)) && !(flags & kOpIeth);
@@ -62,7 +63,8 @@ constexpr bool transport_allows(uint8_t transport, uint32_t flags, uint8_t opera
 // Extension headers in the order the spec places them after the BTH.
 constexpr OpcodeInfo make_info(uint8_t transport, const OperationSpec &op) {
   OpcodeInfo info{};
-  info.flags = op.flags | kOpValid | (transport == kUd ? uint32_t(kOpDeth) : 0u);
+  info.flags = op.flags | kOpValid | (transport == kUd ? uint32_t(kOpDeth) : 0u) |
+               (transport == kXrc && (op.flags & kOpRequest) ? uint32_t(kOpXrceth) : 0u);
   info.name = op.name;
   uint8_t off = Bth::kSize;
   auto place = [&](uint32_t flag, uint8_t size, uint8_t &field) {
@@ -72,6 +74,7 @@ constexpr OpcodeInfo make_info(uint8_t transport, const OperationSpec &op) {
     }
   };
   place(kOpDeth, Deth::kSize, info.deth_off);
+  place(kOpXrceth, Xrceth::kSize, info.xrceth_off);
   place(kOpReth, Reth::kSize, info.reth_off);
   place(kOpAtomicEth, AtomicEth::kSize, info.atomic_eth_off);
   place(kOpAeth, Aeth::kSize, info.aeth_off);
@@ -84,7 +87,7 @@ constexpr OpcodeInfo make_info(uint8_t transport, const OperationSpec &op) {
 
 constexpr std::array<OpcodeInfo, 256> build_table() {
   std::array<OpcodeInfo, 256> table{};
-  for (uint8_t transport : {uint8_t(kRc), uint8_t(kUc), uint8_t(kUd)}) {
+  for (uint8_t transport : {uint8_t(kRc), uint8_t(kUc), uint8_t(kUd), uint8_t(kXrc)}) {
     for (const OperationSpec &op : kOperations) {
       if (transport_allows(transport, op.flags, op.operation))
         table[transport | op.operation] = make_info(transport, op);

@@ -30,13 +30,15 @@ enum OpFlags : uint32_t {
   kOpAck = 1u << 17,      // ACK or ATOMIC ACK
   kOpRequest = 1u << 18,  // travels requester -> responder
   kOpAtomicWrite = 1u << 19,
+  kOpXrceth = 1u << 20,  // an XRC request: the target SRQ's number follows the BTH
   kOpOnly = kOpFirst | kOpLast,
 };
 
 struct OpcodeInfo {
   uint32_t flags;
   uint8_t header_bytes;  // BTH and every extension header
-  uint8_t reth_off, atomic_eth_off, aeth_off, atomic_ack_off, imm_off, ieth_off, deth_off;
+  uint8_t reth_off, atomic_eth_off, aeth_off, atomic_ack_off, imm_off, ieth_off, deth_off,
+      xrceth_off;
   const char *name;
 };
 

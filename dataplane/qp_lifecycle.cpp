@@ -14,7 +14,7 @@
 
 namespace vrnic {
 
-static void qp_flush_receive_side(QueuePair &qp);
+static void qp_flush_receive_side(Device &dev, QueuePair &qp);
 
 // Work requests a QP in error (or SQE) gives back unexecuted.
 static shm::Cqe flush_cqe(const QueuePair &qp, uint64_t wr_id, uint8_t opcode) {
@@ -35,6 +35,7 @@ Packet *new_packet_to(TransportHost &w, QueuePair &qp, uint8_t opcode, uint32_t 
   std::memcpy(pkt->dst_gid, to.dgid, 16);
   // Flow entropy, constant per QP so its packets stay in order (ROCE.md).
   pkt->udp_sport = uint16_t(0xc000 | ((qp.qpn * 0x9e3779b1u) >> 18));
+  opcode = uint8_t(qp.transport() | wire::op_operation(opcode));  // the QP's transport
   pkt->header_len = opcode_info(opcode).header_bytes;
   pkt->payload = nullptr;
   pkt->payload_len = 0;
@@ -88,6 +89,7 @@ void qp_attach_queues(QueuePair &qp, CompletionQueue *send_cq, CompletionQueue *
 }
 
 void qp_detach_queues(QueuePair &qp) {
+  if (qp.type == IBV_QPT_XRC_RECV) return;  // it has none (xrc_target_bind)
   qp.send_cq->refs--;
   qp.recv_cq->refs--;
   if (qp.rq != &qp.own_rq) qp.rq->refs--;
@@ -183,7 +185,7 @@ bool qp_modify(TransportHost &w, QueuePair &qp, const ctl::QpAttrWire &a, uint32
   }
   if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD) qp.sq_drained_reported = false;
   set_state(qp, next);
-  if (next == IBV_QPS_RTS && qp.type == IBV_QPT_RC) w.attach_peer(qp);
+  if (next == IBV_QPS_RTS && qp.reliable()) w.attach_peer(qp);
   if (next == IBV_QPS_RTS) w.schedule(qp);  // WQEs posted before RTS may now go
   if (next == IBV_QPS_SQD) qp_check_drained(qp);
   return resolve;
@@ -197,7 +199,8 @@ void qp_enter_error(TransportHost &w, QueuePair &qp) {
   w.release_held(qp);  // it executes no more
   qp_flush(w, qp);
   // A QP on an SRQ takes no more WQEs from it: tell the owner (IB spec 11.6.3).
-  if (qp.rq != &qp.own_rq) raise_event(qp.async_fd, IBV_EVENT_QP_LAST_WQE_REACHED, qp.cookie);
+  if (qp.rq != &qp.own_rq && qp.type != IBV_QPT_XRC_RECV)
+    raise_event(qp.async_fd, IBV_EVENT_QP_LAST_WQE_REACHED, qp.cookie);
 }
 
 void qp_fatal(TransportHost &w, QueuePair &qp) {
@@ -224,8 +227,7 @@ void qp_check_drained(QueuePair &qp) {
 
 void qp_flush(TransportHost &w, QueuePair &qp) {
   qp_flush_send_queue(qp);
-  qp_flush_receive_side(qp);
-  (void)w;
+  qp_flush_receive_side(w.dev, qp);
 }
 
 void qp_flush_send_queue(QueuePair &qp) {
@@ -240,18 +242,22 @@ void qp_flush_send_queue(QueuePair &qp) {
   qp.shared->sq_retired.store(qp.comp.wqe, std::memory_order_release);
 }
 
-static void qp_flush_receive_side(QueuePair &qp) {
-  if (qp.resp.has_wqe) {  // taken for a message that will not finish now
-    qp.resp.has_wqe = false;
+static void qp_flush_receive_side(Device &dev, QueuePair &qp) {
+  // An XRC target's message in progress took its WQE from the SRQ it named (if that is still
+  // there), whose CQ is told.
+  const bool xrc_target = qp.type == IBV_QPT_XRC_RECV;
+  if (qp.resp.has_wqe && (!xrc_target || xrc_target_bind(dev, qp, qp.resp.xrc_srqn))) {
     qp.recv_cq->push(flush_cqe(qp, qp.resp.wqe.wr_id, IBV_WC_RECV), false);
   }
+  qp.resp.has_wqe = false;
+  qp.resp.in_send = false;
+  if (xrc_target) return;  // it has no receive queue of its own
   // Only the QP's own receive queue is flushed; an SRQ serves its other QPs on.
   while (qp.rq == &qp.own_rq && !qp.own_rq.empty()) {
     uint64_t wr_id = qp.own_rq.head().wr_id;
     qp.own_rq.pop();
     if (!qp.recv_cq->push(flush_cqe(qp, wr_id, IBV_WC_RECV), false)) break;
   }
-  qp.resp.in_send = false;
 }
 
 ctl::QpTransportState qp_transport_state(const Device &dev, QueuePair &qp, uint64_t now) {
@@ -280,7 +286,7 @@ ctl::QpTransportState qp_transport_state(const Device &dev, QueuePair &qp, uint6
     t.srtt_us = uint32_t(std::min<uint64_t>(p->srtt_ns() / 1000, UINT32_MAX));
   }
   t.probe_timer_us = until(qp.comp.probe_deadline);
-  t.selective_repeat = qp.type == IBV_QPT_RC && uses_selective_repeat(dev, qp);
+  t.selective_repeat = qp.reliable() && uses_selective_repeat(dev, qp);
   t.ece_set = qp.ece_set;
   return t;
 }

@@ -4,6 +4,8 @@
 // peer's requests.
 #pragma once
 
+#include <infiniband/verbs.h>
+
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include "vrnic/ctl_protocol.h"
 #include "vrnic/direct_directory.h"
 #include "vrnic/shm_layout.h"
+#include "vrnic/wire.h"
 
 namespace vrnic {
 
@@ -121,6 +124,7 @@ struct ResponderResource {
   uint32_t rkey = 0;
   uint32_t length = 0;
   uint64_t atomic_orig = 0;
+  uint32_t pd = 0;  // XRC: the PD of the SRQ the request named, whose regions it may reach
 };
 
 struct ResponderState {
@@ -171,6 +175,8 @@ struct ResponderState {
   // Requests received ahead of `psn`, kept until it comes (held_packets.h): a table from the
   // host's pool while there are any.
   HeldPackets *held = nullptr;
+  // XRC target: the SRQ the message in progress was for (its XRCETH), 0 when none.
+  uint32_t xrc_srqn = 0;
 };
 
 class QueuePair {
@@ -178,7 +184,10 @@ class QueuePair {
   uint32_t handle = 0;
   uint32_t qpn = 0;
   uint32_t session = 0;
+  // Its protection domain; an XRC target QP has none of its own, and takes that of the SRQ
+  // each request names (xrc_target_bind) while it executes the request.
   uint32_t pd = 0;
+  uint32_t xrcd = 0;   // XRC target: the XRC domain whose SRQs it delivers to
   uint8_t type = 0;    // enum ibv_qp_type
   uint8_t worker = 0;  // the worker that owns it (changes only with every worker parked)
   // A doorbell another worker took for it waits in the owner's inbox: at most one entry per
@@ -221,11 +230,31 @@ class QueuePair {
   bool in_timer_list = false;
 
   uint32_t state() const { return attr.qp_state; }
+  // RC, or either half of XRC (the initiator sends, the target receives): acknowledged,
+  // retransmitted, executed in PSN order.
+  bool reliable() const {
+    return type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV;
+  }
+  // The transport bits of its packets' opcodes (IB spec table 38).
+  uint8_t transport() const {
+    switch (type) {
+      case IBV_QPT_UC:
+        return wire::kUc;
+      case IBV_QPT_UD:
+        return wire::kUd;
+      case IBV_QPT_XRC_SEND:
+      case IBV_QPT_XRC_RECV:
+        return wire::kXrc;
+      default:
+        return wire::kRc;
+    }
+  }
   bool sq_empty() const { return comp.wqe == sq_producer(); }
   // The provider's producer index, read from shared memory and held to what the ring can
   // hold: a client writing one far ahead would have vrnicd walk its ring round and round
   // (issue 17, row 11); one behind the oldest WQE unretired counts as nothing posted.
   uint32_t sq_producer() const {
+    if (type == IBV_QPT_XRC_RECV) return comp.wqe;  // no send queue: its ring is never read
     uint32_t p = shared->sq.producer.load(std::memory_order_acquire);
     return p - comp.wqe > sq_mask + 1 ? comp.wqe + sq_mask + 1 : p;
   }

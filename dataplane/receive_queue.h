@@ -10,6 +10,8 @@
 
 namespace vrnic {
 
+class CompletionQueue;
+
 class ReceiveQueue {
  public:
   shm::RingIndices *indices = nullptr;
@@ -22,6 +24,10 @@ class ReceiveQueue {
   uint32_t handle = 0;
   uint32_t session = 0;
   uint32_t pd = 0;
+  // XRC SRQ: its XRC domain (vrnicd's number for it, never 0) and its own completion queue;
+  // the target QPs of the domain deliver to it by its number (the XRCETH's).
+  uint32_t xrcd = 0;
+  CompletionQueue *cq = nullptr;
   uint64_t cookie = 0;
   int async_fd = -1;
   uint32_t refs = 0;

@@ -19,8 +19,14 @@ using namespace wire;
 // does not fire) before the last packet.
 constexpr uint32_t kAckReqInterval = 256;
 
-uint8_t transport_base(const QueuePair &qp) {
-  return qp.type == IBV_QPT_UC ? kUc : qp.type == IBV_QPT_UD ? kUd : kRc;
+// A request packet for the WQE (new_packet gives it the QP's transport); an XRC initiator's
+// names the SRQ of the target's domain the WQE is for.
+Packet *new_request(TransportHost &w, QueuePair &qp, const shm::SendWqe &wqe, uint8_t operation,
+                    uint32_t psn, bool ack_req, bool solicited = false) {
+  Packet *pkt = new_packet(w, qp, operation, psn, ack_req, solicited);
+  if (pkt && (pkt->info().flags & kOpXrceth))
+    pkt->ext<Xrceth>(pkt->info().xrceth_off).set(wqe.remote_srqn & kQpnMask);
+  return pkt;
 }
 
 uint32_t packets_for(uint32_t length, uint32_t mtu) {
@@ -113,27 +119,27 @@ bool send_data_packet(TransportHost &w, QueuePair &qp, shm::SendWqe &wqe, WqeMet
   uint32_t chunk = std::min(qp.mtu, meta.length - req.offset);
   bool first = req.offset == 0;
   bool last = req.offset + chunk == meta.length;
-  uint8_t opcode = send_or_write_opcode(meta.opcode, first, last) | transport_base(qp);
+  const uint8_t operation = send_or_write_opcode(meta.opcode, first, last);
   // Within a message, ask often enough that the ACKs reopen the window before it closes. A
   // peer window below its ceiling (it has seen a loss, or is still growing) is shared: the
   // other QPs may fill it behind this one, and packets that ask for no ACK would hold it shut
   // until a probe. Then every packet asks (the responder still sends one ACK per burst).
   uint32_t interval = std::clamp<uint32_t>(req.window.psns() / 2, 1, kAckReqInterval);
   bool peer_limited = req.peer && !req.peer->at_ceiling();
-  bool ack_req = qp.type == IBV_QPT_RC &&
+  bool ack_req = qp.reliable() &&
                  (last || peer_limited ||
                   uint32_t(psn_diff(req.psn, meta.first_psn)) % interval == interval - 1);
   bool solicited = last && (meta.flags & shm::kWqeSolicited);
   Packet *pkt;
   if (qp.type == IBV_QPT_UD) {
     const shm::UdAddress &ud = wqe.ud;
-    pkt = new_packet_to(w, qp, opcode, req.psn, false, solicited,
+    pkt = new_packet_to(w, qp, operation, req.psn, false, solicited,
                         {ud.dgid, ud.remote_qpn & kQpnMask, ud.sgid_index});
   } else {
-    pkt = new_packet(w, qp, opcode, req.psn, ack_req, solicited);
+    pkt = new_request(w, qp, wqe, operation, req.psn, ack_req, solicited);
   }
   if (!pkt) return false;
-  const OpcodeInfo &info = opcode_info(opcode);
+  const OpcodeInfo &info = pkt->info();
   if (info.flags & kOpReth)
     pkt->ext<Reth>(info.reth_off).set(wqe.remote_addr, wqe.rkey, meta.length);
   if (info.flags & kOpImm) pkt->ext<ImmDt>(info.imm_off).set_raw(wqe.imm_or_rkey);
@@ -149,7 +155,7 @@ bool send_data_packet(TransportHost &w, QueuePair &qp, shm::SendWqe &wqe, WqeMet
   // may then reuse the buffer (or the inline slot) while the packet still waits in the port.
   // A retransmission (below the highest PSN sent) is copied too: the ACK of its first copy
   // may retire the WQE while it waits in the port.
-  bool reference = qp.type == IBV_QPT_RC && psn_diff(req.psn, req.psn_end) >= 0;
+  bool reference = qp.reliable() && psn_diff(req.psn, req.psn_end) >= 0;
   if ((meta.flags & shm::kWqeInline) && reference) {
     pkt->payload = wqe.inline_data + req.offset;
   } else if (meta.flags & shm::kWqeInline) {
@@ -185,11 +191,11 @@ bool send_data_packet(TransportHost &w, QueuePair &qp, shm::SendWqe &wqe, WqeMet
 // asked for again. Its answers carry the PSNs they would have had.
 bool send_read_request(TransportHost &w, QueuePair &qp, const shm::SendWqe &wqe,
                        const WqeMeta &meta, uint32_t psn, uint32_t packets) {
-  Packet *pkt = new_packet(w, qp, kReadRequest, psn, true);
+  Packet *pkt = new_request(w, qp, wqe, kReadRequest, psn, true);
   if (!pkt) return false;
   uint32_t offset = uint32_t(psn_diff(psn, meta.first_psn)) * qp.mtu;
   uint32_t length = std::min(meta.length - offset, packets * qp.mtu);
-  pkt->ext<Reth>(opcode_info(kReadRequest).reth_off)
+  pkt->ext<Reth>(pkt->info().reth_off)
       .set(wqe.remote_addr + offset, wqe.rkey, length);
   w.transmit(qp, pkt);
   return true;
@@ -199,9 +205,9 @@ bool send_read_request(TransportHost &w, QueuePair &qp, const shm::SendWqe &wqe,
 // ATOMIC WRITE: the RETH and the WQE's 8 bytes as the payload.
 bool send_atomic_write(TransportHost &w, QueuePair &qp, const shm::SendWqe &wqe,
                        const WqeMeta &meta) {
-  Packet *pkt = new_packet(w, qp, kAtomicWrite, meta.first_psn, true);
+  Packet *pkt = new_request(w, qp, wqe, kAtomicWrite, meta.first_psn, true);
   if (!pkt) return false;
-  pkt->ext<Reth>(opcode_info(kAtomicWrite).reth_off).set(wqe.remote_addr, wqe.rkey, 8);
+  pkt->ext<Reth>(pkt->info().reth_off).set(wqe.remote_addr, wqe.rkey, 8);
   std::memcpy(pkt->bounce, &wqe.compare_add, 8);
   pkt->payload = pkt->bounce;
   pkt->payload_len = 8;
@@ -213,9 +219,9 @@ bool send_atomic_request(TransportHost &w, QueuePair &qp, const shm::SendWqe &wq
                          const WqeMeta &meta) {
   if (meta.opcode == IBV_WR_ATOMIC_WRITE) return send_atomic_write(w, qp, wqe, meta);
   uint8_t opcode = meta.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap : kFetchAdd;
-  Packet *pkt = new_packet(w, qp, opcode, meta.first_psn, true);
+  Packet *pkt = new_request(w, qp, wqe, opcode, meta.first_psn, true);
   if (!pkt) return false;
-  const OpcodeInfo &info = opcode_info(opcode);
+  const OpcodeInfo &info = pkt->info();
   if (opcode == kCompareSwap) {
     pkt->ext<AtomicEth>(info.atomic_eth_off)
         .set(wqe.remote_addr, wqe.rkey, wqe.swap, wqe.compare_add);
@@ -362,7 +368,7 @@ void requester_rewind(QueuePair &qp, uint32_t psn, Reask reask) {
 // than send again what it has taken -- or what has retired, whose slot may hold a new WQE.
 void skip_taken(QueuePair &qp) {
   RequesterState &req = qp.req;
-  if (qp.type != IBV_QPT_RC || req.wqe == req.started) return;
+  if (!qp.reliable() || req.wqe == req.started) return;
   bool taken = int32_t(req.wqe - qp.comp.wqe) < 0;
   if (!taken) {
     const WqeMeta &m = qp.wqe_meta(req.wqe);
@@ -398,7 +404,7 @@ uint32_t requester_run(TransportHost &w, QueuePair &qp, uint32_t budget) {
   while (sent + local_steps < budget && req.wqe != producer) {
     skip_taken(qp);
     if (req.wqe == producer) break;
-    if (qp.type == IBV_QPT_RC && !req.window.allows(psn_diff(req.psn, qp.comp.acked_psn))) break;
+    if (qp.reliable() && !req.window.allows(psn_diff(req.psn, qp.comp.acked_psn))) break;
     // Past the window only for the resend a timeout paid for: the other QPs to this peer can
     // keep a small window full, and a QP that could not send would use up its retries
     // waiting (a QP failed with RETRY_EXC_ERR having sent nothing in its last 8 timeouts).
@@ -447,14 +453,14 @@ uint32_t requester_run(TransportHost &w, QueuePair &qp, uint32_t budget) {
     if (req.peer && !req.peer->at_ceiling()) w.recharge_peer(qp);
   }
   w.recharge_peer(qp);
-  if (sent && !qp.comp.ack_deadline && qp.attr.timeout && qp.type == IBV_QPT_RC) {
+  if (sent && !qp.comp.ack_deadline && qp.attr.timeout && qp.reliable()) {
     qp.comp.ack_deadline = w.now + (4096ull << qp.attr.timeout);
     w.watch_timers(qp);
   }
   if (sent) completer_arm_probe(w, qp);
   // Unreliable QPs retire WQEs as soon as they are sent; a failed WQE is reported once the
   // ones before it have retired.
-  if (retire || (sent && qp.type != IBV_QPT_RC)) completer_retire(w, qp);
+  if (retire || (sent && !qp.reliable())) completer_retire(w, qp);
   return sent + local_steps;
 }
 

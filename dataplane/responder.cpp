@@ -86,6 +86,20 @@ void rnr_nak(TransportHost &w, QueuePair &qp, uint32_t psn) {
   send_aeth(w, qp, psn, kAethRnrNak | (qp.attr.min_rnr_timer & 0x1f));
 }
 
+// An XRC target executes each request for the SRQ its XRCETH names: one of the target's XRC
+// domain, whose PD the request's memory accesses are checked against and whose CQ takes its
+// receive completions. What the QP holds of the SRQ is valid while it executes the packet: an
+// SRQ leaves its table for a grace period before it goes. True for any other QP.
+bool xrc_bind_request(TransportHost &w, QueuePair &qp, const Packet &pkt, const OpcodeInfo &info) {
+  if (qp.type != IBV_QPT_XRC_RECV) return true;
+  // A message's later packets are for the SRQ its first named: a receive WQE is taken.
+  const uint32_t srqn = pkt.ext<Xrceth>(info.xrceth_off).srqn();
+  if ((qp.resp.in_send || qp.resp.in_write) && srqn != qp.resp.xrc_srqn) return false;
+  if (!xrc_target_bind(w.dev, qp, srqn)) return false;
+  qp.resp.xrc_srqn = srqn;
+  return true;
+}
+
 // Checks an rkey for `len` bytes at va with `right`; the QP must allow it too.
 const MemoryRegion *remote_mr(TransportHost &w, QueuePair &qp, uint32_t rkey, uint64_t va,
                               uint64_t len, uint32_t right) {
@@ -254,6 +268,7 @@ void receive_read(TransportHost &w, QueuePair &qp, const Packet &pkt, const Opco
     return;
   }
   res->kind = ResponderResource::kRead;
+  res->pd = qp.pd;
   res->first_psn = psn;
   res->packets = packets;
   res->va = reth.va();
@@ -275,7 +290,7 @@ void receive_atomic(TransportHost &w, QueuePair &qp, const Packet &pkt, const Op
   ResponderResource *res = new_resource(qp);
   if (!res) return fail(w, qp, psn, kNakInvalidRequest);
   uint64_t orig;
-  bool ok = pkt.bth().opcode() == kCompareSwap
+  bool ok = op_operation(pkt.bth().opcode()) == kCompareSwap
                 ? mr->atomic_cmp_swap(eth.va(), eth.compare(), eth.swap_add(), &orig)
                 : mr->atomic_fetch_add(eth.va(), eth.swap_add(), &orig);
   if (!ok) {
@@ -339,6 +354,7 @@ void receive_duplicate(TransportHost &w, QueuePair &qp, const Packet &pkt, const
   ResponderState &r = qp.resp;
   w.count(qp, kDuplicates);
   uint32_t psn = pkt.bth().psn();
+  if (!xrc_bind_request(w, qp, pkt, info)) return;  // an SRQ gone since: nothing to answer
   if (info.flags & kOpReadRequest) return receive_read(w, qp, pkt, info, true);
   if (info.flags & kOpAtomicWrite) {  // executed: its answer again, never the write
     if (ResponderResource *again = insert_replay(qp, psn, 1)) answer_atomic_write(w, qp, again, psn);
@@ -452,7 +468,7 @@ void receive_in_sequence(TransportHost &w, QueuePair &qp, const Packet &pkt,
   uint32_t psn = pkt.bth().psn();
   r.nak_sent = r.rnr_nak_sent = r.relost_nak_sent = false;
   if (psn_diff(r.sack_reported, psn) < 0) r.sack_reported = psn;  // kept near the expected PSN
-  if (!sequence_ok(r, info) || !length_ok(qp, pkt, info))
+  if (!sequence_ok(r, info) || !length_ok(qp, pkt, info) || !xrc_bind_request(w, qp, pkt, info))
     return fail(w, qp, psn, kNakInvalidRequest);
   if (info.flags & kOpSend) {
     receive_send(w, qp, pkt, info);
@@ -578,7 +594,9 @@ void responder_receive(TransportHost &w, QueuePair &qp, const Packet &pkt) {
     raise_event(qp.async_fd, IBV_EVENT_COMM_EST, qp.cookie);
   }
   if (qp.type == IBV_QPT_UD) return receive_ud(w, qp, pkt, info);
-  if (op_transport(pkt.bth().opcode()) != (qp.type == IBV_QPT_UC ? kUc : kRc) ||
+  // An XRC initiator has no receive side: requests for it are dropped as any in the wrong
+  // transport.
+  if (op_transport(pkt.bth().opcode()) != qp.transport() || qp.type == IBV_QPT_XRC_SEND ||
       !from_connected_peer(qp, pkt)) {
     w.count(qp, kPacketsDropped);
     return;
@@ -600,6 +618,15 @@ void responder_receive(TransportHost &w, QueuePair &qp, const Packet &pkt) {
   if (d > 0) return receive_ahead(w, qp, pkt, uint32_t(d));
   receive_in_sequence(w, qp, pkt, info);
   if (r.held) deliver_held(w, qp);
+}
+
+bool xrc_target_bind(Device &dev, QueuePair &qp, uint32_t srqn) {
+  ReceiveQueue *srq = srqn ? dev.srqs.get(srqn) : nullptr;
+  if (!srq || !srq->xrcd || srq->xrcd != qp.xrcd) return false;
+  qp.rq = srq;
+  qp.recv_cq = srq->cq;
+  qp.pd = srq->pd;
+  return true;
 }
 
 bool responder_has_work(const QueuePair &qp) {
@@ -650,6 +677,7 @@ uint32_t responder_send_reads(TransportHost &w, QueuePair &qp, uint32_t budget) 
                      : last        ? kReadResponseLast
                                    : kReadResponseMiddle;
     // The region as it is now (bounds, access, PD, window): it may have changed under the read.
+    if (qp.type == IBV_QPT_XRC_RECV) qp.pd = res.pd;  // the PD of the SRQ the read named
     const MemoryRegion *mr =
         chunk ? remote_mr(w, qp, res.rkey, res.va + offset, chunk, IBV_ACCESS_REMOTE_READ)
               : nullptr;

@@ -78,6 +78,9 @@ uint32_t read_lowest_missing(QueuePair &qp, uint32_t index);
 void responder_receive(TransportHost &w, QueuePair &qp, const Packet &pkt);
 uint32_t responder_send_reads(TransportHost &w, QueuePair &qp, uint32_t budget);
 bool responder_has_work(const QueuePair &qp);
+// XRC target: takes the SRQ numbered `srqn` for what it executes now (its receive queue, CQ
+// and PD), if the SRQ is of the QP's XRC domain; false, with nothing changed, if not.
+bool xrc_target_bind(Device &dev, QueuePair &qp, uint32_t srqn);
 void responder_send_ack(TransportHost &w, QueuePair &qp);
 
 // QP life cycle on the data path (qp_lifecycle.cpp).

@@ -113,6 +113,7 @@ int poll_cq(ibv_cq *ibcq, int n, ibv_wc *wc) {
 // the ones dropped, and give the freed slots back by moving the consumer forward. A direct
 // completion's place among vrnicd's moves with them: past as many dropped as were after it.
 void clean_cq(ibv_cq *ibcq, uint32_t qpn) {
+  if (!ibcq) return;  // (an XRC QP's missing CQs)
   Cq *cq = Cq::of(ibcq);
   pthread_spin_lock(&cq->lock);
   uint32_t producer = cq->shared->ring.producer.load(std::memory_order_acquire);

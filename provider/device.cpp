@@ -71,7 +71,7 @@ void fill_device_attr(const ctl::DeviceInfo &d, ibv_device_attr *a) {
   a->max_qp_wr = int(d.max_qp_wr);
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
                         IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_MEM_WINDOW |
-                        IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+                        IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
   a->max_sge = int(d.max_sge);
   a->max_sge_rd = int(d.max_sge);
   a->max_cq = int(d.max_cq);
@@ -130,6 +130,9 @@ void setup_ops(Context *c) {
   c->vctx.create_qp_ex = create_qp_ex;
   c->vctx.create_cq_ex = create_cq_ex;
   c->vctx.create_srq_ex = create_srq_ex;
+  c->vctx.open_xrcd = open_xrcd;
+  c->vctx.close_xrcd = close_xrcd;
+  c->vctx.get_srq_num = get_srq_num;
   c->vctx.alloc_null_mr = alloc_null_mr;
   c->vctx.advise_mr = advise_mr;
   c->vctx.alloc_td = alloc_td;

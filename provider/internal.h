@@ -244,6 +244,12 @@ struct Srq {
   static Srq *of(ibv_srq *s) { return outer_of(s, &Srq::ibv); }
 };
 
+struct Xrcd {
+  ibv_xrcd ibv;
+  uint32_t handle = 0;  // vrnicd's, of this open of the domain
+  static Xrcd *of(ibv_xrcd *x) { return outer_of(x, &Xrcd::ibv); }
+};
+
 struct Channel {
   ibv_comp_channel ibv;
   uint32_t handle = 0;
@@ -286,6 +292,10 @@ int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
                     ibv_device_attr_ex *attr, size_t attr_size);
 ibv_qp *create_qp_ex(ibv_context *ctx, ibv_qp_init_attr_ex *attr);
 ibv_srq *create_srq_ex(ibv_context *ctx, ibv_srq_init_attr_ex *attr);
+// XRC (xrc.cpp).
+ibv_xrcd *open_xrcd(ibv_context *context, ibv_xrcd_init_attr *attr);
+int close_xrcd(ibv_xrcd *xrcd);
+int get_srq_num(ibv_srq *srq, uint32_t *srq_num);
 ibv_mr *alloc_null_mr(ibv_pd *pd);
 // On-demand paging (on_demand.cpp): the caps, the ODP regions ibv_advise_mr may name.
 void fill_odp_caps(const Context &c, ibv_device_attr_ex *attr);

@@ -29,6 +29,8 @@ void fill_odp_caps(const Context &c, ibv_device_attr_ex *attr) {
                                        kAtomicWrite;
   odp.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | kRecvs | IBV_ODP_SUPPORT_WRITE;
   odp.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | kRecvs;
+  // XRC: what RC does, receives through XRC SRQs.
+  attr->xrc_odp_caps = odp.per_transport_caps.rc_odp_caps & ~IBV_ODP_SUPPORT_RECV;
 }
 
 void odp_track(Context *c, Mr *mr) {

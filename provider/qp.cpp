@@ -19,6 +19,7 @@ namespace {
 int write_send_wqe(Qp *qp, const ibv_send_wr *wr, shm::SendWqe &w, bool allow_type1) {
   if (!wr::fits_qp(qp->ibv.qp_type, wr->opcode) || wr->num_sge < 0) return EINVAL;
   encode_header(w, wr->wr_id, wr->opcode, wr->send_flags);
+  if (qp->ibv.qp_type == IBV_QPT_XRC_SEND) w.remote_srqn = wr->qp_type.xrc.remote_srqn;
   switch (wr->opcode) {
     case IBV_WR_BIND_MW: {
       // Type 1 windows are bound with ibv_bind_mw, type 2 through the send queue.
@@ -145,7 +146,9 @@ int post_recv_wrs(shm::RingIndices &ring, shm::RecvWqe *slots, uint32_t nslots, 
 int post_recv(ibv_qp *ibqp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr) {
   Qp *qp = Qp::of(ibqp);
   uint32_t state = qp->shared->state.load(std::memory_order_acquire);
-  if (state == IBV_QPS_RESET || ibqp->srq) {  // a QP on an SRQ has no receive queue
+  // A QP on an SRQ has no receive queue, nor has either half of XRC.
+  if (state == IBV_QPS_RESET || ibqp->srq || ibqp->qp_type == IBV_QPT_XRC_SEND ||
+      ibqp->qp_type == IBV_QPT_XRC_RECV) {
     *bad_wr = wr;
     return EINVAL;
   }
@@ -160,24 +163,38 @@ int post_recv(ibv_qp *ibqp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr) {
 }
 
 ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
-  constexpr uint32_t kKnownMask =
-      IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
+                                  IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if (attr->comp_mask & ~kKnownMask) return fail_null<ibv_qp>(EOPNOTSUPP);
   // The mask may name create_flags without asking for any (pyverbs does); a flag itself
   // (scatter-FCS, source QPN, ...) is a capability vrnic does not report.
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)
     return fail_null<ibv_qp>(EOPNOTSUPP);
-  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) return fail_null<ibv_qp>(EINVAL);
-  if (!attr->send_cq || !attr->recv_cq) return fail_null<ibv_qp>(EINVAL);
+  // An XRC target QP is in an XRC domain and has no PD, CQ or queue of its own; an initiator
+  // has a PD and a send CQ only (as the kernel's create_qp takes them).
+  const bool xrc_target = attr->qp_type == IBV_QPT_XRC_RECV;
+  const bool xrc_initiator = attr->qp_type == IBV_QPT_XRC_SEND;
+  if (xrc_target) {
+    if (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !attr->xrcd ||
+        attr->xrcd->context != context)
+      return fail_null<ibv_qp>(EINVAL);
+  } else {
+    if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) return fail_null<ibv_qp>(EINVAL);
+    if (!attr->send_cq || (!attr->recv_cq && !xrc_initiator)) return fail_null<ibv_qp>(EINVAL);
+  }
 
   Context *c = Context::of(context);
   auto *qp = new (std::nothrow) Qp{};
   if (!qp) return fail_null<ibv_qp>(ENOMEM);
   std::memset(&qp->ex, 0, sizeof(qp->ex));
   ctl::CreateQpReq req{};
-  req.pd = attr->pd->handle;
-  req.send_cq = Cq::of(attr->send_cq)->handle;
-  req.recv_cq = Cq::of(attr->recv_cq)->handle;
+  if (xrc_target) {
+    req.xrcd = Xrcd::of(attr->xrcd)->handle;
+  } else {
+    req.pd = attr->pd->handle;
+    req.send_cq = Cq::of(attr->send_cq)->handle;
+    req.recv_cq = xrc_initiator ? 0 : Cq::of(attr->recv_cq)->handle;
+  }
   req.qp_type = attr->qp_type;
   req.sq_sig_all = attr->sq_sig_all;
   req.srq = attr->srq ? Srq::of(attr->srq)->handle : 0;
@@ -221,9 +238,9 @@ ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
   ibv_qp &ib = qp->ibv;
   ib.context = context;
   ib.qp_context = attr->qp_context;
-  ib.pd = attr->pd;
-  ib.send_cq = attr->send_cq;
-  ib.recv_cq = attr->recv_cq;
+  ib.pd = xrc_target ? nullptr : attr->pd;
+  ib.send_cq = xrc_target ? nullptr : attr->send_cq;
+  ib.recv_cq = xrc_target || xrc_initiator ? nullptr : attr->recv_cq;
   ib.srq = attr->srq;
   ib.handle = resp.handle;
   ib.qp_num = resp.qpn;

@@ -204,6 +204,11 @@ void wr_set_ud_addr(ibv_qp_ex *ex, ibv_ah *ah, uint32_t remote_qpn, uint32_t rem
   if (int err = encode_ud_address(qp, *w, ah, remote_qpn, remote_qkey)) fail(qp, err);
 }
 
+// XRC initiator: the SRQ of the target's XRC domain the WR is for.
+void wr_set_xrc_srqn(ibv_qp_ex *ex, uint32_t remote_srqn) {
+  if (shm::SendWqe *w = current_wqe(Qp::of(ex))) w->remote_srqn = remote_srqn;
+}
+
 }  // namespace
 
 namespace vrnic::provider {
@@ -265,7 +270,10 @@ int setup_qp_ex(Qp *qp, uint64_t send_ops_flags) {
     ex.wr_set_ud_addr = wr_set_ud_addr;
   else
     ex.wr_set_ud_addr = reject<EINVAL>;
-  ex.wr_set_xrc_srqn = reject<EOPNOTSUPP>;  // vrnic has no XRC QPs
+  if (type == IBV_QPT_XRC_SEND)
+    ex.wr_set_xrc_srqn = wr_set_xrc_srqn;
+  else
+    ex.wr_set_xrc_srqn = reject<EINVAL>;
   qp->extended = true;
   return 0;
 }

@@ -16,14 +16,27 @@ ibv_srq *create_srq_ex(ibv_context *context, ibv_srq_init_attr_ex *attr) {
   constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
                               IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
   if (attr->comp_mask & ~kKnown) return fail_null<ibv_srq>(EINVAL);
-  if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)
-    return fail_null<ibv_srq>(EOPNOTSUPP);  // XRC and tag matching SRQs
-  if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) return fail_null<ibv_srq>(EINVAL);
+  const uint32_t type = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? attr->srq_type : IBV_SRQT_BASIC;
+  if (type == IBV_SRQT_TM) return fail_null<ibv_srq>(EOPNOTSUPP);  // no hardware tag matching
+  if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC) return fail_null<ibv_srq>(EINVAL);
+  if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd || attr->pd->context != context)
+    return fail_null<ibv_srq>(EINVAL);
+  // An XRC SRQ: in an XRC domain, with a CQ of its own (as ibv_cmd_create_srq_ex requires).
+  const bool xrc = type == IBV_SRQT_XRC;
+  if (xrc && (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !attr->xrcd ||
+              !(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !attr->cq ||
+              attr->xrcd->context != context || attr->cq->context != context))
+    return fail_null<ibv_srq>(EINVAL);
   Context *c = Context::of(context);
   auto *srq = new (std::nothrow) Srq{};
   if (!srq) return fail_null<ibv_srq>(ENOMEM);
   ctl::CreateSrqReq req{};
   req.pd = attr->pd->handle;
+  req.srq_type = type;
+  if (xrc) {
+    req.xrcd = Xrcd::of(attr->xrcd)->handle;
+    req.cq = Cq::of(attr->cq)->handle;
+  }
   req.cookie = reinterpret_cast<uint64_t>(&srq->ibv);
   req.attr = {attr->attr.max_wr, attr->attr.max_sge, attr->attr.srq_limit, 0};
   ctl::CreateSrqResp resp{};

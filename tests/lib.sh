@@ -783,6 +783,14 @@ pingpong_result_ok() {
   }
   CHECK_NOTE=$(grep -m1 'usec/iter' "$CLIENT_LOG" | sed -E 's/.*= *//')
 }
+# ibv_xsrq_pingpong (XRC) checks its completions, not its data; each side says "success" when
+# every message of every client came.
+xsrq_result_ok() {
+  grep -q '^success' "$CLIENT_LOG" && grep -q '^success' "$SERVER_LOG" || {
+    echo "FAIL: no 'success' line from both sides"
+    return 1
+  }
+}
 
 # verbs_pair TAG PORT CMD...: server `CMD -p PORT`, then client `CMD -p PORT 127.0.0.1`.
 # The client runs with VRNIC_CLIENT_ENV (e.g. VRNIC_SOCKET=... to use another vrnicd) and, with

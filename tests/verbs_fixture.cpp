@@ -300,6 +300,9 @@ const char *verbs_object_name(ibv_mr *) {
 const char *verbs_object_name(ibv_comp_channel *) {
   return "ibv_destroy_comp_channel";
 }
+const char *verbs_object_name(ibv_srq *) {
+  return "ibv_destroy_srq";
+}
 
 void report_destroy_failure(const char *what, int rc) {
   std::fprintf(stderr, "verbs test: %s failed: %s\n", what, errno_text(rc).c_str());

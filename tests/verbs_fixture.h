@@ -77,6 +77,7 @@ const char *verbs_object_name(ibv_cq *);
 const char *verbs_object_name(ibv_qp *);
 const char *verbs_object_name(ibv_mr *);
 const char *verbs_object_name(ibv_comp_channel *);
+const char *verbs_object_name(ibv_srq *);
 void report_destroy_failure(const char *what, int rc);
 
 template <class T, int (*Destroy)(T *)>
@@ -92,6 +93,7 @@ using PdPtr = std::unique_ptr<ibv_pd, VerbsDeleter<ibv_pd, ibv_dealloc_pd>>;
 using CqPtr = std::unique_ptr<ibv_cq, VerbsDeleter<ibv_cq, ibv_destroy_cq>>;
 using QpPtr = std::unique_ptr<ibv_qp, VerbsDeleter<ibv_qp, ibv_destroy_qp>>;
 using MrPtr = std::unique_ptr<ibv_mr, VerbsDeleter<ibv_mr, ibv_dereg_mr>>;
+using SrqPtr = std::unique_ptr<ibv_srq, VerbsDeleter<ibv_srq, ibv_destroy_srq>>;
 using ChannelPtr =
     std::unique_ptr<ibv_comp_channel, VerbsDeleter<ibv_comp_channel, ibv_destroy_comp_channel>>;
 

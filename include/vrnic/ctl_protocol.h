@@ -13,7 +13,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 16;
+inline constexpr uint32_t kProtocolVersion = 17;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -68,9 +68,12 @@ enum class Op : uint16_t {
   // ibv_attach_mcast, ibv_detach_mcast.
   kAttachMcast,
   kDetachMcast,
+  // ibv_open_xrcd, ibv_close_xrcd.
+  kOpenXrcd,
+  kCloseXrcd,
 };
 // The last op (tests/fuzz/ctl_fuzz.cpp sends every op up to it).
-inline constexpr Op kLastOp = Op::kDetachMcast;
+inline constexpr Op kLastOp = Op::kCloseXrcd;
 
 struct MsgHeader {
   uint32_t magic;
@@ -257,14 +260,16 @@ struct QpCaps {
 };
 
 struct CreateQpReq {
-  uint32_t pd;
-  uint32_t send_cq;
+  uint32_t pd;       // (an XRC target QP has none)
+  uint32_t send_cq;  // (an XRC target QP has none; an initiator no receive CQ)
   uint32_t recv_cq;
   uint32_t qp_type;  // enum ibv_qp_type
   uint32_t sq_sig_all;
   uint32_t srq;     // 0: the QP has its own receive queue
   uint64_t cookie;  // echoed in async events
   QpCaps caps;
+  uint32_t xrcd;  // an XRC target QP: the handle of the XRC domain it is in (kOpenXrcd's)
+  uint32_t reserved;
 };
 struct CreateQpResp {
   uint32_t handle;
@@ -344,9 +349,18 @@ struct SrqAttrWire {
 };
 struct CreateSrqReq {
   uint32_t pd;
-  uint32_t reserved;
-  uint64_t cookie;  // echoed in SRQ limit events
+  uint32_t srq_type;  // enum ibv_srq_type: IBV_SRQT_BASIC or IBV_SRQT_XRC
+  uint64_t cookie;    // echoed in SRQ limit events
   SrqAttrWire attr;
+  uint32_t xrcd;  // XRC: the handle of its XRC domain (kOpenXrcd's)
+  uint32_t cq;    // XRC: the CQ its receive completions go to
+};
+// ibv_open_xrcd. With one descriptor attached, the XRC domain of that file (its inode), shared
+// by everyone who opens it (O_CREAT makes it if none is open, O_EXCL refuses one that is);
+// with none, a domain of its own. Answered with a HandleResp.
+struct OpenXrcdReq {
+  uint32_t oflags;
+  uint32_t reserved;
 };
 struct CreateSrqResp {
   uint32_t handle;

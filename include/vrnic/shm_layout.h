@@ -59,7 +59,7 @@ struct SendWqe {
   uint8_t reserved0;
   uint32_t imm_or_rkey;  // imm_data (big-endian, as the application gave it) or invalidate rkey
   uint32_t length;       // total bytes (sum of SGEs, or inline length)
-  uint32_t reserved1;
+  uint32_t remote_srqn;  // XRC: the SRQ of the target's XRC domain the message is for
   union {
     struct {
       uint64_t remote_addr;

@@ -204,8 +204,27 @@ struct Deth {
   }
 };
 
+// XRC Extended Transport Header (IB spec 14.6.3.1): the shared receive queue of the target's
+// XRC domain a request is for. In every XRC request packet, right after the BTH.
+struct Xrceth {
+  uint8_t b[4];
+  static constexpr size_t kSize = 4;
+  uint32_t srqn() const { return load_be24(b + 1); }
+  void set(uint32_t srqn) {
+    b[0] = 0;
+    store_be24(b + 1, srqn);
+  }
+};
+
 // Opcodes: transport base | operation (IB spec table 38).
-enum Transport : uint8_t { kRc = 0x00, kUc = 0x20, kRd = 0x40, kUd = 0x60, kCnp = 0x80 };
+enum Transport : uint8_t {
+  kRc = 0x00,
+  kUc = 0x20,
+  kRd = 0x40,
+  kUd = 0x60,
+  kCnp = 0x80,
+  kXrc = 0xa0,
+};
 
 enum Opcode : uint8_t {
   kSendFirst = 0x00,

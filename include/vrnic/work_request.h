@@ -24,8 +24,10 @@ enum class Kind : uint8_t {
   kLocal,   // memory-window bind and local invalidate: never on the wire
 };
 
-// Bits of Rule::qp_types.
-inline constexpr uint8_t kRc = 1 << 0, kUc = 1 << 1, kUd = 1 << 2;
+// Bits of Rule::qp_types: an XRC initiator (IBV_QPT_XRC_SEND) posts what an RC QP posts; an
+// XRC target posts nothing.
+inline constexpr uint8_t kRc = 1 << 0, kUc = 1 << 1, kUd = 1 << 2, kXrc = 1 << 3;
+inline constexpr uint8_t kReliable = kRc | kXrc;
 
 struct Rule {
   Kind kind = Kind::kNone;
@@ -39,27 +41,27 @@ struct Rule {
 constexpr Rule rule(uint32_t op) {
   switch (op) {
     case IBV_WR_SEND:
-      return {Kind::kSend, kRc | kUc | kUd, true, IBV_WC_SEND, IBV_QP_EX_WITH_SEND};
+      return {Kind::kSend, kReliable | kUc | kUd, true, IBV_WC_SEND, IBV_QP_EX_WITH_SEND};
     case IBV_WR_SEND_WITH_IMM:
-      return {Kind::kSend, kRc | kUc | kUd, true, IBV_WC_SEND, IBV_QP_EX_WITH_SEND_WITH_IMM};
+      return {Kind::kSend, kReliable | kUc | kUd, true, IBV_WC_SEND, IBV_QP_EX_WITH_SEND_WITH_IMM};
     case IBV_WR_SEND_WITH_INV:
-      return {Kind::kSend, kRc, true, IBV_WC_SEND, IBV_QP_EX_WITH_SEND_WITH_INV};
+      return {Kind::kSend, kReliable, true, IBV_WC_SEND, IBV_QP_EX_WITH_SEND_WITH_INV};
     case IBV_WR_RDMA_WRITE:
-      return {Kind::kWrite, kRc | kUc, true, IBV_WC_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE};
+      return {Kind::kWrite, kReliable | kUc, true, IBV_WC_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE};
     case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return {Kind::kWrite, kRc | kUc, true, IBV_WC_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM};
+      return {Kind::kWrite, kReliable | kUc, true, IBV_WC_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM};
     case IBV_WR_RDMA_READ:
-      return {Kind::kRead, kRc, false, IBV_WC_RDMA_READ, IBV_QP_EX_WITH_RDMA_READ};
+      return {Kind::kRead, kReliable, false, IBV_WC_RDMA_READ, IBV_QP_EX_WITH_RDMA_READ};
     case IBV_WR_ATOMIC_CMP_AND_SWP:
-      return {Kind::kAtomic, kRc, false, IBV_WC_COMP_SWAP, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP};
+      return {Kind::kAtomic, kReliable, false, IBV_WC_COMP_SWAP, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP};
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return {Kind::kAtomic, kRc, false, IBV_WC_FETCH_ADD, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD};
+      return {Kind::kAtomic, kReliable, false, IBV_WC_FETCH_ADD, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD};
     case IBV_WR_ATOMIC_WRITE:
-      return {Kind::kAtomicWrite, kRc, false, IBV_WC_ATOMIC_WRITE, IBV_QP_EX_WITH_ATOMIC_WRITE};
+      return {Kind::kAtomicWrite, kReliable, false, IBV_WC_ATOMIC_WRITE, IBV_QP_EX_WITH_ATOMIC_WRITE};
     case IBV_WR_BIND_MW:
-      return {Kind::kLocal, kRc | kUc, false, IBV_WC_BIND_MW, IBV_QP_EX_WITH_BIND_MW};
+      return {Kind::kLocal, kReliable | kUc, false, IBV_WC_BIND_MW, IBV_QP_EX_WITH_BIND_MW};
     case IBV_WR_LOCAL_INV:
-      return {Kind::kLocal, kRc | kUc, false, IBV_WC_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV};
+      return {Kind::kLocal, kReliable | kUc, false, IBV_WC_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV};
     default:
       return {};
   }
@@ -69,6 +71,7 @@ constexpr uint8_t qp_type_bit(uint32_t qp_type) {
   return qp_type == IBV_QPT_RC   ? kRc
          : qp_type == IBV_QPT_UC ? kUc
          : qp_type == IBV_QPT_UD ? kUd
+         : qp_type == IBV_QPT_XRC_SEND ? kXrc
                                  : 0;
 }
 

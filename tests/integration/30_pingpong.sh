@@ -45,6 +45,19 @@ for prog in ibv_uc_pingpong ibv_ud_pingpong "ibv_srq_pingpong -q 16"; do
   check "$prog -n 1000" pingpong "${cmd[@]}" -n 1000
   check "$prog -e -n 1000 (completion events)" pingpong "${cmd[@]}" -e -n 1000
 done
+# XRC: rdma-core's ibv_xsrq_pingpong, its server's and client's QPs and SRQs in XRC domains
+# (both processes open /tmp/xrc_domain, as the example does: on one vrnicd, one domain).
+xsrq_pingpong() {
+  local port
+  ensure_vrnicd || return 1
+  port=$(next_port)
+  verbs_pair "xsrq-$port" "$port" ibv_xsrq_pingpong -d vrnic0 -g 0 "$@" && xsrq_result_ok &&
+    cat "$CLIENT_LOG"
+}
+check "ibv_xsrq_pingpong -n 1000 (XRC)" xsrq_pingpong -n 1000
+check "ibv_xsrq_pingpong -e -n 1000 (XRC, completion events)" xsrq_pingpong -e -n 1000
+check "ibv_xsrq_pingpong -o -s 65536 -n 200 (XRC, on-demand paging)" \
+  xsrq_pingpong -o -s 65536 -n 200
 [[ -n $VRNICD_PID ]] && check "vrnicd: no objects left, exits 0 on SIGTERM" vrnicd_idle_and_stop
 
 vrnic_script_finish

@@ -35,6 +35,7 @@ run_catch2_binary dm_test
 run_catch2_binary fork_context_test
 run_catch2_binary mcast_test
 run_catch2_binary parent_domain_test
+run_catch2_binary xrc_test
 # Every case of a binary in one run, with the environment given.
 whole_binary() {
   local bin=$VRNIC_BUILD_DIR/tests/$1

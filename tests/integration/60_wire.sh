@@ -31,6 +31,8 @@ perftest_across() { across "$@" -d vrnic0 -x 0 -F && perftest_result_ok; }
 
 pingpong_across() { across "$@" -d vrnic0 -g 0 -c && pingpong_result_ok; }
 
+xsrq_across() { across ibv_xsrq_pingpong -d vrnic0 -g 0 "$@" && xsrq_result_ok; }
+
 # Both daemons' packets really went over UDP, with no ICRC or format errors.
 wire_counters() {
   local s
@@ -232,6 +234,7 @@ check "ib_atomic_lat -n 1000 across udp" perftest_across ib_atomic_lat -n 1000
 check "ibv_rc_pingpong -n 1000 across udp" pingpong_across ibv_rc_pingpong -n 1000
 check "ibv_uc_pingpong -n 1000 across udp" pingpong_across ibv_uc_pingpong -n 1000
 check "ibv_ud_pingpong -n 1000 across udp" pingpong_across ibv_ud_pingpong -n 1000
+check "ibv_xsrq_pingpong -n 1000 across udp (XRC)" xsrq_across -n 1000
 check "udp counters: packets both ways, no ICRC or format errors" wire_counters
 
 # perftest through 1% loss on both daemons' receive paths: it completes (go-back-N recovers
@@ -415,6 +418,8 @@ wire_format() {
     read -ra cmd <<<"$t"
     across "${cmd[@]}" -d vrnic0 -x 0 -F >/dev/null || { echo "FAIL: $t"; ok=1; }
   done
+  # XRC: the XRCETH after the BTH (tshark 4.0 names the opcodes, shows the XRCETH as data).
+  xsrq_across -n 50 >/dev/null || { echo "FAIL: ibv_xsrq_pingpong"; ok=1; }
   wait_for 5 "the capture to be written" file_settled "$cap"
   kill -INT "$tpid" 2>/dev/null
   vrnic_wait_exit "$tpid" 10

@@ -19,7 +19,6 @@ import unittest
 # (test id pattern, skip reason pattern, why vrnic skips it)
 KNOWN_SKIPS = [
     (r"\.test_mlx5_|\.test_efa", r".", "vendor-only tests (mlx5dv, efadv)"),
-    (r".", r"^Create XRCD is not supported", "no XRC: IBV_DEVICE_XRC is not reported"),
     (r".", r"Create QP type 8 is not supported|Create Raw Packet QP",
      "no raw packet QPs: raw_packet_caps is 0"),
     (r"\.test_parent_domain\.", r"^Parent Domain is not supported",

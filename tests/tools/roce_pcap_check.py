@@ -54,7 +54,7 @@ BTH_BYTES = 12
 ICRC_BYTES = 4
 
 # BTH opcodes (ROCE.md): transport base + operation.
-TRANSPORTS = {0x00: "RC", 0x20: "UC", 0x40: "RD", 0x60: "UD"}
+TRANSPORTS = {0x00: "RC", 0x20: "UC", 0x40: "RD", 0x60: "UD", 0xA0: "XRC"}
 OPERATIONS = {
     0x00: "SEND_FIRST", 0x01: "SEND_MIDDLE", 0x02: "SEND_LAST", 0x03: "SEND_LAST_IMM",
     0x04: "SEND_ONLY", 0x05: "SEND_ONLY_IMM", 0x06: "WRITE_FIRST", 0x07: "WRITE_MIDDLE",

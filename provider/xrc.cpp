@@ -1,0 +1,53 @@
+// XRC (eXtended Reliable Connected) verbs: XRC domains (ibv_open_xrcd, ibv_close_xrcd, a
+// domain shared through a file's inode as the kernel shares it), the SRQ number an initiator
+// names (ibv_get_srq_num). XRC SRQs are made in srq.cpp and XRC QPs in qp.cpp; vrnicd keeps
+// the domains (control/xrc_domains.cpp), the transport carries the XRCETH (dataplane/).
+#include <cstring>
+#include <new>
+
+#include "internal.h"
+
+using namespace vrnic;
+using namespace vrnic::provider;
+
+namespace vrnic::provider {
+
+ibv_xrcd *open_xrcd(ibv_context *context, ibv_xrcd_init_attr *attr) {
+  if (!attr) return fail_null<ibv_xrcd>(EINVAL);
+  // As rdma-core's ibv_cmd_open_xrcd: both the fd and the flags must be given (fd -1 for a
+  // domain of this open alone).
+  if (attr->comp_mask >= IBV_XRCD_INIT_ATTR_RESERVED) return fail_null<ibv_xrcd>(EOPNOTSUPP);
+  if (!(attr->comp_mask & IBV_XRCD_INIT_ATTR_FD) || !(attr->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS))
+    return fail_null<ibv_xrcd>(EINVAL);
+  if (attr->fd < -1) return fail_null<ibv_xrcd>(EBADF);
+  auto *x = new (std::nothrow) Xrcd{};
+  if (!x) return fail_null<ibv_xrcd>(ENOMEM);
+  ctl::OpenXrcdReq req{uint32_t(attr->oflags), 0};
+  ctl::HandleResp resp{};
+  const int fd = attr->fd;
+  int err = Context::of(context)->conn.call(ctl::Op::kOpenXrcd, &req, sizeof(req), &resp,
+                                            sizeof(resp), fd >= 0 ? &fd : nullptr, fd >= 0);
+  if (err) {
+    delete x;
+    return fail_null<ibv_xrcd>(err);
+  }
+  x->handle = resp.handle;
+  x->ibv.context = context;
+  return &x->ibv;
+}
+
+int close_xrcd(ibv_xrcd *ibxrcd) {
+  Xrcd *x = Xrcd::of(ibxrcd);
+  if (int err = Context::of(ibxrcd->context)->call_on(ctl::Op::kCloseXrcd, x->handle)) return err;
+  delete x;
+  return 0;
+}
+
+// An SRQ's number is vrnicd's handle of it: what an initiator's XRCETH names. (Any SRQ has
+// one, as on mlx5; only an XRC SRQ is reached by it.)
+int get_srq_num(ibv_srq *ibsrq, uint32_t *srq_num) {
+  *srq_num = Srq::of(ibsrq)->handle;
+  return 0;
+}
+
+}  // namespace vrnic::provider
