@@ -102,6 +102,7 @@ const Server::Command *Server::command(ctl::Op op) {
       {kDetachMcast, W::kClient, false, call<&QueueObjects::detach_mcast>},
       {kOpenXrcd, W::kClient, false, call<&QueueObjects::open_xrcd>},
       {kCloseXrcd, W::kClient, false, call<&QueueObjects::close_xrcd>},
+      {kOpenQp, W::kClient, false, call<&QueueObjects::open_qp>},
       {kCreateAh, W::kClient, false, call<&QueueObjects::create_ah>},
       {kDestroyAh, W::kClient, false, call<&QueueObjects::destroy_ah>},
       {kStats, W::kAnyone, false, call<&Server::stats>},

@@ -183,25 +183,17 @@ int QueueObjects::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::Create
 int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp &resp,
                             std::vector<int> &fds) {
   if (req.qp_type == IBV_QPT_RAW_PACKET || req.qp_type == IBV_QPT_DRIVER) return EOPNOTSUPP;
+  if (req.qp_type == IBV_QPT_XRC_RECV) return create_xrc_target(s, req, resp);  // xrc_targets.cpp
   if (req.qp_type != IBV_QPT_RC && req.qp_type != IBV_QPT_UC && req.qp_type != IBV_QPT_UD &&
-      req.qp_type != IBV_QPT_XRC_SEND && req.qp_type != IBV_QPT_XRC_RECV)
+      req.qp_type != IBV_QPT_XRC_SEND)
     return EINVAL;
-  // XRC (IB spec 9.8.2): the initiator is a send queue in a PD, with no receive side; the
-  // target has neither queue nor PD of its own, only its XRC domain, whose SRQs it fills.
+  // An XRC initiator (IB spec 9.8.2) is a send queue in a PD, with no receive side.
   const bool xrc_initiator = req.qp_type == IBV_QPT_XRC_SEND;
-  const bool xrc_target = req.qp_type == IBV_QPT_XRC_RECV;
-  ProtectionDomain *pd = nullptr;
-  uint32_t xrc_domain = 0;
-  if (xrc_target) {
-    xrc_domain = xrcd_domain(s, req.xrcd);
-    if (!xrc_domain) return EINVAL;
-  } else {
-    pd = memory_.pds().get(req.pd);
-    if (!pd || pd->session != s.id) return EINVAL;
-    if (!owns(s.cqs, req.send_cq) || (!xrc_initiator && !owns(s.cqs, req.recv_cq))) return EINVAL;
-  }
-  if (req.srq && (xrc_initiator || xrc_target || req.qp_type == IBV_QPT_UD ||
-                  !owns(s.srqs, req.srq) || dev_.srqs.get(req.srq)->xrcd))
+  ProtectionDomain *pd = memory_.pds().get(req.pd);
+  if (!pd || pd->session != s.id) return EINVAL;
+  if (!owns(s.cqs, req.send_cq) || (!xrc_initiator && !owns(s.cqs, req.recv_cq))) return EINVAL;
+  if (req.srq && (xrc_initiator || req.qp_type == IBV_QPT_UD || !owns(s.srqs, req.srq) ||
+                  dev_.srqs.get(req.srq)->xrcd))
     return EINVAL;  // an XRC SRQ is reached through its domain's target QPs only
   const ctl::QpCaps &c = req.caps;
   if (c.max_send_wr > dev_.info.max_qp_wr || c.max_recv_wr > dev_.info.max_qp_wr ||
@@ -209,9 +201,9 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
       c.max_inline_data > shm::kMaxInline)
     return EINVAL;
   if (s.qps.size() >= shm::kMaxQpsPerSession || dev_.qps.size() >= dev_.capacity.qps) return ENOMEM;
-  // The queues an XRC QP does not have get the smallest ring, which vrnicd never reads.
-  uint32_t sq_slots = xrc_target ? 1 : std::bit_ceil(std::max(c.max_send_wr, 1u));
-  uint32_t rq_slots = xrc_target || xrc_initiator ? 1 : std::bit_ceil(std::max(c.max_recv_wr, 1u));
+  // An initiator's receive queue gets the smallest ring, which vrnicd never reads.
+  uint32_t sq_slots = std::bit_ceil(std::max(c.max_send_wr, 1u));
+  uint32_t rq_slots = xrc_initiator ? 1 : std::bit_ceil(std::max(c.max_recv_wr, 1u));
   size_t bytes = shm::qp_region_bytes(sq_slots, rq_slots);
   // A mapping only when the session's ring arena opens a chunk for it.
   QuotaCharge charge(quotas_, s.uid, Quota::kQps),
@@ -219,15 +211,47 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
   if (charge.status() || map_charge.status()) return ENOMEM;
   absl::StatusOr<RingBlock> ring = s.rings.allocate(bytes);
   if (!ring.ok()) return errno_of(ring.status());
-  void *map = ring->map;
+  const uint32_t handle =
+      publish_qp(s, req, ring->map, sq_slots, rq_slots, [&](QueuePair &q) {
+        CompletionQueue *send_cq = dev_.cqs.get(req.send_cq);
+        qp_attach_queues(q, send_cq, xrc_initiator ? send_cq : dev_.cqs.get(req.recv_cq),
+                         req.srq ? dev_.srqs.get(req.srq) : nullptr);
+      });
+  if (!handle) {
+    s.rings.free(*ring);
+    return ENOMEM;
+  }
+  charge.keep();
+  map_charge.keep();
+  pd->refs++;
+  s.qps.insert(handle);
+  qp_owners_[handle] = {req.pd, req.send_cq, req.recv_cq, req.srq, *ring};
+  const QueuePair &qp = *dev_.qps.get(handle);
+  resp.handle = handle;
+  resp.qpn = qp.qpn;
+  resp.sq_slots = sq_slots;
+  resp.rq_slots = rq_slots;
+  resp.worker = qp.worker;
+  resp.caps = {sq_slots, rq_slots, shm::kMaxSge, shm::kMaxSge, shm::kMaxInline, 0};
+  if (xrc_initiator) resp.caps.max_recv_wr = resp.caps.max_recv_sge = 0;
+  resp.ring_chunk = ring->chunk;
+  resp.ring_offset = ring->offset;
+  resp.ring_chunk_bytes = s.rings.chunk_bytes(ring->chunk);
+  fds.push_back(s.rings.chunk_fd(ring->chunk));  // lent: the arena keeps it (command_table)
+  return 0;
+}
+
+uint32_t QueueObjects::publish_qp(Session &s, const ctl::CreateQpReq &req, void *region,
+                                  uint32_t sq_slots, uint32_t rq_slots,
+                                  absl::FunctionRef<void(QueuePair &)> attach) {
   auto qp = std::make_unique<QueuePair>();
   qp->session = s.id;
-  qp->pd = pd ? req.pd : 0;
-  qp->xrcd = xrc_domain;
+  qp->pd = req.qp_type == IBV_QPT_XRC_RECV ? 0 : req.pd;
   qp->sq_sig_all = req.sq_sig_all;
   qp->cookie = req.cookie;
   qp->async_fd = s.async_fd;
-  qp_init(*qp, uint8_t(req.qp_type), map, sq_slots, rq_slots, mtu_bytes(dev_.info.port_active_mtu));
+  qp_init(*qp, uint8_t(req.qp_type), region, sq_slots, rq_slots,
+          mtu_bytes(dev_.info.port_active_mtu));
   Worker &w = workers_.for_new_qp();
   qp->worker = uint8_t(w.index());
   qp->shared->worker.store(w.index());
@@ -237,36 +261,10 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
     q.handle = h;
     q.qpn = Device::qpn_of_handle(h, ::arc4random());
     if (s.directory && q.type == IBV_QPT_RC) q.directory = &s.directory->qps[qpn_index(q.qpn)];
-    if (xrc_target) return;  // it takes its SRQ's queues per request (xrc_target_bind)
-    CompletionQueue *send_cq = dev_.cqs.get(req.send_cq);
-    qp_attach_queues(q, send_cq, xrc_initiator ? send_cq : dev_.cqs.get(req.recv_cq),
-                     req.srq ? dev_.srqs.get(req.srq) : nullptr);
+    attach(q);
   });
-  if (!handle) {
-    s.rings.free(*ring);
-    return ENOMEM;
-  }
-  charge.keep();
-  map_charge.keep();
-  if (pd) pd->refs++;
-  if (xrc_target) hold_xrcd(req.xrcd, +1);
-  s.qps.insert(handle);
-  qp_owners_[handle] = {pd ? req.pd : 0, req.send_cq, req.recv_cq, req.srq,
-                        xrc_target ? req.xrcd : 0, *ring};
-  resp.handle = handle;
-  resp.qpn = dev_.qps.get(handle)->qpn;
-  resp.sq_slots = sq_slots;
-  resp.rq_slots = rq_slots;
-  resp.worker = w.index();
-  workers_.qp_added(w.index());
-  resp.caps = {sq_slots, rq_slots, shm::kMaxSge, shm::kMaxSge, shm::kMaxInline, 0};
-  if (xrc_target || xrc_initiator) resp.caps.max_recv_wr = resp.caps.max_recv_sge = 0;
-  if (xrc_target) resp.caps.max_send_wr = resp.caps.max_send_sge = resp.caps.max_inline_data = 0;
-  resp.ring_chunk = ring->chunk;
-  resp.ring_offset = ring->offset;
-  resp.ring_chunk_bytes = s.rings.chunk_bytes(ring->chunk);
-  fds.push_back(s.rings.chunk_fd(ring->chunk));  // lent: the arena keeps it (command_table)
-  return 0;
+  if (handle) workers_.qp_added(w.index());
+  return handle;
 }
 
 int QueueObjects::modify_qp(Session &s, const ctl::ModifyQpReq &req) {
@@ -361,6 +359,12 @@ int QueueObjects::set_ece(Session &s, const ctl::SetEceReq &req, ctl::SetEceResp
 // queue). No worker stops.
 int QueueObjects::destroy_qp(Session &s, uint32_t handle) {
   if (!owns(s.qps, handle)) return EINVAL;
+  // A target QP another session has opened stays for it: only this session's hold goes.
+  if (let_go_of_xrc_target(s, handle)) {
+    s.qps.erase(handle);
+    quotas_.release(s.uid, Quota::kQps);
+    return 0;
+  }
   std::unique_ptr<QueuePair> qp = dev_.qps.remove(handle);
   workers_.synchronize();
   Worker &owner = workers_[qp->worker];
@@ -374,8 +378,7 @@ int QueueObjects::destroy_qp(Session &s, uint32_t handle) {
   leave_mcast(s, {handle});
   const QpOwner &owner_of = qp_owners_[handle];
   if (ProtectionDomain *pd = memory_.pds().get(owner_of.pd)) pd->refs--;
-  if (owner_of.xrcd) hold_xrcd(owner_of.xrcd, -1);
-  s.rings.free(owner_of.ring);  // its chunk stays mapped (and charged) for the next QP
+  if (owner_of.ring.map) s.rings.free(owner_of.ring);  // its chunk stays mapped for the next QP
   qp_owners_.erase(handle);
   s.qps.erase(handle);
   quotas_.release(s.uid, Quota::kQps);
@@ -514,6 +517,7 @@ void QueueObjects::free_qp(std::unique_ptr<QueuePair> qp) {
   qp_publish_direct(*qp, true);  // no worker has it now: this thread is its only writer
   qp_detach_queues(*qp);
   workers_.qp_removed(qp->worker);
+  xrc_targets_.erase(qp->handle);  // (a target's memory is vrnicd's own)
 }
 
 // SRQs and CQs are reached by the workers only through QPs: out of a table, one is gone once
@@ -551,6 +555,12 @@ uint32_t QueueObjects::remove_cq(uint32_t handle) {
 }
 
 void QueueObjects::take_out(Session &s) {
+  // Target QPs that others have opened stay for them.
+  std::vector<uint32_t> kept;
+  for (uint32_t h : s.qps)
+    if (let_go_of_xrc_target(s, h)) kept.push_back(h);
+  for (uint32_t h : kept) s.qps.erase(h);
+  quotas_.release(s.uid, Quota::kQps, kept.size());
   closing_qps_.reserve(s.qps.size());
   for (uint32_t h : s.qps)
     if (std::unique_ptr<QueuePair> qp = dev_.qps.remove(h)) closing_qps_.push_back(std::move(qp));

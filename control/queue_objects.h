@@ -6,9 +6,11 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "dataplane/device.h"
 #include "dataplane/slot_table.h"
 #include "memory_objects.h"
@@ -48,9 +50,10 @@ class QueueObjects {
   int modify_srq(Session &s, const ctl::ModifySrqReq &req);
   int query_srq(Session &s, uint32_t handle, ctl::QuerySrqResp &resp);
   int destroy_srq(Session &s, uint32_t handle);
-  // XRC domains (xrc_domains.cpp).
+  // XRC domains (xrc_domains.cpp) and target QPs (xrc_targets.cpp).
   int open_xrcd(Session &s, const ctl::Message &m, ctl::HandleResp &resp);
   int close_xrcd(Session &s, uint32_t handle);
+  int open_qp(Session &s, const ctl::OpenQpReq &req, ctl::HandleResp &resp);
   // Multicast (multicast.cpp).
   int attach_mcast(Session &s, const ctl::McastReq &req);
   int detach_mcast(Session &s, const ctl::McastReq &req);
@@ -87,6 +90,15 @@ class QueueObjects {
   // QPs of every session find it by number), and its CQ's count of it.
   static void free_srq(std::unique_ptr<ReceiveQueue> srq);
   void forget_xrc_srq(uint32_t handle);  // its XRC domain open no longer holds it
+  // A new QP laid out in `region` on the least loaded worker, in the device's table; `attach`
+  // finishes it (its queues) before any worker can see it. Its handle, 0 when the table is full.
+  uint32_t publish_qp(Session &s, const ctl::CreateQpReq &req, void *region, uint32_t sq_slots,
+                      uint32_t rq_slots, absl::FunctionRef<void(QueuePair &)> attach);
+  int create_xrc_target(Session &s, const ctl::CreateQpReq &req, ctl::CreateQpResp &resp);
+  // The session lets go of its hold on the QP if it is an XRC target QP: true when other
+  // sessions still hold it (it stays, its events now theirs), false when it goes as any QP
+  // does (or is no target).
+  bool let_go_of_xrc_target(Session &s, uint32_t handle);
   // XRC domains: the domain a session's open handle names (0: not one of its opens); what is
   // made through an open holds it (delta +1) until it goes (-1).
   uint32_t xrcd_domain(const Session &s, uint32_t handle) const;
@@ -125,6 +137,23 @@ class QueueObjects {
   std::map<XrcFile, uint32_t> xrc_domain_by_file_;
   std::map<uint32_t, XrcdOpen> xrcd_opens_;
   std::map<uint32_t, uint32_t> xrc_srq_opens_;  // XRC SRQ handle -> the open it was made through
+  // XRC target QPs by handle: the sessions holding each (its creator, and those that opened it
+  // with ibv_open_qp; each is charged a QP), the first of which its events go to, and its
+  // memory, vrnicd's own (it has no queues a client writes).
+  struct XrcTargetHolder {
+    uint32_t session;
+    int async_fd;
+    uint64_t cookie;     // that session's ibv_qp
+    uint32_t xrcd_open;  // the open of the domain it holds the QP through
+  };
+  struct FreeRegion {
+    void operator()(void *p) const { std::free(p); }
+  };
+  struct XrcTarget {
+    std::vector<XrcTargetHolder> holders;
+    std::unique_ptr<void, FreeRegion> region;
+  };
+  std::map<uint32_t, XrcTarget> xrc_targets_;
   uint32_t next_xrc_domain_ = 0, next_xrcd_open_ = 0;
 };
 

@@ -46,7 +46,6 @@ struct AddressHandle {
 
 struct QpOwner {
   uint32_t pd, send_cq, recv_cq, srq;
-  uint32_t xrcd;  // an XRC target QP: the XRC domain open it was made through
   RingBlock ring;  // its memory, in its session's ring arena
 };
 

@@ -133,6 +133,7 @@ void setup_ops(Context *c) {
   c->vctx.open_xrcd = open_xrcd;
   c->vctx.close_xrcd = close_xrcd;
   c->vctx.get_srq_num = get_srq_num;
+  c->vctx.open_qp = open_qp;
   c->vctx.alloc_null_mr = alloc_null_mr;
   c->vctx.advise_mr = advise_mr;
   c->vctx.alloc_td = alloc_td;

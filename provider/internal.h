@@ -217,6 +217,8 @@ struct Qp {
   std::atomic<uint32_t> dest_qpn{0};
   std::atomic<int> access_flags{0};
   std::atomic<bool> dest_local{false};  // its path leads to one of this device's GIDs
+  // An XRC target's state mirror: it shares no memory with vrnicd (it has no queue).
+  std::unique_ptr<shm::QpShared> own_shared;
   // ibv_wr_* batch between ibv_wr_start and ibv_wr_complete (sq_lock held meanwhile).
   uint32_t wr_producer = 0;  // next slot to fill
   int wr_error = 0;          // first error in the batch, reported by ibv_wr_complete
@@ -291,11 +293,16 @@ int query_port(ibv_context *ctx, uint8_t port, ibv_port_attr *attr, size_t len);
 int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
                     ibv_device_attr_ex *attr, size_t attr_size);
 ibv_qp *create_qp_ex(ibv_context *ctx, ibv_qp_init_attr_ex *attr);
+// What create_qp_ex and open_qp share: the ibv_qp's fields and locks (qp->handle set), and an
+// XRC target's own state mirror (nullptr when out of memory).
+void init_ibv_qp(Qp *qp, ibv_context *context, void *qp_context, ibv_qp_type type, uint32_t qpn);
+shm::QpShared *own_state_mirror(Qp *qp);
 ibv_srq *create_srq_ex(ibv_context *ctx, ibv_srq_init_attr_ex *attr);
 // XRC (xrc.cpp).
 ibv_xrcd *open_xrcd(ibv_context *context, ibv_xrcd_init_attr *attr);
 int close_xrcd(ibv_xrcd *xrcd);
 int get_srq_num(ibv_srq *srq, uint32_t *srq_num);
+ibv_qp *open_qp(ibv_context *context, ibv_qp_open_attr *attr);
 ibv_mr *alloc_null_mr(ibv_pd *pd);
 // On-demand paging (on_demand.cpp): the caps, the ODP regions ibv_advise_mr may name.
 void fill_odp_caps(const Context &c, ibv_device_attr_ex *attr);

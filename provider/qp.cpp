@@ -162,6 +162,25 @@ int post_recv(ibv_qp *ibqp, ibv_recv_wr *wr, ibv_recv_wr **bad_wr) {
   return err;
 }
 
+shm::QpShared *own_state_mirror(Qp *qp) {
+  qp->own_shared.reset(new (std::nothrow) shm::QpShared{});
+  return qp->own_shared.get();
+}
+
+void init_ibv_qp(Qp *qp, ibv_context *context, void *qp_context, ibv_qp_type type, uint32_t qpn) {
+  pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
+  pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
+  ibv_qp &ib = qp->ibv;
+  ib.context = context;
+  ib.qp_context = qp_context;
+  ib.handle = qp->handle;
+  ib.qp_num = qpn;
+  ib.state = IBV_QPS_RESET;
+  ib.qp_type = type;
+  pthread_mutex_init(&ib.mutex, nullptr);
+  pthread_cond_init(&ib.cond, nullptr);
+}
+
 ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
   constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
                                   IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
@@ -204,11 +223,15 @@ ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
   ctl::CreateQpResp resp{};
   std::vector<int> fds;
   int err = c->conn.call(ctl::Op::kCreateQp, &req, sizeof(req), &resp, sizeof(resp), nullptr, 0, &fds);
-  if (!err && fds.size() != 1) err = EPROTO;
+  if (!err && fds.size() != (xrc_target ? 0u : 1u)) err = EPROTO;
   // The QP's memory: a block of the session's ring arena, in a chunk this process maps once.
+  // An XRC target has no queue: vrnicd shares nothing, its state mirror is its own.
   uint8_t *map = nullptr;
   const size_t len = shm::qp_region_bytes(resp.sq_slots, resp.rq_slots);
-  if (!err) {
+  if (!err && xrc_target) {
+    map = reinterpret_cast<uint8_t *>(own_state_mirror(qp));
+    if (!map) err = ENOMEM;
+  } else if (!err) {
     uint8_t *chunk = c->ring_chunk(resp.ring_chunk, resp.ring_chunk_bytes, fds[0]);
     if (!chunk || resp.ring_offset > resp.ring_chunk_bytes ||
         len > resp.ring_chunk_bytes - resp.ring_offset)
@@ -233,21 +256,12 @@ ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
   qp->rq_slots = resp.rq_slots;
   qp->caps = resp.caps;
   qp->sq_sig_all = attr->sq_sig_all;
-  pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
-  pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
+  init_ibv_qp(qp, context, attr->qp_context, attr->qp_type, resp.qpn);
   ibv_qp &ib = qp->ibv;
-  ib.context = context;
-  ib.qp_context = attr->qp_context;
   ib.pd = xrc_target ? nullptr : attr->pd;
   ib.send_cq = xrc_target ? nullptr : attr->send_cq;
   ib.recv_cq = xrc_target || xrc_initiator ? nullptr : attr->recv_cq;
   ib.srq = attr->srq;
-  ib.handle = resp.handle;
-  ib.qp_num = resp.qpn;
-  ib.state = IBV_QPS_RESET;
-  ib.qp_type = attr->qp_type;
-  pthread_mutex_init(&ib.mutex, nullptr);
-  pthread_cond_init(&ib.cond, nullptr);
   attr->cap.max_send_wr = resp.caps.max_send_wr;
   attr->cap.max_recv_wr = resp.caps.max_recv_wr;
   attr->cap.max_send_sge = resp.caps.max_send_sge;

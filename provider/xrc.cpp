@@ -50,4 +50,38 @@ int get_srq_num(ibv_srq *ibsrq, uint32_t *srq_num) {
   return 0;
 }
 
+// Another handle of an XRC target QP of a domain this context has open (another process's, as
+// a rule): modify, query and destroy it as one's own; the QP lasts while any handle does.
+ibv_qp *open_qp(ibv_context *context, ibv_qp_open_attr *attr) {
+  constexpr uint32_t kNeeded = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+  if (!attr || (attr->comp_mask & kNeeded) != kNeeded ||
+      attr->comp_mask >= IBV_QP_OPEN_ATTR_RESERVED)
+    return fail_null<ibv_qp>(EINVAL);
+  if (attr->qp_type != IBV_QPT_XRC_RECV || !attr->xrcd || attr->xrcd->context != context)
+    return fail_null<ibv_qp>(EINVAL);
+  auto *qp = new (std::nothrow) Qp{};
+  if (!qp || !own_state_mirror(qp)) {
+    delete qp;
+    return fail_null<ibv_qp>(ENOMEM);
+  }
+  std::memset(&qp->ex, 0, sizeof(qp->ex));
+  Context *c = Context::of(context);
+  ctl::OpenQpReq req{Xrcd::of(attr->xrcd)->handle, attr->qp_num,
+                     reinterpret_cast<uint64_t>(&qp->ibv)};
+  ctl::HandleResp resp{};
+  if (int err = c->conn.call(ctl::Op::kOpenQp, &req, sizeof(req), &resp, sizeof(resp))) {
+    delete qp;
+    return fail_null<ibv_qp>(err);
+  }
+  qp->handle = resp.handle;
+  qp->shared = qp->own_shared.get();
+  init_ibv_qp(qp, context, (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : nullptr,
+              IBV_QPT_XRC_RECV, attr->qp_num);
+  // Its state now, as its other holders have made it.
+  ctl::QueryQpResp state{};
+  if (c->call_on(ctl::Op::kQueryQp, qp->handle, &state, sizeof(state)) == 0)
+    qp->ibv.state = ibv_qp_state(state.attr.qp_state);
+  return &qp->ibv;
+}
+
 }  // namespace vrnic::provider

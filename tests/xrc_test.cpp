@@ -1,8 +1,10 @@
 // XRC (issue 32 item 3): XRC domains shared through a file between processes, XRC SRQs, an
 // initiator QP whose messages one target QP delivers to whichever SRQ of its domain each names
-// (the SRQ of another process too), and the errors: ibv_open_xrcd's EAGAIN and EINVAL,
-// ibv_close_xrcd's EBUSY, an XRC SRQ on an RC QP, receives posted to an XRC QP, and a message
-// for an SRQ number that is no SRQ of the target's domain (IBV_WC_REM_INV_REQ_ERR).
+// (the SRQ of another process too), ibv_open_qp (a target QP that lasts while any process
+// holds it), and the errors: ibv_open_xrcd's EAGAIN and EINVAL, ibv_close_xrcd's EBUSY, an
+// XRC SRQ on an RC QP, receives posted to an XRC QP, ibv_open_qp of what is no target QP of
+// the domain, and a message for an SRQ number that is no SRQ of the target's domain
+// (IBV_WC_REM_INV_REQ_ERR).
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -146,51 +148,81 @@ struct XrcSide {
   }
 };
 
-// The child's side: its own context, PD, CQ and SRQ in the domain of `path` (opened without
-// O_CREAT: the parent's). Writes its SRQ number to `out`, then waits for one message and
-// checks it. Exit status 0 when all went right; a message on stderr otherwise.
-int child_receiver(const char *path, int out, uint64_t seed) {
-  auto fail = [](const char *what) {
-    std::fprintf(stderr, "xrc child: %s: %s\n", what, std::strerror(errno));
-    return 1;
-  };
+// A forked child's side (never Catch2): its own context, PD and CQ, the parent's XRC domain
+// (`path`, opened without O_CREAT) and an SRQ of its own there with one receive posted.
+// Each step false, with `error` set, when it went wrong.
+struct ChildSide {
   Device d;
-  if (std::string e = try_open_device(d); !e.empty()) return fail(e.c_str());
-  ibv_pd *pd = ibv_alloc_pd(d.ctx.get());
-  ibv_cq *cq = ibv_create_cq(d.ctx.get(), 16, nullptr, nullptr, 0);
-  const int fd = ::open(path, O_RDONLY);
-  ibv_xrcd *xrcd = fd >= 0 ? open_xrcd(d.ctx.get(), fd, 0) : nullptr;
-  if (!pd || !cq || !xrcd) return fail("pd, cq or the parent's XRC domain");
-  ibv_srq *srq = create_xrc_srq(d.ctx.get(), pd, xrcd, cq);
-  std::vector<uint8_t> buf(kMsg);
-  ibv_mr *mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
-  if (!srq || !mr) return fail("XRC SRQ or MR");
-  ibv_sge sge{reinterpret_cast<uintptr_t>(buf.data()), uint32_t(kMsg), mr->lkey};
-  ibv_recv_wr wr{}, *bad = nullptr;
-  wr.wr_id = 77;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  uint32_t n = 0;
-  if (ibv_post_srq_recv(srq, &wr, &bad) || ibv_get_srq_num(srq, &n)) return fail("post, srq num");
-  if (::write(out, &n, sizeof(n)) != sizeof(n)) return fail("write");
-  ibv_wc wc{};
-  if (poll_until(cq, &wc, Clock::now() + kCompletionTimeout) != 1) return fail("no completion");
-  if (wc.status != IBV_WC_SUCCESS || wc.wr_id != 77 || wc.byte_len != kMsg ||
-      wc.opcode != IBV_WC_RECV) {
-    std::fprintf(stderr, "xrc child: %s\n", describe(wc).c_str());
-    return 1;
+  ibv_pd *pd = nullptr;
+  ibv_cq *cq = nullptr;
+  ibv_xrcd *xrcd = nullptr;
+  ibv_srq *srq = nullptr;
+  ibv_mr *mr = nullptr;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(kMsg);
+  std::string error;
+
+  bool fail(const std::string &what) {
+    error = what + ": " + std::strerror(errno);
+    return false;
   }
-  if (!diff_bytes(buf.data(), make_pattern(kMsg, seed).data(), kMsg).empty()) {
-    std::fprintf(stderr, "xrc child: the message's bytes differ\n");
-    return 1;
+  bool open(const char *path) {
+    if (std::string e = try_open_device(d); !e.empty()) return fail(e);
+    pd = ibv_alloc_pd(d.ctx.get());
+    cq = ibv_create_cq(d.ctx.get(), 16, nullptr, nullptr, 0);
+    const int fd = ::open(path, O_RDONLY);
+    xrcd = fd >= 0 ? open_xrcd(d.ctx.get(), fd, 0) : nullptr;
+    return pd && cq && xrcd ? true : fail("pd, cq or the parent's XRC domain");
   }
-  ibv_dereg_mr(mr);
-  ibv_destroy_srq(srq);
+  // The SRQ and its receive; its number written to `out`.
+  bool post(uint64_t wr_id, int out) {
+    srq = create_xrc_srq(d.ctx.get(), pd, xrcd, cq);
+    mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    if (!srq || !mr) return fail("XRC SRQ or MR");
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf.data()), uint32_t(kMsg), mr->lkey};
+    ibv_recv_wr wr{}, *bad = nullptr;
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    uint32_t n = 0;
+    if (ibv_post_srq_recv(srq, &wr, &bad) || ibv_get_srq_num(srq, &n)) return fail("post, srq num");
+    return ::write(out, &n, sizeof(n)) == sizeof(n) ? true : fail("write");
+  }
+  // The message `seed`'s pattern, received by `qpn`.
+  bool take(uint64_t wr_id, uint32_t qpn, uint64_t seed) {
+    ibv_wc wc{};
+    if (poll_until(cq, &wc, Clock::now() + kCompletionTimeout) != 1) return fail("no completion");
+    if (wc.status != IBV_WC_SUCCESS || wc.wr_id != wr_id || wc.byte_len != kMsg ||
+        wc.opcode != IBV_WC_RECV || wc.qp_num != qpn) {
+      error = describe(wc);
+      return false;
+    }
+    if (!diff_bytes(buf.data(), make_pattern(kMsg, seed).data(), kMsg).empty()) {
+      error = "the message's bytes differ";
+      return false;
+    }
+    return true;
+  }
   // Its SRQ gone, the domain holds nothing of the child's: closing it is 0.
-  if (ibv_close_xrcd(xrcd)) return fail("ibv_close_xrcd");
-  ibv_destroy_cq(cq);
-  ibv_dealloc_pd(pd);
-  return 0;
+  bool close() {
+    ibv_dereg_mr(mr);
+    ibv_destroy_srq(srq);
+    if (ibv_close_xrcd(xrcd)) return fail("ibv_close_xrcd");
+    ibv_destroy_cq(cq);
+    ibv_dealloc_pd(pd);
+    return true;
+  }
+  int exit_status() const {
+    if (error.empty()) return 0;
+    std::fprintf(stderr, "xrc child: %s\n", error.c_str());
+    return 1;
+  }
+};
+
+// A child that takes one message through the parent's target QP `qpn`.
+int child_receiver(const char *path, uint32_t qpn, int out, uint64_t seed) {
+  ChildSide c;
+  (void)(c.open(path) && c.post(77, out) && c.take(77, qpn, seed) && c.close());
+  return c.exit_status();
 }
 
 }  // namespace
@@ -213,7 +245,7 @@ TEST_CASE("XRC: one target QP delivers to the SRQ each message names, another pr
   REQUIRE(pid >= 0);
   if (pid == 0) {
     ::close(pipe_fds[0]);
-    ::_exit(child_receiver(file.path.c_str(), pipe_fds[1], child_seed));
+    ::_exit(child_receiver(file.path.c_str(), side.target->qp_num, pipe_fds[1], child_seed));
   }
   ::close(pipe_fds[1]);
   uint32_t child_srqn = 0;
@@ -378,4 +410,110 @@ TEST_CASE("XRC: the errors of domains, SRQs and QPs", "[xrc]") {
     srq.reset();
     CHECK(ibv_close_xrcd(x) == 0);
   }
+}
+
+namespace {
+
+// The child's side of ibv_open_qp: opens the parent's target QP (number `qpn`) in the
+// parent's domain, makes an SRQ there and tells its number, waits until the parent has
+// destroyed its own handle of the QP, takes one message through it, and destroys the last
+// handle. Exit status 0 when all went right.
+int child_opener(const char *path, uint32_t qpn, int out, int in, uint64_t seed) {
+  ChildSide c;
+  if (!c.open(path)) return c.exit_status();
+  ibv_qp_open_attr oa{};
+  oa.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+  oa.qp_num = qpn;
+  oa.xrcd = c.xrcd;
+  oa.qp_type = IBV_QPT_XRC_RECV;
+  ibv_qp *target = ibv_open_qp(c.d.ctx.get(), &oa);
+  ibv_qp_attr qa{};
+  ibv_qp_init_attr qi{};
+  char go = 0;
+  if (!target) {
+    c.fail("ibv_open_qp");
+  } else if (errno = 0; ibv_open_qp(c.d.ctx.get(), &oa) != nullptr || errno != EEXIST) {
+    c.fail("a second open of it");
+  } else if (ibv_query_qp(target, &qa, IBV_QP_STATE, &qi) || qa.qp_state != IBV_QPS_RTS ||
+             target->state != IBV_QPS_RTS || target->qp_num != qpn) {
+    c.fail("the opened QP is not the parent's, in RTS");
+  } else if (c.post(88, out) && (read_full(in, &go, 1, kCompletionTimeout) || c.fail("pipe")) &&
+             c.take(88, qpn, seed)) {
+    // The last handle: the QP goes with it.
+    if (ibv_destroy_qp(target) == 0 || c.fail("ibv_destroy_qp")) c.close();
+  }
+  return c.exit_status();
+}
+
+}  // namespace
+
+TEST_CASE("XRC: ibv_open_qp, a target QP that lasts while any process holds it", "[xrc]") {
+  DomainFile file;
+  XrcSide side(file.fd);
+  const uint32_t target_qpn = side.target->qp_num;
+  int to_parent[2], to_child[2];
+  REQUIRE(::pipe(to_parent) == 0);
+  REQUIRE(::pipe(to_child) == 0);
+  const uint64_t seed = seed_for("xrc through an opened QP");
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(to_parent[0]);
+    ::close(to_child[1]);
+    ::_exit(child_opener(file.path.c_str(), target_qpn, to_parent[1], to_child[0], seed));
+  }
+  ::close(to_parent[1]);
+  ::close(to_child[0]);
+  uint32_t child_srqn = 0;
+  const bool got = read_full(to_parent[0], &child_srqn, sizeof(child_srqn), kCompletionTimeout);
+  ::close(to_parent[0]);
+  REQUIRE(got);
+  // This process lets go of the QP: the child's handle keeps it.
+  side.target.reset();
+  REQUIRE(write_full(to_child[1], "g", 1));
+  ::close(to_child[1]);
+  Region src(side.pd.get(), kMsg, seed_for("xrc opened src"));
+  fill_pattern(src.payload(), kMsg, seed);
+  side.send(src, child_srqn, 1);
+  ibv_wc wc = poll_one(side.cq.get(), "a send through the QP the child holds");
+  CHECK(wc.status == IBV_WC_SUCCESS);
+  int st = 0;
+  REQUIRE(::waitpid(pid, &st, 0) == pid);
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  // Its last handle destroyed, the QP is no more: nothing answers the initiator.
+  side.send(src, child_srqn, 2);
+  wc = poll_one(side.cq.get(), "a send to a QP that is gone");
+  CHECK(wc.status == IBV_WC_RETRY_EXC_ERR);
+}
+
+TEST_CASE("XRC: ibv_open_qp's errors", "[xrc]") {
+  DomainFile file, other_file;
+  XrcSide side(file.fd);
+  ibv_context *ctx = side.d->ctx.get();
+  ibv_qp_open_attr oa{};
+  oa.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+  oa.qp_num = side.target->qp_num;
+  oa.xrcd = side.xrcd;
+  oa.qp_type = IBV_QPT_RC;  // only a target QP is opened
+  errno = 0;
+  CHECK(ibv_open_qp(ctx, &oa) == nullptr);
+  CHECK(errno == EINVAL);
+  oa.qp_type = IBV_QPT_XRC_RECV;
+  oa.qp_num = side.initiator->qp_num;  // no target QP
+  errno = 0;
+  CHECK(ibv_open_qp(ctx, &oa) == nullptr);
+  CHECK(errno == EINVAL);
+  ibv_xrcd *other = open_xrcd(ctx, other_file.fd, O_CREAT);  // not the QP's domain
+  REQUIRE(other);
+  oa.qp_num = side.target->qp_num;
+  oa.xrcd = other;
+  errno = 0;
+  CHECK(ibv_open_qp(ctx, &oa) == nullptr);
+  CHECK(errno == EINVAL);
+  CHECK(ibv_close_xrcd(other) == 0);
+  oa.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_TYPE;  // no domain
+  errno = 0;
+  CHECK(ibv_open_qp(ctx, &oa) == nullptr);
+  CHECK(errno == EINVAL);
 }

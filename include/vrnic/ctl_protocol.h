@@ -71,9 +71,10 @@ enum class Op : uint16_t {
   // ibv_open_xrcd, ibv_close_xrcd.
   kOpenXrcd,
   kCloseXrcd,
+  kOpenQp,  // ibv_open_qp
 };
 // The last op (tests/fuzz/ctl_fuzz.cpp sends every op up to it).
-inline constexpr Op kLastOp = Op::kCloseXrcd;
+inline constexpr Op kLastOp = Op::kOpenQp;
 
 struct MsgHeader {
   uint32_t magic;
@@ -354,6 +355,13 @@ struct CreateSrqReq {
   SrqAttrWire attr;
   uint32_t xrcd;  // XRC: the handle of its XRC domain (kOpenXrcd's)
   uint32_t cq;    // XRC: the CQ its receive completions go to
+};
+// ibv_open_qp: a handle of this session's for an XRC target QP of a domain it has open (the
+// QP another session made). Answered with a HandleResp.
+struct OpenQpReq {
+  uint32_t xrcd;  // kOpenXrcd's handle
+  uint32_t qpn;
+  uint64_t cookie;  // this session's ibv_qp, echoed in its events
 };
 // ibv_open_xrcd. With one descriptor attached, the XRC domain of that file (its inode), shared
 // by everyone who opens it (O_CREAT makes it if none is open, O_EXCL refuses one that is);

@@ -107,12 +107,35 @@ QpEnd::QpEnd(char n, const uint8_t gid[16], uint8_t type)
   qp = qp_owned.get();
   qp->handle = dev.qps.insert(std::move(qp_owned));
   qp->qpn = Device::qpn_of_handle(qp->handle, uint32_t(n));
-  qp_attach_queues(*qp, cq_[0], cq_[1], nullptr);
+  if (type != IBV_QPT_XRC_RECV) {
+    qp_attach_queues(*qp, cq_[0], cq_[1], nullptr);
+    return;
+  }
+  // An XRC target: no queues of its own, an XRC SRQ in its domain (1) with the receive CQ.
+  constexpr uint32_t kDomain = 1;
+  qp->pd = 0;
+  qp->xrcd = kDomain;
+  auto srq = std::make_unique<ReceiveQueue>();
+  srq_region_ = zeroed_region(shm::srq_region_bytes(kSlots));
+  srq->indices = &static_cast<shm::SrqShared *>(srq_region_)->ring;
+  srq->ring = reinterpret_cast<shm::RecvWqe *>(static_cast<uint8_t *>(srq_region_) +
+                                               shm::kSrqHeaderBytes);
+  srq->mask = kSlots - 1;
+  srq->pd = kPd;
+  srq->xrcd = kDomain;
+  srq->cq = cq_[1];
+  srq->async_fd = events_[1];
+  srq_ = srq.get();
+  srq_->handle = dev.srqs.insert(std::move(srq));
 }
 
 QpEnd::~QpEnd() {
   qp_release(host, *qp);
   dev.qps.remove(qp->handle);
+  if (srq_) {
+    dev.srqs.remove(srq_->handle);
+    std::free(srq_region_);
+  }
   for (int i = 0; i < 2; i++) {
     dev.cqs.remove(cq_[i]->handle);
     std::free(cq_region_[i]);
@@ -125,19 +148,21 @@ QpEnd::~QpEnd() {
 void QpEnd::post_send(const shm::SendWqe &wqe) {
   uint32_t p = qp->shared->sq.producer.load();
   qp->sq[p & qp->sq_mask] = wqe;
+  if (qp->type == IBV_QPT_XRC_SEND) qp->sq[p & qp->sq_mask].remote_srqn = xrc_srqn;
   qp->shared->sq.producer.store(p + 1);
   host.schedule(*qp);
 }
 
 void QpEnd::post_recv(uint64_t wr_id, size_t offset, uint32_t length) {
-  uint32_t p = qp->own_rq.indices->producer.load();
-  shm::RecvWqe &w = qp->own_rq.ring[p & qp->own_rq.mask];
+  ReceiveQueue &rq = srq_ ? *srq_ : qp->own_rq;
+  uint32_t p = rq.indices->producer.load();
+  shm::RecvWqe &w = rq.ring[p & rq.mask];
   w = {};
   w.wr_id = wr_id;
   w.num_sge = 1;
   w.length = length;
   w.sge[0] = {addr(offset), length, key};
-  qp->own_rq.indices->producer.store(p + 1);
+  rq.indices->producer.store(p + 1);
 }
 
 std::vector<shm::Cqe> QpEnd::poll(CompletionQueue &cq) {
@@ -169,8 +194,10 @@ void QpEnd::modify(const ctl::QpAttrWire &attr, uint32_t mask) {
 
 QpPair::QpPair(PairOptions o)
     : a('A', (const uint8_t[16]){0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1}, o.type),
-      b('B', (const uint8_t[16]){0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 2}, o.type),
+      b('B', (const uint8_t[16]){0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 2},
+        o.type == IBV_QPT_XRC_SEND ? uint8_t(IBV_QPT_XRC_RECV) : o.type),
       options_(o) {
+  a.xrc_srqn = b.srq_number();
   // Each device also holds the other's GID, as one vrnicd on the loop port does: no peer
   // window (unless the test asks for one), so every retransmission is the IB transport's own.
   for (QpEnd *end : {&a, &b}) {

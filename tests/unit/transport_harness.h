@@ -56,6 +56,8 @@ enum class Fate { kDeliver, kDrop, kDuplicate, kHold /* delivered after the next
 using WireScript = std::function<Fate(const WireRecord &, Packet &)>;
 
 struct PairOptions {
+  // RC, UC, or XRC: IBV_QPT_XRC_SEND makes A an XRC initiator and B an XRC target that
+  // delivers to an XRC SRQ of its domain (B's receives, B's receive CQ).
   uint8_t type = IBV_QPT_RC;
   uint32_t path_mtu = IBV_MTU_1024;
   uint8_t timeout = 14;  // 4.096 us << 14 = 67 ms
@@ -84,8 +86,13 @@ class QpEnd {
   uint32_t key = 0;          // lkey and rkey of `mem`
   std::vector<uint8_t> mem;  // 64 KiB, registered
 
+  // An XRC initiator's: the SRQ number its WQEs name (the peer target's SRQ).
+  uint32_t xrc_srqn = 0;
+  uint32_t srq_number() const { return srq_ ? srq_->handle : 0; }
+
   uint64_t addr(size_t offset) const { return reinterpret_cast<uint64_t>(mem.data()) + offset; }
-  // Posts as the provider does (ring slot, producer index) and rings the doorbell.
+  // Posts as the provider does (ring slot, producer index) and rings the doorbell; receives
+  // go to an XRC target's SRQ.
   void post_send(const shm::SendWqe &wqe);
   void post_recv(uint64_t wr_id, size_t offset, uint32_t length);
   std::vector<shm::Cqe> poll_send_cq();
@@ -96,6 +103,8 @@ class QpEnd {
  private:
   std::vector<shm::Cqe> poll(CompletionQueue &cq);
   void *qp_region_ = nullptr;
+  void *srq_region_ = nullptr;  // an XRC target's SRQ
+  ReceiveQueue *srq_ = nullptr;
   void *cq_region_[2] = {};
   CompletionQueue *cq_[2] = {};
   int events_[2] = {-1, -1};  // the async-event pipe

@@ -38,6 +38,7 @@ struct Mode {
   Faults faults;
   bool wire_peer = false;  // a udp/dpdk port's peer (window, probes), or a loop-port pair
   bool selective = false;  // both devices with selective repeat (--selective-repeat)
+  bool xrc = false;        // A an XRC initiator, B an XRC target filling an XRC SRQ
 };
 
 enum Kind { kWrite, kWriteImm, kSend, kSendImm, kRead, kFetchAdd, kCmpSwap, kKinds };
@@ -112,6 +113,7 @@ SeedResult run_seed(uint32_t seed, Mode mode, uint32_t rounds) {
   std::mt19937 rng(seed);
   PairOptions o;
   o.wire_peer = mode.wire_peer;
+  o.type = mode.xrc ? IBV_QPT_XRC_SEND : IBV_QPT_RC;
   o.psn_a = rng() & 0xffffff;  // also across the 24-bit wrap
   o.psn_b = rng() & 0xffffff;
   // Without loss a duplicate or an overtaken packet may cost a retry, never three; with loss,
@@ -268,7 +270,7 @@ std::string describe(Mode m) {
   std::ostringstream out;
   out << "drop " << m.faults.drop << "/1000, dup " << m.faults.dup << "/1000, hold "
       << m.faults.hold << "/1000, " << (m.wire_peer ? "wire peer" : "loop-port pair")
-      << (m.selective ? ", selective repeat" : ", go-back-N");
+      << (m.selective ? ", selective repeat" : ", go-back-N") << (m.xrc ? ", XRC" : "");
   return out.str();
 }
 
@@ -362,6 +364,21 @@ TEST_CASE("transport random: loss", "[transport][random][random_b]") {
 TEST_CASE("transport random: loss, duplicates and reordering together", "[transport][random][random_b]") {
   for (Mode pair : kPairs) {
     run_seeds(with({10, 10, 50}, pair), 1, 300, 6);
+    run_seeds(with({50, 50, 50}, pair), 1, 200, 6);
+  }
+}
+
+// XRC: the same work from an initiator to a target that takes the SRQ each request's XRCETH
+// names; what the faults cost is what they cost RC.
+TEST_CASE("transport random: XRC, on a clean wire and with loss, duplicates and reordering",
+          "[transport][random][random_b]") {
+  for (Mode pair : {kPairs[0], kPairs[3]}) {
+    pair.xrc = true;
+    Cost c = run_seeds(with({}, pair), 1, 200, 6);
+    CHECK(c.timeouts == 0);
+    CHECK(c.naks == 0);
+    Cost d = run_seeds(with({0, 100, 100}, pair), 1, 200, 6);
+    CHECK(d.timeouts == 0);
     run_seeds(with({50, 50, 50}, pair), 1, 200, 6);
   }
 }
