@@ -30,12 +30,6 @@ Region zeroed(size_t bytes) {
   return Region(p);
 }
 
-void setup_cq(CompletionQueue &cq, uint8_t *region, uint32_t slots) {
-  cq.shared = reinterpret_cast<shm::CqShared *>(region);
-  cq.ring = reinterpret_cast<shm::Cqe *>(region + shm::kCqHeaderBytes);
-  cq.mask = slots - 1;
-}
-
 // The GID a MAD came from: the source address of the IP header in the GRH bytes (RoCEv2 puts
 // an IPv4 header in the last 20 of them, an IPv6 header in all 40).
 cm::Gid source_gid(const uint8_t grh[40]) {
@@ -70,8 +64,8 @@ absl::Status GsiQp::start() {
   m.buffers = zeroed(size_t(kRecvSlots) * kRecvBytes);
   if (!m.qp_region || !m.send_cq_region || !m.recv_cq_region || !m.buffers)
     return errno_status(ENOMEM, "QP1 memory");
-  setup_cq(m.send_cq, m.send_cq_region.get(), kSendSlots);
-  setup_cq(m.recv_cq, m.recv_cq_region.get(), kRecvSlots);
+  m.send_cq.lay_out(m.send_cq_region.get(), kSendSlots, false);
+  m.recv_cq.lay_out(m.recv_cq_region.get(), kRecvSlots, false);
   m.recv_cq.channel_fd = pipe_[1];
   m.recv_cq.shared->notify.store(shm::kNotifyNext);
   const uint64_t base = reinterpret_cast<uint64_t>(m.buffers.get());

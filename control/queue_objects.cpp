@@ -69,8 +69,10 @@ int QueueObjects::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::Create
   }
   QuotaCharge charge(quotas_, s.uid, Quota::kCqs), map_charge(quotas_, s.uid, Quota::kMappings);
   if (charge.status() || map_charge.status()) return ENOMEM;
+  if (req.flags & ~ctl::kCqStamped) return EINVAL;
+  const bool stamped = req.flags & ctl::kCqStamped;
   uint32_t slots = std::bit_ceil(req.cqe);
-  size_t bytes = shm::cq_region_bytes(slots);
+  size_t bytes = shm::cq_region_bytes(slots, stamped);
   absl::StatusOr<SharedRegion> region = make_shared_region("vrnic-cq", bytes);
   if (!region.ok()) return errno_of(region.status());
   void *map = region->map;
@@ -81,9 +83,7 @@ int QueueObjects::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::Create
   cq->channel_fd = ch ? ch->fd : -1;
   cq->channel = req.channel;
   cq->async_fd = s.async_fd;
-  cq->shared = static_cast<shm::CqShared *>(map);
-  cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
-  cq->mask = slots - 1;
+  cq->lay_out(map, slots, stamped);
   cq->multi_worker = workers_.size() > 1;  // its QPs may be on several workers
   // Published complete, with no worker stopped: none reaches it before a QP is attached to it.
   const uint32_t handle =
@@ -124,13 +124,13 @@ int QueueObjects::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::Create
   QuotaCharge map_charge(quotas_, s.uid, Quota::kMappings);
   if (map_charge.status()) return map_charge.status();
   uint32_t slots = std::bit_ceil(req.cqe);
-  size_t bytes = shm::cq_region_bytes(slots);
+  const bool stamped = dev_.cqs.get(req.handle)->stamps != nullptr;  // as it was made
+  size_t bytes = shm::cq_region_bytes(slots, stamped);
   absl::StatusOr<SharedRegion> region = make_shared_region("vrnic-cq", bytes);
   if (!region.ok()) return errno_of(region.status());
   void *map = region->map;
   const int fd = region->fd;
   auto *fresh = static_cast<shm::CqShared *>(map);
-  auto *ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
   int st = 0;
   // The resize comes after the work requests posted before it, as on a NIC that has taken
   // their doorbells: the completions it counts include those of UD and UC sends still in
@@ -159,14 +159,17 @@ int QueueObjects::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::Create
       st = EINVAL;  // the completions waiting would not fit
       return;
     }
-    for (uint32_t i = 0; i < pending; i++) ring[i] = cq.ring[(consumer + i) & cq.mask];
+    shm::Cqe *ring = shm::cq_ring(map);
+    uint64_t *stamps = stamped ? shm::cq_stamps(map, slots) : nullptr;
+    for (uint32_t i = 0; i < pending; i++) {
+      ring[i] = cq.ring[(consumer + i) & cq.mask];
+      if (stamps) stamps[i] = cq.stamps[(consumer + i) & cq.mask];
+    }
     fresh->ring.producer.store(pending);
     fresh->ring.consumer.store(0);
     fresh->notify.store(cq.shared->notify.load());
-    ::munmap(cq.shared, shm::cq_region_bytes(cq.mask + 1));
-    cq.shared = fresh;
-    cq.ring = ring;
-    cq.mask = slots - 1;
+    ::munmap(cq.shared, cq.region_bytes());
+    cq.lay_out(map, slots, stamped);
     cq.producer = pending;
     cq.overrun_reported = false;
   });
@@ -549,7 +552,7 @@ void QueueObjects::free_srq(std::unique_ptr<ReceiveQueue> srq) {
 uint32_t QueueObjects::remove_cq(uint32_t handle) {
   CompletionQueue *cq = dev_.cqs.get(handle);
   uint32_t channel = cq->channel;
-  ::munmap(cq->shared, shm::cq_region_bytes(cq->mask + 1));
+  ::munmap(cq->shared, cq->region_bytes());
   dev_.cqs.remove(handle);
   return channel;
 }

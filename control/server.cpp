@@ -25,7 +25,7 @@
 #include <string_view>
 
 #include "absl/strings/str_format.h"
-#include "dataplane/clock.h"
+#include "vrnic/clock.h"
 #include "dataplane/events.h"
 #include "client_fds.h"
 #include "load_balance.h"

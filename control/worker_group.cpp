@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "dataplane/clock.h"
+#include "vrnic/clock.h"
 #include "load_balance.h"
 
 namespace vrnic {

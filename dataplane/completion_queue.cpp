@@ -5,9 +5,17 @@
 #include <infiniband/verbs.h>
 
 #include "events.h"
+#include "vrnic/clock.h"
 #include "vrnic/ctl_protocol.h"
 
 namespace vrnic {
+
+void CompletionQueue::lay_out(void *region, uint32_t slots, bool stamped) {
+  shared = static_cast<shm::CqShared *>(region);
+  ring = shm::cq_ring(region);
+  stamps = stamped ? shm::cq_stamps(region, slots) : nullptr;
+  mask = slots - 1;
+}
 
 bool CompletionQueue::push(const shm::Cqe &cqe, bool solicited) {
   SharedGuard guard(lock, multi_worker);
@@ -21,6 +29,7 @@ bool CompletionQueue::push(const shm::Cqe &cqe, bool solicited) {
     return false;
   }
   ring[producer & mask] = cqe;
+  if (stamps) stamps[producer & mask] = monotonic_ns();
   producer++;
   // seq_cst pairs with the provider's arm-then-poll: either it sees this CQE or we see the arm.
   shared->ring.producer.store(producer, std::memory_order_seq_cst);

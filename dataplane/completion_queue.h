@@ -19,6 +19,7 @@ class CompletionQueue {
   int async_fd = -1;     // the session's async-event pipe (not owned)
   shm::CqShared *shared = nullptr;
   shm::Cqe *ring = nullptr;
+  uint64_t *stamps = nullptr;  // each slot's time, for a CQ that stamps its completions
   uint32_t mask = 0;  // slots - 1
   uint32_t producer = 0;
   bool overrun_reported = false;
@@ -26,8 +27,12 @@ class CompletionQueue {
   bool multi_worker = false;  // producers on several workers: push() takes the lock
   SpinLock lock;
 
-  // Writes a completion; false when the ring is full (the CQ is then in error).
+  // Writes a completion (and its time, if the CQ stamps them); false when the ring is full
+  // (the CQ is then in error).
   bool push(const shm::Cqe &cqe, bool solicited);
+  // Takes a CQ region (shm::cq_region_bytes(slots, stamped) bytes) as its memory.
+  void lay_out(void *region, uint32_t slots, bool stamped);
+  size_t region_bytes() const { return shm::cq_region_bytes(mask + 1, stamps != nullptr); }
 };
 
 }  // namespace vrnic

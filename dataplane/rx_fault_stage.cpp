@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "clock.h"
+#include "vrnic/clock.h"
 
 namespace vrnic {
 

@@ -16,7 +16,7 @@
 #include <memory>
 #include <thread>
 
-#include "clock.h"
+#include "vrnic/clock.h"
 #include "loop_port.h"
 #include "transport.h"
 

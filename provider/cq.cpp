@@ -10,6 +10,7 @@
 #include <new>
 
 #include "internal.h"
+#include "vrnic/clock.h"
 
 using namespace vrnic;
 using namespace vrnic::provider;
@@ -61,7 +62,8 @@ void cq_push_direct(Cq *cq, const shm::Cqe &cqe) {
   pthread_spin_lock(&cq->lock);
   cq->direct_reserved--;
   cq->direct[cq->direct_tail % Cq::kDirectSlots] = {
-      cqe, cq->shared->ring.producer.load(std::memory_order_acquire)};
+      cqe, cq->shared->ring.producer.load(std::memory_order_acquire),
+      cq->stamps ? monotonic_ns() : 0};
   cq->direct_tail++;
   pthread_spin_unlock(&cq->lock);
   // As vrnicd does after a CQE (dataplane/completion_queue.cpp): a CQ armed for the next
@@ -130,10 +132,12 @@ void clean_cq(ibv_cq *ibcq, uint32_t qpn) {
     move_direct_from(i);
     i--;
     const shm::Cqe &e = cq->ring[i & cq->mask];
-    if (e.qp_num == qpn)
+    if (e.qp_num == qpn) {
       dropped++;
-    else if (dropped)
+    } else if (dropped) {
       cq->ring[(i + dropped) & cq->mask] = e;
+      if (cq->stamps) cq->stamps[(i + dropped) & cq->mask] = cq->stamps[i & cq->mask];
+    }
   }
   move_direct_from(cq->consumer - 0x7fffffffu);  // the rest: every dropped CQE was after them
   if (dropped) {
@@ -167,8 +171,16 @@ int req_notify_cq(ibv_cq *ibcq, int solicited_only) {
   return 0;
 }
 
+// The CQ's view of its region (header, ring, stamps).
+static void lay_out(Cq *cq, void *map, uint32_t slots, bool stamped) {
+  cq->shared = static_cast<shm::CqShared *>(map);
+  cq->ring = shm::cq_ring(map);
+  cq->stamps = stamped ? shm::cq_stamps(map, slots) : nullptr;
+  cq->mask = slots - 1;
+}
+
 Cq *create_cq(ibv_context *context, int cqe, void *cq_context, ibv_comp_channel *channel,
-              int comp_vector) {
+              int comp_vector, bool stamped) {
   if (cqe < 1 || comp_vector < 0 || comp_vector >= context->num_comp_vectors)
     return fail_null<Cq>(EINVAL);
   Context *c = Context::of(context);
@@ -176,21 +188,20 @@ Cq *create_cq(ibv_context *context, int cqe, void *cq_context, ibv_comp_channel 
   if (!cq) return fail_null<Cq>(ENOMEM);
   std::memset(&cq->ex, 0, sizeof(cq->ex));
   ctl::CreateCqReq req{uint32_t(cqe), channel ? Channel::of(channel)->handle : 0,
-                       reinterpret_cast<uint64_t>(cq)};
+                       reinterpret_cast<uint64_t>(cq), stamped ? ctl::kCqStamped : 0, 0};
   ctl::CreateCqResp resp{};
   void *map = nullptr;
   size_t len = 0;
   int err = c->create_mapped(
       ctl::Op::kCreateCq, &req, sizeof(req), resp, ctl::Op::kDestroyCq,
-      [](const ctl::CreateCqResp &r) { return shm::cq_region_bytes(r.slots); }, &map, &len);
+      [stamped](const ctl::CreateCqResp &r) { return shm::cq_region_bytes(r.slots, stamped); },
+      &map, &len);
   if (err) {
     delete cq;
     return fail_null<Cq>(err);
   }
   cq->handle = resp.handle;
-  cq->shared = static_cast<shm::CqShared *>(map);
-  cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
-  cq->mask = resp.slots - 1;
+  lay_out(cq, map, resp.slots, stamped);
   cq->map_len = len;
   // Without it (no memory) the CQ's QPs simply keep to the worker path.
   if (c->direct) cq->direct.reset(new (std::nothrow) Cq::DirectCqe[Cq::kDirectSlots]);
@@ -271,15 +282,14 @@ VRNIC_EXPORT int ibv_resize_cq(ibv_cq *ibcq, int cqe) {
       c->conn.call(ctl::Op::kResizeCq, &req, sizeof(req), &resp, sizeof(resp), nullptr, 0, &fds);
   if (!err && fds.size() != 1) err = EPROTO;
   if (!err) {
-    size_t len = shm::cq_region_bytes(resp.slots);
+    const bool stamped = cq->stamps != nullptr;  // vrnicd keeps them too
+    size_t len = shm::cq_region_bytes(resp.slots, stamped);
     void *map = Context::mmap_shared(fds[0], len);
     if (!map) {
       err = ENOMEM;  // vrnicd moved on; this CQ can no longer be polled
     } else {
       ::munmap(cq->shared, cq->map_len);
-      cq->shared = static_cast<shm::CqShared *>(map);
-      cq->ring = reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(map) + shm::kCqHeaderBytes);
-      cq->mask = resp.slots - 1;
+      lay_out(cq, map, resp.slots, stamped);
       // The unpolled CQEs now start at index 0 of the new ring; the direct completions'
       // places among them move with them.
       for (uint32_t j = cq->direct_head; j != cq->direct_tail; j++) {

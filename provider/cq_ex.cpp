@@ -8,14 +8,18 @@
 #include <cstring>
 
 #include "internal.h"
+#include "vrnic/clock.h"
 
 using namespace vrnic;
 using namespace vrnic::provider;
 
 namespace {
 
-// The wc_flags whose read functions vrnic provides (every field a CQE carries).
-constexpr uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
+// The wc_flags whose read functions vrnic provides: every field a CQE carries, and its time
+// (a CQ asked for one keeps each completion's, shm::cq_stamps).
+constexpr uint64_t kTimestampFlags =
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+constexpr uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS | kTimestampFlags;
 
 // As in poll_cq: after this many empty polls in a row a poller gives its CPU away once, so a
 // busy ibv_start_poll loop cannot starve the worker that would produce its completion.
@@ -100,6 +104,18 @@ uint8_t read_sl(ibv_cq_ex *ex) {
 uint8_t read_dlid_path_bits(ibv_cq_ex *) {
   return 0;
 }
+// In the device's free-running clock: nanoseconds of CLOCK_MONOTONIC (hca_core_clock 1 GHz).
+uint64_t read_completion_ts(ibv_cq_ex *ex) {
+  Cq *cq = Cq::of(ex);
+  return cq->stamp_of(cq->poll.cqe);
+}
+// Wall-clock nanoseconds: the stamp moved by CLOCK_REALTIME's offset from CLOCK_MONOTONIC
+// now (a clock step since the completion moves it too, as a NIC's real-time clock would be
+// stepped along).
+uint64_t read_completion_wallclock_ns(ibv_cq_ex *ex) {
+  const uint64_t offset = clock_ns(CLOCK_REALTIME) - monotonic_ns();
+  return read_completion_ts(ex) + offset;
+}
 
 }  // namespace
 
@@ -127,11 +143,13 @@ int setup_cq_ex(Cq *cq, uint64_t wc_flags) {
   ex.read_slid = want(IBV_WC_EX_WITH_SLID) ? read_slid : nullptr;
   ex.read_sl = want(IBV_WC_EX_WITH_SL) ? read_sl : nullptr;
   ex.read_dlid_path_bits = want(IBV_WC_EX_WITH_DLID_PATH_BITS) ? read_dlid_path_bits : nullptr;
-  ex.read_completion_ts = nullptr;
+  ex.read_completion_ts = want(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) ? read_completion_ts : nullptr;
   ex.read_cvlan = nullptr;
   ex.read_flow_tag = nullptr;
   ex.read_tm_info = nullptr;
-  ex.read_completion_wallclock_ns = nullptr;
+  ex.read_completion_wallclock_ns = want(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
+                                        ? read_completion_wallclock_ns
+                                        : nullptr;
   return 0;
 }
 
@@ -151,8 +169,8 @@ ibv_cq_ex *create_cq_ex(ibv_context *context, ibv_cq_init_attr_ex *attr) {
   if (attr->wc_flags & ~kSupportedWcFlags) return fail_null<ibv_cq_ex>(EOPNOTSUPP);
   if (attr->cqe > uint32_t(INT_MAX) || attr->comp_vector > uint32_t(INT_MAX))
     return fail_null<ibv_cq_ex>(EINVAL);
-  Cq *cq =
-      create_cq(context, int(attr->cqe), attr->cq_context, attr->channel, int(attr->comp_vector));
+  Cq *cq = create_cq(context, int(attr->cqe), attr->cq_context, attr->channel,
+                     int(attr->comp_vector), (attr->wc_flags & kTimestampFlags) != 0);
   if (!cq) return nullptr;
   if (int err = setup_cq_ex(cq, attr->wc_flags)) {
     ibv_destroy_cq(&cq->ibv);

@@ -127,6 +127,7 @@ void setup_ops(Context *c) {
   ctx.ops.dealloc_mw = dealloc_mw;
   c->vctx.query_port = query_port;
   c->vctx.query_device_ex = query_device_ex;
+  c->vctx.query_rt_values = query_rt_values;
   c->vctx.create_qp_ex = create_qp_ex;
   c->vctx.create_cq_ex = create_cq_ex;
   c->vctx.create_srq_ex = create_srq_ex;
@@ -432,7 +433,20 @@ int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
   fill_odp_caps(*Context::of(ctx), &a);
   a.max_dm_size = Context::of(ctx)->info.max_dm_size;
+  // Completion timestamps: the free-running clock is CLOCK_MONOTONIC in nanoseconds (1 GHz,
+  // in kHz), all 64 bits of it.
+  a.hca_core_clock = 1000000;
+  a.completion_timestamp_mask = ~0ull;
   std::memcpy(attr, &a, std::min(attr_size, sizeof(a)));
+  return 0;
+}
+
+// ibv_query_rt_values_ex: the free-running clock now (completion timestamps' clock), as
+// seconds and nanoseconds of CLOCK_MONOTONIC.
+int query_rt_values(ibv_context *, ibv_values_ex *values) {
+  if (!values || (values->comp_mask & ~uint32_t(IBV_VALUES_MASK_RAW_CLOCK))) return EINVAL;
+  if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK)
+    clock_gettime(CLOCK_MONOTONIC, &values->raw_clock);
   return 0;
 }
 

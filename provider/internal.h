@@ -174,6 +174,7 @@ struct Cq {
   uint32_t handle = 0;
   shm::CqShared *shared = nullptr;
   shm::Cqe *ring = nullptr;
+  uint64_t *stamps = nullptr;  // each slot's time, if the CQ stamps its completions
   uint32_t mask = 0;
   uint32_t consumer = 0;
   size_t map_len = 0;
@@ -183,8 +184,9 @@ struct Cq {
   // after the CQEs vrnicd had written when it was made (`after`, an index of vrnicd's ring),
   // so that a QP's completions come in the order of its WRs whichever path they took.
   struct DirectCqe {
-    shm::Cqe cqe;
+    shm::Cqe cqe;  // first: the CQE a cursor points at is its DirectCqe
     uint32_t after;
+    uint64_t stamp;  // when it was made (the CQ stamps its completions)
   };
   static constexpr uint32_t kDirectSlots = 256;
   std::unique_ptr<DirectCqe[]> direct;
@@ -193,6 +195,12 @@ struct Cq {
   CqCursor poll;                 // ibv_start_poll/next_poll: past the CQE being read
   static Cq *of(ibv_cq *c) { return reinterpret_cast<Cq *>(c); }
   static Cq *of(ibv_cq_ex *c) { return reinterpret_cast<Cq *>(c); }
+  // The time of a completion a cursor points at (vrnic/clock.h's monotonic_ns), if the CQ
+  // stamps its completions.
+  uint64_t stamp_of(const shm::Cqe *cqe) const {
+    if (cqe >= ring && cqe <= ring + mask) return stamps[cqe - ring];
+    return reinterpret_cast<const DirectCqe *>(cqe)->stamp;
+  }
 };
 static_assert(offsetof(Cq, ibv) == 0 && offsetof(Cq, ex) == 0);
 
@@ -292,6 +300,7 @@ void cq_push_direct(Cq *cq, const shm::Cqe &cqe);
 int query_port(ibv_context *ctx, uint8_t port, ibv_port_attr *attr, size_t len);
 int query_device_ex(ibv_context *ctx, const ibv_query_device_ex_input *input,
                     ibv_device_attr_ex *attr, size_t attr_size);
+int query_rt_values(ibv_context *ctx, ibv_values_ex *values);
 ibv_qp *create_qp_ex(ibv_context *ctx, ibv_qp_init_attr_ex *attr);
 // What create_qp_ex and open_qp share: the ibv_qp's fields and locks (qp->handle set), and an
 // XRC target's own state mirror (nullptr when out of memory).
@@ -325,9 +334,10 @@ int post_srq_recv(ibv_srq *srq, ibv_recv_wr *wr, ibv_recv_wr **bad_wr);
 int post_recv_wrs(shm::RingIndices &ring, shm::RecvWqe *slots, uint32_t nslots, uint32_t max_wr,
                   uint32_t max_sge, ibv_recv_wr *wr, ibv_recv_wr **bad_wr);
 ibv_cq_ex *create_cq_ex(ibv_context *ctx, ibv_cq_init_attr_ex *attr);
-// Shared by ibv_create_cq and ibv_create_cq_ex; NULL with errno set on failure.
+// Shared by ibv_create_cq and ibv_create_cq_ex (stamped: each completion's time kept, for a
+// completion timestamp); NULL with errno set on failure.
 Cq *create_cq(ibv_context *ctx, int cqe, void *cq_context, ibv_comp_channel *channel,
-              int comp_vector);
+              int comp_vector, bool stamped = false);
 // The ibv_wr_* and ibv_cq_ex entry points (qp_ex.cpp, cq_ex.cpp). Returns 0 or an errno.
 int setup_qp_ex(Qp *qp, uint64_t send_ops_flags);
 int setup_cq_ex(Cq *cq, uint64_t wc_flags);

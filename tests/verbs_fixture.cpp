@@ -402,10 +402,19 @@ std::string try_create_endpoint(Device &d, const QpConfig &c, Endpoint &e) {
     e.channel_.reset(ibv_create_comp_channel(ctx));
     if (!e.channel_) return "ibv_create_comp_channel failed: " + errno_text(errno);
   }
-  e.send_cq_.reset(ibv_create_cq(ctx, depth, nullptr, e.channel_.get(), 0));
-  if (!e.send_cq_) return "ibv_create_cq failed: " + errno_text(errno);
-  e.recv_cq_.reset(ibv_create_cq(ctx, depth, nullptr, e.channel_.get(), 0));
-  if (!e.recv_cq_) return "ibv_create_cq failed: " + errno_text(errno);
+  for (CqPtr *cq : {&e.send_cq_, &e.recv_cq_}) {
+    if (c.cq_wc_flags) {
+      ibv_cq_init_attr_ex ca{};
+      ca.cqe = uint32_t(depth);
+      ca.channel = e.channel_.get();
+      ca.wc_flags = c.cq_wc_flags;
+      ibv_cq_ex *ex = ibv_create_cq_ex(ctx, &ca);
+      cq->reset(ex ? ibv_cq_ex_to_cq(ex) : nullptr);
+    } else {
+      cq->reset(ibv_create_cq(ctx, depth, nullptr, e.channel_.get(), 0));
+    }
+    if (!*cq) return "ibv_create_cq failed: " + errno_text(errno);
+  }
 
   ibv_qp_init_attr ia{};
   ia.send_cq = e.send_cq_.get();

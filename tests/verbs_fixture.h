@@ -160,6 +160,7 @@ struct QpConfig {
   uint8_t rnr_retry = 7;
   bool sq_sig_all = false;
   bool cq_channel = false;  // both CQs on a completion channel of the endpoint's own
+  uint64_t cq_wc_flags = 0;  // non-zero: both CQs made by ibv_create_cq_ex with these wc_flags
 };
 
 struct PeerInfo {

@@ -13,7 +13,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 17;
+inline constexpr uint32_t kProtocolVersion = 18;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -241,7 +241,10 @@ struct CreateCqReq {
   uint32_t cqe;
   uint32_t channel;  // 0: none
   uint64_t cookie;   // echoed in completion events
+  uint32_t flags;    // kCqStamped: each completion's time (shm::cq_stamps), kept by a resize
+  uint32_t reserved;
 };
+inline constexpr uint32_t kCqStamped = 1;
 struct ResizeCqReq {
   uint32_t handle;
   uint32_t cqe;

@@ -147,7 +147,10 @@ inline size_t srq_region_bytes(uint32_t slots) {
 
 enum CqNotify : uint32_t { kNotifyNone = 0, kNotifyNext = 1, kNotifySolicited = 2 };
 
-// CQ memory: this header page, then the CQE ring.
+// CQ memory: this header page, then the CQE ring, then, for a CQ that stamps its completions
+// (ibv_create_cq_ex asked for a completion timestamp), each slot's time: vrnic/clock.h's
+// monotonic_ns when the CQE was written (an array apart, so that CQs without stamps keep
+// their 32-byte CQEs and pay nothing).
 struct CqShared {
   RingIndices ring;
   // Armed by ibv_req_notify_cq; vrnicd disarms it when it sends the event.
@@ -157,8 +160,14 @@ struct CqShared {
 inline constexpr size_t kCqHeaderBytes = 4096;
 static_assert(sizeof(CqShared) <= kCqHeaderBytes);
 
-inline size_t cq_region_bytes(uint32_t slots) {
-  return kCqHeaderBytes + size_t(slots) * sizeof(Cqe);
+inline size_t cq_region_bytes(uint32_t slots, bool stamped = false) {
+  return kCqHeaderBytes + size_t(slots) * (sizeof(Cqe) + (stamped ? sizeof(uint64_t) : 0));
+}
+inline Cqe *cq_ring(void *region) {
+  return reinterpret_cast<Cqe *>(static_cast<uint8_t *>(region) + kCqHeaderBytes);
+}
+inline uint64_t *cq_stamps(void *region, uint32_t slots) {
+  return reinterpret_cast<uint64_t *>(cq_ring(region) + slots);
 }
 
 // Doorbell ring: a bounded multi-producer (any provider thread), single-consumer (one

@@ -36,6 +36,7 @@ run_catch2_binary fork_context_test
 run_catch2_binary mcast_test
 run_catch2_binary parent_domain_test
 run_catch2_binary xrc_test
+run_catch2_binary cq_timestamp_test
 # Every case of a binary in one run, with the environment given.
 whole_binary() {
   local bin=$VRNIC_BUILD_DIR/tests/$1
@@ -50,11 +51,12 @@ direct_off_env() {
   whole_binary verbs_data_test VRNIC_DIRECT_PATH=0 || rc=1
   whole_binary direct_path_test VRNIC_DIRECT_PATH=0 || rc=1
   whole_binary dm_test VRNIC_DIRECT_PATH=0 || rc=1
+  whole_binary cq_timestamp_test VRNIC_DIRECT_PATH=0 || rc=1
   now=$(direct_ops_now) || return 1
   echo "direct_ops before $before, after $now (the worker path only: no change)"
   ((rc == 0 && now == before))
 }
-check "verbs_data_test, direct_path_test, dm_test with VRNIC_DIRECT_PATH=0: all pass, direct_ops +0" \
+check "verbs_data_test, direct_path_test, dm_test, cq_timestamp_test with VRNIC_DIRECT_PATH=0: all pass, direct_ops +0" \
   direct_off_env
 # Between two processes of one user: the peer QP and region from the user's directory in
 # vrnicd, the region mapped from its owner's memfd (provider/direct_peers.cpp).
@@ -68,6 +70,9 @@ grew_around() {
   echo "direct_ops before $before, after $now"
   ((rc == 0 && now > before))
 }
+# Completion timestamps of the WRITEs the posting thread ran itself (the provider stamps them).
+check "cq_timestamp_test: its WRITEs took the direct path (direct_ops grew), their stamps checked" \
+  grew_around whole_binary cq_timestamp_test
 rdma_peer_pair() {
   local port bin=$VRNIC_BUILD_DIR/tests/rdma_peer spid rc=0
   port=$(next_port)

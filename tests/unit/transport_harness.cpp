@@ -90,10 +90,7 @@ QpEnd::QpEnd(char n, const uint8_t gid[16], uint8_t type)
   for (int i = 0; i < 2; i++) {
     auto cq = std::make_unique<CompletionQueue>();
     cq_region_[i] = zeroed_region(shm::cq_region_bytes(kSlots));
-    cq->shared = static_cast<shm::CqShared *>(cq_region_[i]);
-    cq->ring =
-        reinterpret_cast<shm::Cqe *>(static_cast<uint8_t *>(cq_region_[i]) + shm::kCqHeaderBytes);
-    cq->mask = kSlots - 1;
+    cq->lay_out(cq_region_[i], kSlots, false);
     cq->async_fd = events_[1];
     cq_[i] = cq.get();
     cq_[i]->handle = dev.cqs.insert(std::move(cq));
