@@ -1156,7 +1156,9 @@ double run_flows(const std::vector<Flow *> &flows, const Wire &w, const std::str
                    seconds_since(t0));
       for (Flow *f : flows)
         std::fprintf(stderr, "  %s%s\n", f->state().c_str(), f->drain_errors().c_str());
-      std::fprintf(stderr, "%s\n", w.stats_report().c_str() + 1);
+      // Each QP's transport state and counters too: a QP that ran out of retries shows what
+      // its timeouts, NAKs and read gaps were (the peer QP what it still had to answer).
+      std::fprintf(stderr, "%s%s\n", w.stats_report().c_str() + 1, w.qps_report().c_str());
       throw;
     }
     if (all_done) break;
