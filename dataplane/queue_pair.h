@@ -254,7 +254,6 @@ class QueuePair {
   // hold: a client writing one far ahead would have vrnicd walk its ring round and round
   // (issue 17, row 11); one behind the oldest WQE unretired counts as nothing posted.
   uint32_t sq_producer() const {
-    if (type == IBV_QPT_XRC_RECV) return comp.wqe;  // no send queue: its ring is never read
     uint32_t p = shared->sq.producer.load(std::memory_order_acquire);
     return p - comp.wqe > sq_mask + 1 ? comp.wqe + sq_mask + 1 : p;
   }

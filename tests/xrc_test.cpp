@@ -146,6 +146,19 @@ struct XrcSide {
     wr.qp_type.xrc.remote_srqn = srqn;
     post_send(initiator.get(), &wr);
   }
+  // A message of `seed`'s pattern to SRQ `srqn` (a child's, which checks it), sent through the
+  // initiator and completed; then the child's exit, which must be 0.
+  void send_to_child(uint32_t srqn, uint64_t seed, pid_t child) {
+    Region src(pd.get(), kMsg, seed_for("xrc to a child"));
+    fill_pattern(src.payload(), kMsg, seed);  // what the child expects
+    send(src, srqn, 1);
+    ibv_wc wc = poll_one(cq.get(), "the send to the child's SRQ");
+    CHECK(wc.status == IBV_WC_SUCCESS);
+    int st = 0;
+    REQUIRE(::waitpid(child, &st, 0) == child);
+    CHECK(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 0);
+  }
 };
 
 // A forked child's side (never Catch2): its own context, PD and CQ, the parent's XRC domain
@@ -268,15 +281,7 @@ TEST_CASE("XRC: one target QP delivers to the SRQ each message names, another pr
   VT_REQUIRE_BYTES("to this process's SRQ", dst.payload(), src.payload(), kMsg);
 
   // To the child's SRQ, through the same connection.
-  Region to_child(side.pd.get(), kMsg, seed_for("xrc child buffer"));
-  fill_pattern(to_child.payload(), kMsg, child_seed);  // what the child expects
-  side.send(to_child, child_srqn, 2);
-  ibv_wc wc = poll_one(side.cq.get(), "the send to the child's SRQ");
-  CHECK(wc.status == IBV_WC_SUCCESS);
-  int st = 0;
-  REQUIRE(::waitpid(pid, &st, 0) == pid);
-  CHECK(WIFEXITED(st));
-  CHECK(WEXITSTATUS(st) == 0);
+  side.send_to_child(child_srqn, child_seed, pid);
   // The domain is still the parent's: its SRQ holds it.
   CHECK(ibv_close_xrcd(side.xrcd) == EBUSY);
 }
@@ -472,18 +477,11 @@ TEST_CASE("XRC: ibv_open_qp, a target QP that lasts while any process holds it",
   side.target.reset();
   REQUIRE(write_full(to_child[1], "g", 1));
   ::close(to_child[1]);
-  Region src(side.pd.get(), kMsg, seed_for("xrc opened src"));
-  fill_pattern(src.payload(), kMsg, seed);
-  side.send(src, child_srqn, 1);
-  ibv_wc wc = poll_one(side.cq.get(), "a send through the QP the child holds");
-  CHECK(wc.status == IBV_WC_SUCCESS);
-  int st = 0;
-  REQUIRE(::waitpid(pid, &st, 0) == pid);
-  CHECK(WIFEXITED(st));
-  CHECK(WEXITSTATUS(st) == 0);
+  side.send_to_child(child_srqn, seed, pid);  // through the QP the child holds
   // Its last handle destroyed, the QP is no more: nothing answers the initiator.
+  Region src(side.pd.get(), 64, seed_for("xrc after the last handle"));
   side.send(src, child_srqn, 2);
-  wc = poll_one(side.cq.get(), "a send to a QP that is gone");
+  ibv_wc wc = poll_one(side.cq.get(), "a send to a QP that is gone");
   CHECK(wc.status == IBV_WC_RETRY_EXC_ERR);
 }
 
