@@ -74,6 +74,10 @@ const Server::Command *Server::command(ctl::Op op) {
   using W = Who;
   static constexpr Command kTable[] = {
       {kHello, W::kNewClient, true, call<&Server::hello>},
+      {kImportDevice, W::kNewClient, true, call<&Server::import_device>},
+      {kImportPd, W::kClient, false, call<&MemoryObjects::import_pd>},
+      {kImportMr, W::kClient, false, call<&MemoryObjects::import_mr>},
+      {kImportDm, W::kClient, false, call<&MemoryObjects::import_dm>},
       {kAllocPd, W::kClient, false, call<&MemoryObjects::alloc_pd>},
       {kDeallocPd, W::kClient, false, call<&MemoryObjects::dealloc_pd>},
       {kRegMr, W::kClient, false, call<&MemoryObjects::reg_mr>},

@@ -70,6 +70,20 @@ int MemoryObjects::alloc_dm(Session &s, const ctl::AllocDmReq &req, ctl::AllocDm
   return 0;
 }
 
+// ibv_import_dm: the session's DM, its memfd lent once more (the importer maps it).
+int MemoryObjects::import_dm(Session &s, uint32_t handle, ctl::ImportDmResp &resp,
+                             std::vector<int> &fds) {
+  if (!s.dms.contains(handle)) return ENOENT;
+  const DeviceMemoryBlock *dm = dms_.get(handle);
+  const int fd = ::fcntl(dm->fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  resp.handle = handle;
+  resp.length = dm->length;
+  resp.map_length = dm->map_length;
+  fds.push_back(fd);
+  return 0;
+}
+
 int MemoryObjects::free_dm(Session &s, uint32_t handle) {
   if (!s.dms.contains(handle)) return EINVAL;
   DeviceMemoryBlock *dm = dms_.get(handle);

@@ -250,6 +250,19 @@ int MemoryObjects::dereg_mr(Session &s, uint32_t handle) {
   return 0;
 }
 
+int MemoryObjects::import_pd(Session &s, uint32_t handle) {
+  return owns(s.pds, handle) ? 0 : ENOENT;
+}
+
+int MemoryObjects::import_mr(Session &s, uint32_t handle, ctl::ImportMrResp &resp) {
+  if (!owns(s.mrs, handle)) return ENOENT;
+  const MemoryRegion *mr = dev_.mrs.get(handle);
+  resp.handle = handle;
+  resp.lkey = resp.rkey = mr->key;
+  resp.length = mr->length;
+  return 0;
+}
+
 int MemoryObjects::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &resp) {
   ProtectionDomain *pd = pds_.get(req.pd);
   if (!pd || pd->session != s.id) return EINVAL;

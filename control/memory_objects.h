@@ -25,10 +25,15 @@ class MemoryObjects {
   int reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &resp);
   int dereg_mr(Session &s, uint32_t handle);
   int alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp);
+  // ibv_import_pd, ibv_import_mr: what a handle of the session is, as the kernel's query
+  // methods answer an imported context (ENOENT: no such object of this session).
+  int import_pd(Session &s, uint32_t handle);
+  int import_mr(Session &s, uint32_t handle, ctl::ImportMrResp &resp);
   // Device memory (device_memory.cpp).
   int alloc_dm(Session &s, const ctl::AllocDmReq &req, ctl::AllocDmResp &resp,
                std::vector<int> &fds);
   int free_dm(Session &s, uint32_t handle);
+  int import_dm(Session &s, uint32_t handle, ctl::ImportDmResp &resp, std::vector<int> &fds);
   int reg_dm_mr(Session &s, const ctl::RegDmMrReq &req, ctl::RegMrResp &resp);
   int alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMwResp &resp);
   int dealloc_mw(Session &s, uint32_t handle);

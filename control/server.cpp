@@ -282,6 +282,7 @@ void Server::accept_client() {
   auto s = std::make_unique<Session>();
   s->id = next_session_++;
   s->sock = fd;
+  s->sock_inode = socket_inode(fd);
   s->pid = cred.pid;
   s->uid = cred.uid;
   s->admin = cred.uid == 0 || cred.uid == ::geteuid();
@@ -329,18 +330,21 @@ bool Server::handle(Session &s) {
   Reply r;
   int status;
   bool keep = true;
+  // An imported context's connection acts on the session it speaks for (import_device).
+  Session &acting =
+      s.speaks_for && cmd && cmd->who != Who::kNewClient ? *sessions_.at(s.speaks_for) : s;
   if (s.refused) {  // its user holds every connection allowed
     status = ENOMEM;
     keep = false;
-  } else if ((!cmd || cmd->who == Who::kClient) && !s.shm) {
+  } else if ((!cmd || cmd->who == Who::kClient) && !acting.shm) {
     status = EPROTO;  // verbs commands come after Hello
     keep = false;
   } else if (!cmd) {
     status = EOPNOTSUPP;
-  } else if (cmd->who == Who::kAdmin && !s.admin) {
+  } else if (cmd->who == Who::kAdmin && !acting.admin) {
     status = EPERM;
   } else {
-    status = cmd->serve(*this, s, *m, r);
+    status = cmd->serve(*this, acting, *m, r);
     keep = status == 0 || cmd->who != Who::kNewClient;
   }
   m->close_fds();  // a method that keeps a received fd keeps a dup of it
@@ -358,7 +362,7 @@ int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::
   if (!req || m.fds.empty() || m.fds.size() > 2) return EINVAL;
   if (m.fds.size() == 2 && !is_proc_mem(m.fds[1])) return EINVAL;
   if (req->version != ctl::kProtocolVersion) return EPROTONOSUPPORT;
-  if (s.shm) return EEXIST;
+  if (s.shm || s.speaks_for) return EEXIST;
   QuotaCharge map_charge(quotas_, s.uid, Quota::kMappings);
   if (map_charge.status()) return map_charge.status();
   absl::StatusOr<SharedRegion> region =
@@ -375,8 +379,16 @@ int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::
     shm::DoorbellRing *ring = &s.shm->doorbells[w->index()];
     w->execute([&] { w->add_session(s.id, s.uid, ring); });
   }
+  describe_session(s, s, resp, fds);
+  return 0;
+}
+
+void Server::describe_session(Session &s, Session &holder, ctl::HelloResp &resp,
+                              std::vector<int> &fds) {
   resp.version = ctl::kProtocolVersion;
-  resp.session_id = s.id;
+  // The id the client claims direct-path poster cells with: its connection's, so that they
+  // are reset when that connection closes (DirectDirectories::release).
+  resp.session_id = holder.id;
   resp.device = dev_.info;
   fds.push_back(s.shm_fd);
   fds.push_back(daemon_shm_fd_);
@@ -384,12 +396,38 @@ int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::
   if (cfg_.direct_path) {
     DirectDirectories::Shared d = directories_.acquire(s.uid);
     if (d.entries) {
-      s.directory = d.entries;
+      holder.directory = d.entries;
       resp.directory = 1;
       fds.push_back(d.entries_fd);
       fds.push_back(d.cells_fd);
     }
   }
+}
+
+// ibv_import_device: the importer hands over the exported context's cmd_fd, the client end
+// of that session's socket; the kernel (sock_diag) says which of our sockets it is connected
+// to. Holding that fd is the right to use the session, as holding a uverbs fd is in the
+// kernel (whoever has it could speak on it directly), so nothing else is asked. From then on
+// this connection speaks for that session: objects made or found through it are the
+// session's, and the session lasts until its own socket closes, which the importer's copy
+// of the fd keeps open, as an imported ibv_context keeps its uverbs file.
+int Server::import_device(Session &s, const ctl::Message &m, ctl::HelloResp &resp,
+                          std::vector<int> &fds) {
+  auto *req = m.as<ctl::HelloReq>();
+  if (!req || m.fds.size() != 2) return EINVAL;
+  if (req->version != ctl::kProtocolVersion) return EPROTONOSUPPORT;
+  if (s.shm || s.speaks_for) return EEXIST;
+  const uint64_t peer = unix_peer_inode(m.fds[1]);
+  auto exporter = std::find_if(sessions_.begin(), sessions_.end(), [&](const auto &e) {
+    return peer && e.second->sock_inode == peer;
+  });
+  if (exporter == sessions_.end() || !exporter->second->shm) return EINVAL;
+  Session &t = *exporter->second;
+  s.async_fd = take_event_channel(m.fds[0], s.uid);
+  if (s.async_fd < 0) return -s.async_fd;
+  s.speaks_for = t.id;
+  t.importers.insert(s.id);
+  describe_session(t, s, resp, fds);
   return 0;
 }
 
@@ -551,6 +589,19 @@ void Server::close_session(uint32_t id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
   Session &s = *it->second;
+  // The connections that speak for it end with it (their contexts' calls then fail with EIO,
+  // as an imported context's would once its uverbs file is gone).
+  while (!s.importers.empty()) close_session(*s.importers.begin());
+  if (s.speaks_for) {
+    // It holds nothing but its connection and its share of the user's directory: the
+    // objects it made are the session's, and go with it.
+    if (auto t = sessions_.find(s.speaks_for); t != sessions_.end())
+      t->second->importers.erase(id);
+    if (s.directory) directories_.release(s.uid, s.id);
+    quotas_.release(s.uid, Quota::kSessions);
+    sessions_.erase(it);
+    return;
+  }
   cm_.release(s);
   // Its QPs first, as the kernel's uverbs tears a dead process down: out of the table, then,
   // once no worker holds one it looked up before, forgotten by their workers; only then its

@@ -95,6 +95,11 @@ class Server {
   void close_session(uint32_t id);
 
   int hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::vector<int> &fds);
+  int import_device(Session &s, const ctl::Message &m, ctl::HelloResp &resp,
+                    std::vector<int> &fds);
+  // What Hello and an import answer: the session's pages, the workers' eventfds and the
+  // user's direct-path directory (taken for `holder`, released when it closes).
+  void describe_session(Session &s, Session &holder, ctl::HelloResp &resp, std::vector<int> &fds);
   int stats(Session &s, ctl::StatsResp &resp);
   int list_devices(Session &s, ctl::DeviceListResp &resp);
   int set_faults(Session &s, const ctl::SetFaultsReq &req);

@@ -52,6 +52,11 @@ struct QpOwner {
 struct Session {
   uint32_t id = 0;
   int sock = -1;
+  uint64_t sock_inode = 0;  // of vrnicd's end of sock: an importer names the session by it
+  // An imported context's connection (ibv_import_device) speaks for another session: every
+  // command it sends acts on that one; it holds nothing of its own. 0 for any other.
+  uint32_t speaks_for = 0;
+  absl::flat_hash_set<uint32_t> importers;  // the connections that speak for this one
   pid_t pid = 0;
   uid_t uid = 0;
   bool admin = false;    // vrnicd's own user or root: management and fault injection

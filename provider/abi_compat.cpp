@@ -253,27 +253,11 @@ extern "C" VRNIC_EXPORT enum ibv_rate mbps_to_ibv_rate(int mbps) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Public verbs that a software NIC cannot provide (object import/export needs a kernel uverbs
-// file descriptor; dma-buf needs hardware; the sysfs readers refer to kernel devices).
+// Public verbs that vrnic does not provide (dma-buf needs hardware; the sysfs readers refer
+// to kernel devices).
 // Exact verbs.h signatures where verbs.h declares them.
 
 extern "C" {
-
-VRNIC_EXPORT struct ibv_context *ibv_import_device(int) {
-  return FailNull();
-}
-VRNIC_EXPORT struct ibv_pd *ibv_import_pd(struct ibv_context *, uint32_t) {
-  return FailNull();
-}
-VRNIC_EXPORT void ibv_unimport_pd(struct ibv_pd *) {}
-VRNIC_EXPORT struct ibv_mr *ibv_import_mr(struct ibv_pd *, uint32_t) {
-  return FailNull();
-}
-VRNIC_EXPORT void ibv_unimport_mr(struct ibv_mr *) {}
-VRNIC_EXPORT struct ibv_dm *ibv_import_dm(struct ibv_context *, uint32_t) {
-  return FailNull();
-}
-VRNIC_EXPORT void ibv_unimport_dm(struct ibv_dm *) {}
 
 VRNIC_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *, uint64_t, size_t, uint64_t, int,
                                               int) {

@@ -110,6 +110,7 @@ void free_context(Context *c) {
   for (int fd : c->wake_fds) ::close(fd);
   if (c->vctx.context.async_fd >= 0) ::close(c->vctx.context.async_fd);
   if (c->async_write_fd >= 0) ::close(c->async_write_fd);
+  if (c->imported_cmd_fd >= 0) ::close(c->imported_cmd_fd);
   pthread_mutex_destroy(&c->vctx.context.mutex);
   delete c;
 }
@@ -154,6 +155,110 @@ const ctl::GidEntry *gid_entry(ibv_context *ctx, uint32_t port, uint32_t index) 
 }
 
 }  // namespace
+
+namespace vrnic::provider {
+
+// A context is a connection to the device's vrnicd that says Hello (a new session) or, with
+// an exported context's cmd_fd, speaks for that one's session (ibv_import_device).
+ibv_context *open_context(ibv_device *device, const std::string &path, int imported_cmd_fd) {
+  const bool imported = imported_cmd_fd >= 0;
+  auto *c = new (std::nothrow) Context();
+  if (!c) return fail_null<ibv_context>(ENOMEM);
+  ibv_context &ctx = c->vctx.context;
+  ctx.device = device;
+  ctx.async_fd = -1;
+  ctx.num_comp_vectors = 1;
+  pthread_mutex_init(&ctx.mutex, nullptr);
+  int event_fds[2];
+  int err = c->conn.open(path.c_str());
+  if (err) {
+    std::fprintf(stderr, "vrnic: cannot reach vrnicd at %s: %s\n", path.c_str(),
+                 std::strerror(err));
+    free_context(c);
+    return fail_null<ibv_context>(ENODEV);
+  }
+  if ((err = ctl::make_event_channel(event_fds))) {
+    free_context(c);
+    return fail_null<ibv_context>(err);
+  }
+  ctx.async_fd = event_fds[0];
+  c->async_write_fd = event_fds[1];
+  ctx.cmd_fd = c->conn.sock();
+  ctl::HelloReq req{ctl::kProtocolVersion, 0};
+  auto resp = std::make_unique<ctl::HelloResp>();
+  std::vector<int> fds;
+  // With the event pipe goes our own /proc/self/mem: vrnicd reaches memory that is not in a
+  // memfd (heap, stack, files) through it. It is bound to this process's memory, not to a
+  // PID that could be reused (issue 17, row 1), and it was opened with our rights, not
+  // vrnicd's. Without /proc, such memory cannot be registered (EFAULT). An imported context
+  // sends the exported cmd_fd instead, and its own /proc/self/mem with each registration
+  // that needs it (c->opener is no process): the session's is its exporter's.
+  int hello_fds[2] = {c->async_write_fd, imported ? imported_cmd_fd
+                                                  : ::open("/proc/self/mem", O_RDWR | O_CLOEXEC)};
+  err = c->conn.call(imported ? ctl::Op::kImportDevice : ctl::Op::kHello, &req, sizeof(req),
+                     resp.get(), sizeof(*resp), hello_fds, hello_fds[1] >= 0 ? 2 : 1, &fds);
+  c->reaches_memory = imported ? ::access("/proc/self/mem", R_OK | W_OK) == 0 : hello_fds[1] >= 0;
+  c->opener = imported ? 0 : ::getpid();
+  if (hello_fds[1] >= 0 && !imported) ::close(hello_fds[1]);
+  // vrnicd keeps the only write end, so that its death reads as end-of-file.
+  ::close(c->async_write_fd);
+  c->async_write_fd = -1;
+  const size_t directory_fds = !err && resp->directory ? 2 : 0;
+  if (!err && fds.size() != 2 + resp->device.num_workers + directory_fds) err = EPROTO;
+  if (err) {
+    for (int fd : fds) ::close(fd);
+    free_context(c);
+    return fail_null<ibv_context>(err);
+  }
+  if (imported) {
+    // Ours from now on: ibv_close_device closes it (rdma-core's import takes the fd too).
+    ctx.cmd_fd = imported_cmd_fd;
+    c->imported_cmd_fd = imported_cmd_fd;
+  }
+  c->info = resp->device;
+  c->session = resp->session_id;
+  void *s =
+      ::mmap(nullptr, sizeof(shm::SessionShared), PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+  void *d = ::mmap(nullptr, sizeof(shm::DaemonShared), PROT_READ, MAP_SHARED, fds[1], 0);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  c->wake_fds.assign(fds.begin() + 2, fds.end() - directory_fds);
+  std::unique_ptr<DirectPeers> peers =
+      directory_fds ? DirectPeers::open(fds[fds.size() - 2], fds[fds.size() - 1], c->session)
+                    : nullptr;
+  if (s == MAP_FAILED || d == MAP_FAILED) {
+    if (s != MAP_FAILED) ::munmap(s, sizeof(shm::SessionShared));
+    if (d != MAP_FAILED) ::munmap(d, sizeof(shm::DaemonShared));
+    free_context(c);
+    return fail_null<ibv_context>(ENOMEM);
+  }
+  c->session_shm = static_cast<shm::SessionShared *>(s);
+  c->daemon_shm = static_cast<const shm::DaemonShared *>(d);
+  c->direct = make_direct_path(c->daemon_shm->direct_path, std::move(peers));
+  setup_ops(c);
+  return &ctx;
+}
+
+// The device a vrnicd socket serves, as an ibv_device of ours: the one listed already, else
+// asked of that vrnicd and put in a free entry; nullptr when none.
+ibv_device *device_at(const std::string &path) {
+  std::lock_guard<std::mutex> lock(g_devices_mu);
+  for (ProviderDevice &d : g_devices)
+    if (d.dev.name[0] && path == d.socket) return &d.dev;
+  auto found = std::make_unique<ctl::DeviceListResp>();
+  if (ctl::list_devices(path.c_str(), found.get())) return nullptr;
+  for (uint32_t i = 0; i < found->count; i++) {
+    if (path != found->devices[i].socket) continue;
+    for (uint32_t slot = 0; slot < ctl::kMaxDevices; slot++) {
+      if (g_devices[slot].dev.name[0]) continue;
+      set_device(slot, found->devices[i]);
+      return &g_devices[slot].dev;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace vrnic::provider
 
 extern "C" {
 
@@ -208,73 +313,7 @@ VRNIC_EXPORT ibv_context *ibv_open_device(ibv_device *device) {
     std::lock_guard<std::mutex> lock(g_devices_mu);
     path = g_devices[index].socket;
   }
-  auto *c = new (std::nothrow) Context();
-  if (!c) return fail_null<ibv_context>(ENOMEM);
-  ibv_context &ctx = c->vctx.context;
-  ctx.device = device;
-  ctx.async_fd = -1;
-  ctx.num_comp_vectors = 1;
-  pthread_mutex_init(&ctx.mutex, nullptr);
-  int event_fds[2];
-  int err = c->conn.open(path.c_str());
-  if (err) {
-    std::fprintf(stderr, "vrnic: cannot reach vrnicd at %s: %s\n", path.c_str(),
-                 std::strerror(err));
-    free_context(c);
-    return fail_null<ibv_context>(ENODEV);
-  }
-  if ((err = ctl::make_event_channel(event_fds))) {
-    free_context(c);
-    return fail_null<ibv_context>(err);
-  }
-  ctx.async_fd = event_fds[0];
-  c->async_write_fd = event_fds[1];
-  ctx.cmd_fd = c->conn.sock();
-  ctl::HelloReq req{ctl::kProtocolVersion, 0};
-  auto resp = std::make_unique<ctl::HelloResp>();
-  std::vector<int> fds;
-  // With the event pipe goes our own /proc/self/mem: vrnicd reaches memory that is not in a
-  // memfd (heap, stack, files) through it. It is bound to this process's memory, not to a
-  // PID that could be reused (issue 17, row 1), and it was opened with our rights, not
-  // vrnicd's. Without /proc, such memory cannot be registered (EFAULT).
-  int hello_fds[2] = {c->async_write_fd, ::open("/proc/self/mem", O_RDWR | O_CLOEXEC)};
-  err = c->conn.call(ctl::Op::kHello, &req, sizeof(req), resp.get(), sizeof(*resp), hello_fds,
-                     hello_fds[1] >= 0 ? 2 : 1, &fds);
-  c->reaches_memory = hello_fds[1] >= 0;
-  c->opener = ::getpid();
-  if (hello_fds[1] >= 0) ::close(hello_fds[1]);
-  // vrnicd keeps the only write end, so that its death reads as end-of-file.
-  ::close(c->async_write_fd);
-  c->async_write_fd = -1;
-  const size_t directory_fds = !err && resp->directory ? 2 : 0;
-  if (!err && fds.size() != 2 + resp->device.num_workers + directory_fds) err = EPROTO;
-  if (err) {
-    for (int fd : fds) ::close(fd);
-    free_context(c);
-    return fail_null<ibv_context>(err);
-  }
-  c->info = resp->device;
-  c->session = resp->session_id;
-  void *s =
-      ::mmap(nullptr, sizeof(shm::SessionShared), PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-  void *d = ::mmap(nullptr, sizeof(shm::DaemonShared), PROT_READ, MAP_SHARED, fds[1], 0);
-  ::close(fds[0]);
-  ::close(fds[1]);
-  c->wake_fds.assign(fds.begin() + 2, fds.end() - directory_fds);
-  std::unique_ptr<DirectPeers> peers =
-      directory_fds ? DirectPeers::open(fds[fds.size() - 2], fds[fds.size() - 1], c->session)
-                    : nullptr;
-  if (s == MAP_FAILED || d == MAP_FAILED) {
-    if (s != MAP_FAILED) ::munmap(s, sizeof(shm::SessionShared));
-    if (d != MAP_FAILED) ::munmap(d, sizeof(shm::DaemonShared));
-    free_context(c);
-    return fail_null<ibv_context>(ENOMEM);
-  }
-  c->session_shm = static_cast<shm::SessionShared *>(s);
-  c->daemon_shm = static_cast<const shm::DaemonShared *>(d);
-  c->direct = make_direct_path(c->daemon_shm->direct_path, std::move(peers));
-  setup_ops(c);
-  return &ctx;
+  return open_context(device, path, -1);
 }
 
 VRNIC_EXPORT int ibv_close_device(ibv_context *context) {

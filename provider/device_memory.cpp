@@ -54,6 +54,31 @@ int memcpy_from_dm(void *host, ibv_dm *dm, uint64_t offset, size_t length) {
   return access_dm(Dm::of(dm), offset, static_cast<uint32_t *>(host), length, true);
 }
 
+// A DM vrnicd answered for (err 0, its memfd in fds) mapped here; on failure nullptr with
+// errno set, and the fds closed.
+ibv_dm *map_dm(ibv_context *ctx, int err, std::vector<int> &fds, uint32_t handle,
+               uint64_t length, uint64_t map_length) {
+  if (!err && fds.size() != 1) err = EPROTO;
+  auto *dm = err ? nullptr : new (std::nothrow) Dm{};
+  void *map = dm ? ::mmap(nullptr, map_length, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0)
+                 : MAP_FAILED;
+  if (err || map == MAP_FAILED) {
+    if (!err) err = dm ? errno : ENOMEM;
+    delete dm;
+    for (int fd : fds) ::close(fd);
+    return fail_null<ibv_dm>(err);
+  }
+  dm->ibv.context = ctx;
+  dm->ibv.memcpy_to_dm = memcpy_to_dm;
+  dm->ibv.memcpy_from_dm = memcpy_from_dm;
+  dm->ibv.handle = handle;
+  dm->map = static_cast<uint8_t *>(map);
+  dm->map_len = map_length;
+  dm->length = length;
+  dm->fd = fds[0];
+  return &dm->ibv;
+}
+
 }  // namespace
 
 ibv_dm *alloc_dm(ibv_context *ctx, ibv_alloc_dm_attr *attr) {
@@ -64,26 +89,30 @@ ibv_dm *alloc_dm(ibv_context *ctx, ibv_alloc_dm_attr *attr) {
   std::vector<int> fds;
   int err = c->conn.call(ctl::Op::kAllocDm, &req, sizeof(req), &resp, sizeof(resp), nullptr, 0,
                          &fds);
-  if (!err && fds.size() != 1) err = EPROTO;
-  auto *dm = err ? nullptr : new (std::nothrow) Dm{};
-  void *map = dm ? ::mmap(nullptr, resp.map_length, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0)
-                 : MAP_FAILED;
-  if (err || map == MAP_FAILED) {
-    if (!err) err = dm ? errno : ENOMEM;
-    delete dm;
-    for (int fd : fds) ::close(fd);
-    if (resp.handle) c->call_on(ctl::Op::kFreeDm, resp.handle);
-    return fail_null<ibv_dm>(err);
+  ibv_dm *dm = map_dm(ctx, err, fds, resp.handle, attr->length, resp.map_length);
+  if (!dm && resp.handle) {
+    const int saved = errno;
+    c->call_on(ctl::Op::kFreeDm, resp.handle);
+    errno = saved;
   }
-  dm->ibv.context = ctx;
-  dm->ibv.memcpy_to_dm = memcpy_to_dm;
-  dm->ibv.memcpy_from_dm = memcpy_from_dm;
-  dm->ibv.handle = resp.handle;
-  dm->map = static_cast<uint8_t *>(map);
-  dm->map_len = resp.map_length;
-  dm->length = attr->length;
-  dm->fd = fds[0];
-  return &dm->ibv;
+  return dm;
+}
+
+// ibv_import_dm: the session's DM (ENOENT if none), mapped here too. Not freed by unimport.
+ibv_dm *import_dm(ibv_context *ctx, uint32_t handle) {
+  ctl::HandleReq req{handle, 0};
+  ctl::ImportDmResp resp{};
+  std::vector<int> fds;
+  int err = Context::of(ctx)->conn.call(ctl::Op::kImportDm, &req, sizeof(req), &resp,
+                                        sizeof(resp), nullptr, 0, &fds);
+  return map_dm(ctx, err, fds, handle, resp.length, resp.map_length);
+}
+
+void unimport_dm(ibv_dm *ibdm) {
+  Dm *dm = Dm::of(ibdm);
+  ::munmap(dm->map, dm->map_len);
+  ::close(dm->fd);
+  delete dm;
 }
 
 int free_dm(ibv_dm *ibdm) {

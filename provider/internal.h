@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -77,6 +78,9 @@ struct Context {
   // and so on-demand paging works (on_demand.cpp).
   bool reaches_memory = false;
   pid_t opener = 0;  // the process that opened it (a forked child may use it too)
+  // ibv_import_device's: the exported context's cmd_fd, which this context holds (and so
+  // the session it speaks for), closed with it; -1 for a context ibv_open_device made.
+  int imported_cmd_fd = -1;
   // This context's ODP regions by lkey, for ibv_advise_mr.
   std::mutex odp_mu;
   std::unordered_map<uint32_t, Mr *> odp_mrs;
@@ -274,6 +278,11 @@ T *fail_null(int err) {
   return nullptr;
 }
 
+// A context on the vrnicd at `path`: a new session, or with imported_cmd_fd >= 0 one that
+// speaks for the session of that exported cmd_fd (device.cpp; import.cpp).
+ibv_context *open_context(ibv_device *device, const std::string &path, int imported_cmd_fd);
+ibv_device *device_at(const std::string &path);  // the device that vrnicd serves, or nullptr
+
 // Per-object-family entry points used when the context is set up.
 int post_send(ibv_qp *qp, ibv_send_wr *wr, ibv_send_wr **bad_wr);
 // allow_type1: the WR list comes from ibv_bind_mw (type 1 window binds).
@@ -327,6 +336,8 @@ int dealloc_parent_domain(Pd *parent);
 // Device memory (device_memory.cpp).
 ibv_dm *alloc_dm(ibv_context *ctx, ibv_alloc_dm_attr *attr);
 int free_dm(ibv_dm *dm);
+ibv_dm *import_dm(ibv_context *ctx, uint32_t handle);
+void unimport_dm(ibv_dm *dm);  // this process's mapping only
 ibv_mr *reg_dm_mr(ibv_pd *pd, ibv_dm *dm, uint64_t offset, size_t length, unsigned access);
 int modify_cq(ibv_cq *cq, ibv_modify_cq_attr *attr);
 int post_srq_recv(ibv_srq *srq, ibv_recv_wr *wr, ibv_recv_wr **bad_wr);

@@ -490,3 +490,62 @@ TEST_CASE("event channels: pipes refused; a full, blocking CM channel never stal
   CHECK((rec.event == vrnic::ctl::kCmRejected || rec.event == vrnic::ctl::kCmUnreachable));
   for (int fd : {pipe_fds[0], pipe_fds[1], ch_fds[0], ch_fds[1]}) ::close(fd);
 }
+
+// ibv_import_device at the protocol: a connection speaks for a session only with that
+// session's socket in hand, once, and never says Hello after (nor before).
+TEST_CASE("ImportDevice: only with a session's socket, once, and never with Hello", "[daemon]") {
+  using vrnic::ctl::Op;
+  Daemon d;
+  vrnic::ctl::HelloReq hello{vrnic::ctl::kProtocolVersion, 0};
+  auto call = [](int sock, Op op, const void *req, size_t len, std::vector<int> fds) {
+    REQUIRE(vrnic::ctl::send_message(sock, op, 0, req, len, fds.data(), fds.size()) == 0);
+    vrnic::ctl::Message m;
+    REQUIRE(vrnic::ctl::recv_message(sock, &m) == 0);
+    m.close_fds();
+    return m.header.status;
+  };
+  int ev[2];
+  REQUIRE(vrnic::ctl::make_event_channel(ev) == 0);
+  RawClient exporter(d.path());
+  REQUIRE(call(exporter.sock, Op::kHello, &hello, sizeof(hello), {ev[1]}) == 0);
+  // A failed import closes its connection, as a failed Hello does: a new one for each.
+  RawClient other(d.path());  // connected, never said Hello: no session
+  auto refused = [&](const vrnic::ctl::HelloReq &req, std::vector<int> fds, int self_at = -1) {
+    RawClient importer(d.path());
+    if (self_at >= 0) fds[size_t(self_at)] = importer.sock;
+    return call(importer.sock, Op::kImportDevice, &req, sizeof(req), fds);
+  };
+  CHECK(refused(hello, {ev[1]}) == EINVAL);
+  CHECK(refused(hello, {ev[1], ev[0]}) == EINVAL);  // a socket, of no session
+  CHECK(refused(hello, {ev[1], other.sock}) == EINVAL);
+  CHECK(refused(hello, {ev[1], -1}, 1) == EINVAL);  // its own socket
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  CHECK(refused(hello, {pipe_fds[1], exporter.sock}) == EINVAL);  // no event channel
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  vrnic::ctl::HelloReq old{vrnic::ctl::kProtocolVersion - 1, 0};
+  CHECK(refused(old, {ev[1], exporter.sock}) == EPROTONOSUPPORT);
+
+  RawClient importer(d.path());
+  REQUIRE(call(importer.sock, Op::kImportDevice, &hello, sizeof(hello), {ev[1], exporter.sock}) == 0);
+  // The importer's PD is the exporter's to look up, and the other way round.
+  vrnic::ctl::Message m;
+  REQUIRE(vrnic::ctl::send_message(importer.sock, Op::kAllocPd, 0, nullptr, 0, nullptr, 0) == 0);
+  REQUIRE(vrnic::ctl::recv_message(importer.sock, &m) == 0);
+  REQUIRE(m.header.status == 0);
+  vrnic::ctl::HandleReq pd{m.as<vrnic::ctl::HandleResp>()->handle, 0};
+  CHECK(call(exporter.sock, Op::kImportPd, &pd, sizeof(pd), {}) == 0);
+  CHECK(call(exporter.sock, Op::kDeallocPd, &pd, sizeof(pd), {}) == 0);
+  CHECK(call(importer.sock, Op::kImportPd, &pd, sizeof(pd), {}) == ENOENT);
+  // Once only, and no Hello on either side of it (each refusal closes that connection).
+  RawClient second(d.path());
+  REQUIRE(call(second.sock, Op::kImportDevice, &hello, sizeof(hello), {ev[1], exporter.sock}) == 0);
+  CHECK(call(importer.sock, Op::kImportDevice, &hello, sizeof(hello), {ev[1], exporter.sock}) ==
+        EEXIST);
+  CHECK(call(second.sock, Op::kHello, &hello, sizeof(hello), {ev[1]}) == EEXIST);
+  CHECK(call(exporter.sock, Op::kImportDevice, &hello, sizeof(hello), {ev[1], exporter.sock}) ==
+        EEXIST);
+  ::close(ev[0]);
+  ::close(ev[1]);
+}

@@ -76,17 +76,6 @@ TEST_CASE("flow steering, WQs, RSS tables, counters are not supported", "[unsupp
   CHECK(errno == EOPNOTSUPP);
 }
 
-TEST_CASE("import/unimport are not supported", "[unsupported]") {
-  Device d;
-  errno = 0;
-  CHECK(ibv_import_device(3) == nullptr);
-  CHECK(errno == EOPNOTSUPP);
-  CHECK(ibv_import_pd(d.ctx, 1) == nullptr);
-  CHECK(errno == EOPNOTSUPP);
-  CHECK(ibv_import_mr(d.pd, 1) == nullptr);
-  CHECK(errno == EOPNOTSUPP);
-}
-
 TEST_CASE("raw packet QPs are refused", "[unsupported]") {
   Device d;
   ibv_qp_init_attr qa{};

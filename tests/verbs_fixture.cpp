@@ -337,7 +337,6 @@ std::string try_open_device(Device &d) {
 }
 
 std::string try_open_device(Device &d, const std::string &device) {
-  const TestEnv &env = test_env();
   int num = 0;
   errno = 0;
   ibv_device **list = ibv_get_device_list(&num);
@@ -363,7 +362,11 @@ std::string try_open_device(Device &d, const std::string &device) {
   const int open_errno = errno;
   ibv_free_device_list(list);
   if (!d.ctx) return "ibv_open_device(" + device + ") failed: " + errno_text(open_errno);
+  return try_describe_device(d);
+}
 
+std::string try_describe_device(Device &d) {
+  const TestEnv &env = test_env();
   d.port_num = env.port;
   d.gid_index = env.gid_index;
   if (int rc = ibv_query_device(d.ctx.get(), &d.attr); rc != 0)
@@ -393,10 +396,14 @@ uint32_t resolve_sge(const Device &d, uint32_t requested) {
   return static_cast<uint32_t>(std::clamp(d.attr.max_sge, 1, 16));
 }
 
-std::string try_create_endpoint(Device &d, const QpConfig &c, Endpoint &e) {
+std::string try_create_endpoint(Device &d, const QpConfig &c, Endpoint &e, ibv_pd *pd) {
   ibv_context *ctx = d.ctx.get();
-  e.pd_.reset(ibv_alloc_pd(ctx));
-  if (!e.pd_) return "ibv_alloc_pd failed: " + errno_text(errno);
+  if (pd) {
+    e.borrowed_pd_ = pd;
+  } else {
+    e.pd_.reset(ibv_alloc_pd(ctx));
+    if (!e.pd_) return "ibv_alloc_pd failed: " + errno_text(errno);
+  }
   const int depth = d.attr.max_cqe > 0 ? std::min(c.cq_depth, d.attr.max_cqe) : c.cq_depth;
   if (c.cq_channel) {
     e.channel_.reset(ibv_create_comp_channel(ctx));
@@ -427,7 +434,7 @@ std::string try_create_endpoint(Device &d, const QpConfig &c, Endpoint &e) {
   ia.cap.max_recv_sge = resolve_sge(d, c.max_recv_sge);
   ia.cap.max_inline_data = c.max_inline_data;
   errno = 0;
-  e.qp_.reset(ibv_create_qp(e.pd_.get(), &ia));
+  e.qp_.reset(ibv_create_qp(e.pd(), &ia));
   if (!e.qp_) {
     return "ibv_create_qp(RC, send_wr " + std::to_string(ia.cap.max_send_wr) + ", recv_wr " +
            std::to_string(ia.cap.max_recv_wr) + ", send_sge " +

@@ -140,6 +140,8 @@ struct Device {
 };
 std::string try_open_device(Device &d);
 std::string try_open_device(Device &d, const std::string &device);  // another device
+// The attributes, port and GID of d.ctx, a context opened otherwise (ibv_import_device).
+std::string try_describe_device(Device &d);
 std::unique_ptr<Device> open_device();  // FAILs (cleanly) when the device is missing
 
 // Sentinel for QpConfig SGE counts: min(16, device max_sge).
@@ -175,13 +177,14 @@ struct PeerInfo {
 struct Endpoint {
   ChannelPtr channel_;  // (QpConfig::cq_channel)
   PdPtr pd_;
+  ibv_pd *borrowed_pd_ = nullptr;  // a PD the endpoint uses but does not own (or nullptr)
   CqPtr send_cq_;
   CqPtr recv_cq_;
   QpPtr qp_;
   ibv_qp_cap cap{};  // as returned by ibv_create_qp
   uint32_t psn = 0;
 
-  ibv_pd *pd() const { return pd_.get(); }
+  ibv_pd *pd() const { return pd_ ? pd_.get() : borrowed_pd_; }
   ibv_cq *scq() const { return send_cq_.get(); }
   ibv_cq *rcq() const { return recv_cq_.get(); }
   ibv_qp *qp() const { return qp_.get(); }
@@ -190,7 +193,8 @@ struct Endpoint {
 };
 
 uint32_t resolve_sge(const Device &d, uint32_t requested);
-std::string try_create_endpoint(Device &d, const QpConfig &c, Endpoint &e);
+// The endpoint's PD is its own, or `pd` if given (which it does not deallocate).
+std::string try_create_endpoint(Device &d, const QpConfig &c, Endpoint &e, ibv_pd *pd = nullptr);
 PeerInfo local_info(const Device &d, const Endpoint &e);
 std::string try_modify_init(const Device &d, Endpoint &e, const QpConfig &c);
 std::string try_modify_rtr(const Device &d, Endpoint &e, const QpConfig &c, const PeerInfo &peer);

@@ -13,7 +13,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 18;
+inline constexpr uint32_t kProtocolVersion = 19;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -72,9 +72,15 @@ enum class Op : uint16_t {
   kOpenXrcd,
   kCloseXrcd,
   kOpenQp,  // ibv_open_qp
+  // ibv_import_device (a new connection speaking for the session whose socket it is given),
+  // ibv_import_pd, ibv_import_mr.
+  kImportDevice,
+  kImportPd,
+  kImportMr,
+  kImportDm,  // ibv_import_dm: a HandleReq, answered with an ImportDmResp and the DM's memfd
 };
 // The last op (tests/fuzz/ctl_fuzz.cpp sends every op up to it).
-inline constexpr Op kLastOp = Op::kOpenQp;
+inline constexpr Op kLastOp = Op::kImportDm;
 
 struct MsgHeader {
   uint32_t magic;
@@ -150,6 +156,17 @@ struct HandleReq {
   uint32_t handle;
   uint32_t reserved;
 };
+
+// kImportDevice: the request is a HelloReq and the response a HelloResp (its fds as Hello's);
+// fds: [0] write end of the importer's async-event pipe, [1] the exported context's cmd_fd
+// (the client end of its session's socket). kImportMr: a HandleReq, answered with this.
+struct ImportMrResp {
+  uint32_t handle;
+  uint32_t lkey;
+  uint32_t rkey;
+  uint32_t reserved;
+  uint64_t length;
+};
 struct HandleResp {
   uint32_t handle;
   uint32_t reserved;
@@ -204,6 +221,12 @@ struct AllocDmResp {
   uint32_t handle;
   uint32_t reserved;
   uint64_t map_length;  // the memfd's size: length rounded up to pages
+};  // fds: [0] the memfd
+struct ImportDmResp {
+  uint32_t handle;
+  uint32_t reserved;
+  uint64_t length;      // as allocated
+  uint64_t map_length;  // the memfd's size
 };  // fds: [0] the memfd
 // ibv_reg_dm_mr: [offset, offset + length) of a DM, zero based (the MR's IOVA 0 is offset).
 struct RegDmMrReq {

@@ -37,6 +37,7 @@ run_catch2_binary mcast_test
 run_catch2_binary parent_domain_test
 run_catch2_binary xrc_test
 run_catch2_binary cq_timestamp_test
+run_catch2_binary import_test
 # Every case of a binary in one run, with the environment given.
 whole_binary() {
   local bin=$VRNIC_BUILD_DIR/tests/$1

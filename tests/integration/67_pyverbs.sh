@@ -16,9 +16,9 @@ source "$VRNIC_ROOT/tests/lib_hosts.sh"
 
 SUITE_SRC=/usr/share/doc/rdma-core/tests
 SUITE=$VRNIC_TMP/pyverbs-tests
-# What vrnic passed when the last capability landed (completion timestamps, issue 32); the
+# What vrnic passed when the last capability landed (imported objects, issue 32); the
 # kernel's Soft-RoCE passes 86.
-MIN_PASS=139
+MIN_PASS=141
 
 # The ODP tests of huge pages (test_odp_rc_huge_*) skip when none are reserved: reserve a few
 # 2 MiB pages for the run, as root may, and give them back after.

@@ -25,9 +25,6 @@ KNOWN_SKIPS = [
      "parent domains with custom allocators (EOPNOTSUPP: queues live in vrnicd's shared memory)"),
     (r"\.test_tag_matching\.", r"Extended CQ is not supported",
      "no hardware tag matching: tm_caps is 0 (IBV_WC_EX_WITH_TM_INFO refused)"),
-    (r"\.test_shared_pd\.|\.SharedDMTest\.",
-     r"Importing a device is not supported|Some object imports are not supported",
-     "ibv_import_device needs a kernel uverbs fd"),
     (r"dmabuf|cuda", r"dmabuf is not supported|cuda-python|PCI device must be passed",
      "needs a GPU / a PCI device this machine does not have"),
 ]
