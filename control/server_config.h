@@ -37,6 +37,9 @@ struct ServerConfig {
   // Selective repeat with every RC peer (Device::selective_repeat): only where all of them
   // are vrnic, since a Sack means nothing to another RoCE NIC.
   bool selective_repeat = false;
+  // A loop-only device also takes the host's interface addresses as GIDs
+  // (Device::add_host_addresses); --no-host-addresses keeps it at 127.0.0.1.
+  bool host_addresses = true;
 };
 
 }  // namespace vrnic

@@ -34,6 +34,7 @@ void usage(FILE *out) {
       "usage: vrnicd [--socket PATH] [--socket-group GROUP] [--limits SPEC] DEVICE\n"
       "              [--device DEVICE]...\n"
       "  DEVICE: [--workers N] [--cpus LIST] [--no-direct-path] [--selective-repeat]\n"
+      "          [--no-host-addresses]\n"
       "          [--udp ADDR [--udp-port PORT] [--udp-buffer BYTES] [--no-gso]]\n"
       "          [--dpdk ADDR --eal 'EAL ARGS' [--udp-port PORT]] [--faults SPEC]\n"
       "  --socket PATH    control socket (default: $VRNIC_SOCKET, else\n"
@@ -62,6 +63,11 @@ void usage(FILE *out) {
       "                   e.g. 1 or 2,3 or 4-7 (default: unpinned, the kernel places them)\n"
       "  --udp ADDR       RoCEv2 over UDP on this IPv4 or IPv6 address (GID 0); without\n"
       "                   it vrnic0 has only the loop port (peers are local processes)\n"
+      "  --no-host-addresses  a loop-only device's GIDs: 127.0.0.1 alone (by default also\n"
+      "                   every address of the host's interfaces that are up and not\n"
+      "                   loopback, IPv6 link-local aside, as rxe on an interface has its\n"
+      "                   addresses: programs find the device by them, libfabric's verbs\n"
+      "                   provider among them; they reach local processes only)\n"
       "  --dpdk ADDR      RoCEv2 on an Ethernet device driven by DPDK, with this IPv4 or IPv6\n"
       "                   address (GID 0); the device and EAL options come from --eal, e.g.\n"
       "                   --eal '--no-huge -m 512 --no-pci --vdev net_af_xdp0,iface=eth1'\n"
@@ -206,6 +212,8 @@ int main(int argc, char **argv) {
       cfg.direct_path = false;
     } else if (arg == "--selective-repeat") {
       cfg.selective_repeat = true;
+    } else if (arg == "--no-host-addresses") {
+      cfg.host_addresses = false;
     } else if (arg == "--no-gso") {
       cfg.udp_port.gso = false;
     } else if (arg == "--faults") {

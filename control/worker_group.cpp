@@ -57,6 +57,7 @@ absl::Status WorkerGroup::start(shm::DaemonShared *daemon_shm) {
     }
     workers_.push_back(std::move(w));
   }
+  if (!cfg_.udp && !cfg_.dpdk && cfg_.host_addresses) dev_.add_host_addresses();
   qps_per_worker_.assign(n, 0);
   if (n > 1) {
     std::vector<Worker *> all;

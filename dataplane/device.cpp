@@ -44,6 +44,33 @@ uint32_t kernel_interface_of(const uint8_t gid[16]) {
   return found;
 }
 
+uint32_t Device::add_host_addresses() {
+  ifaddrs *list = nullptr;
+  if (getifaddrs(&list) != 0) return 0;
+  uint32_t added = 0, index = 1;
+  for (ifaddrs *a = list; a && index < ctl::kGidTableLen; a = a->ifa_next) {
+    if (!a->ifa_addr || !(a->ifa_flags & IFF_UP) || (a->ifa_flags & IFF_LOOPBACK)) continue;
+    uint8_t gid[16] = {};
+    if (a->ifa_addr->sa_family == AF_INET) {
+      gid[10] = gid[11] = 0xff;
+      std::memcpy(gid + 12, &reinterpret_cast<sockaddr_in *>(a->ifa_addr)->sin_addr, 4);
+    } else if (a->ifa_addr->sa_family == AF_INET6) {
+      const in6_addr &v6 = reinterpret_cast<sockaddr_in6 *>(a->ifa_addr)->sin6_addr;
+      if (IN6_IS_ADDR_LINKLOCAL(&v6)) continue;  // meaningful only with its interface
+      std::memcpy(gid, v6.s6_addr, 16);
+    } else {
+      continue;
+    }
+    if (is_local_gid(gid)) continue;  // on two interfaces: one GID
+    while (index < ctl::kGidTableLen && info.gids[index].type != ctl::kGidEmpty) index++;
+    if (index == ctl::kGidTableLen) break;
+    set_gid(index, gid, 1, if_nametoindex(a->ifa_name));  // IBV_GID_TYPE_SYSFS_ROCE_V2
+    added++;
+  }
+  freeifaddrs(list);
+  return added;
+}
+
 Device::Device(uint32_t index) {
   std::snprintf(info.name, sizeof(info.name), "vrnic%u", index);
   // Random per device and run, in the locally administered EUI-64 space (0x02 in the top

@@ -93,6 +93,13 @@ class Device {
   // Writes GID table entry `index` (info.gids is written only through here).
   // ndev_ifindex: the kernel interface the GID's address is on, 0 for none (ibv_gid_entry).
   void set_gid(uint32_t index, const uint8_t gid[16], uint32_t type, uint32_t ndev_ifindex);
+  // A loop-only device's GIDs after 127.0.0.1: the addresses of the host's interfaces that
+  // are up and not loopback (IPv4, and IPv6 but link-local), as RoCEv2 GIDs on their
+  // interfaces, as far as the table has room; how many. As rxe on an Ethernet interface has
+  // that interface's: a program on this host finds the device by an address of its own
+  // (libfabric's verbs provider looks at no loopback interface), and reaching one of them
+  // is reaching a local process, on the loop port.
+  uint32_t add_host_addresses();
   bool is_local_gid(const uint8_t gid[16]) const {
     for (uint32_t i = 0; i < nlocal_gids_; i++)
       if (std::memcmp(local_gids_[i].data(), gid, 16) == 0) return true;

@@ -4,7 +4,10 @@
 #include <catch2/catch.hpp>
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <infiniband/verbs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -548,4 +551,71 @@ TEST_CASE("ImportDevice: only with a session's socket, once, and never with Hell
         EEXIST);
   ::close(ev[0]);
   ::close(ev[1]);
+}
+
+namespace {
+
+// The host's addresses a loop-only vrnicd takes as GIDs, as getifaddrs gives them now:
+// (GID, interface index) of every interface that is up and not loopback, IPv6 link-local aside.
+std::set<std::pair<std::string, uint32_t>> host_gids() {
+  std::set<std::pair<std::string, uint32_t>> out;
+  ifaddrs *list = nullptr;
+  REQUIRE(getifaddrs(&list) == 0);
+  for (ifaddrs *a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr || !(a->ifa_flags & IFF_UP) || (a->ifa_flags & IFF_LOOPBACK)) continue;
+    uint8_t gid[16] = {};
+    if (a->ifa_addr->sa_family == AF_INET) {
+      gid[10] = gid[11] = 0xff;
+      std::memcpy(gid + 12, &reinterpret_cast<sockaddr_in *>(a->ifa_addr)->sin_addr, 4);
+    } else if (a->ifa_addr->sa_family == AF_INET6 &&
+               !IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6 *>(a->ifa_addr)->sin6_addr)) {
+      std::memcpy(gid, reinterpret_cast<sockaddr_in6 *>(a->ifa_addr)->sin6_addr.s6_addr, 16);
+    } else {
+      continue;
+    }
+    out.emplace(std::string(reinterpret_cast<char *>(gid), 16), if_nametoindex(a->ifa_name));
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+// GIDs 1 and on of the one device of the running daemon, with their interfaces.
+std::set<std::pair<std::string, uint32_t>> device_gids_after_0() {
+  ibv_context *ctx = open_vrnic();
+  std::set<std::pair<std::string, uint32_t>> out;
+  for (uint32_t i = 1; i < 16; i++) {
+    ibv_gid_entry e{};
+    if (ibv_query_gid_ex(ctx, 1, i, &e, 0) != 0) continue;
+    CHECK(e.gid_type == IBV_GID_TYPE_ROCE_V2);
+    out.emplace(std::string(reinterpret_cast<char *>(e.gid.raw), 16), e.ndev_ifindex);
+  }
+  ibv_close_device(ctx);
+  return out;
+}
+
+}  // namespace
+
+// As rxe on an interface has its addresses: a loop-only device has the host's (libfabric's
+// verbs provider finds devices by them), unless --no-host-addresses; GID 0 stays 127.0.0.1.
+TEST_CASE("a loop-only device's GIDs: 127.0.0.1, then the host's interface addresses",
+          "[daemon]") {
+  const auto host = host_gids();
+  {
+    Daemon d;
+    const auto gids = device_gids_after_0();
+    if (host.size() <= 15) {
+      CHECK(gids == host);
+    } else {
+      CHECK(gids.size() == 15);  // as many as the table holds, each one of the host's
+      for (const auto &g : gids) CHECK(host.count(g) == 1);
+    }
+  }
+  Daemon d({"--no-host-addresses"});
+  CHECK(device_gids_after_0().empty());
+  ibv_context *ctx = open_vrnic();
+  ibv_gid gid{};
+  REQUIRE(ibv_query_gid(ctx, 1, 0, &gid) == 0);
+  const uint8_t loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+  CHECK(std::memcmp(gid.raw, loopback, 16) == 0);
+  ibv_close_device(ctx);
 }

@@ -226,8 +226,9 @@ cmtime_1000() {
 }
 
 # Two namespaces joined by a veth pair, a vrnicd with a udp port at each end: the programs as on
-# two hosts that see only their own interface, no loopback address in play. libfabric's verbs
-# provider needs this: it offers only devices with an address on an interface other than lo.
+# two hosts that see only their own interface, no loopback address in play. (libfabric's verbs
+# provider offers only devices with an address on an interface other than lo: here the veth's;
+# in the root namespace, the host's, which a default vrnicd takes: in_root below.)
 NS_A=vrnic-cma-$$ NS_B=vrnic-cmb-$$ NS_ADDR_A=10.200.0.1 NS_ADDR_B=10.200.0.2
 ns_hosts() {
   ((EUID == 0)) || { echo "network namespaces need root"; return 1; }
@@ -244,9 +245,43 @@ in_namespaces() {
   with_hosts ns_hosts na nb -- ns_run "$@"
 }
 
-# A TCP server listening on PORT in namespace NS.
+# The root namespace and a vrnicd started with no options: a loop port whose GIDs are
+# 127.0.0.1 and the host's interface addresses (Device::add_host_addresses), by which
+# libfabric's verbs provider finds vrnic0, as it finds rxe by its Ethernet interface's. On a
+# host with no such address (up, not loopback) the test gives it one first: a veth pair of its
+# own with a loopback address at one end (no traffic leaves vrnicd either way: every peer
+# here is a local process on the loop port).
+ROOT_VETH=vrd$$
+root_default() {
+  if [[ -z $(ip -o addr show up | awk '$2 != "lo" && $4 !~ /^fe80:/') ]]; then
+    ((EUID == 0)) || { echo "no interface address but lo's, and no root to add one"; return 1; }
+    vrnic_on_cleanup "ip link del ${ROOT_VETH}a 2>/dev/null"
+    echo "+ ip link add ${ROOT_VETH}a type veth peer name ${ROOT_VETH}b; 127.0.0.31/32 on it"
+    ip link add "${ROOT_VETH}a" type veth peer name "${ROOT_VETH}b" &&
+      ip addr add 127.0.0.31/32 dev "${ROOT_VETH}a" && ip link set "${ROOT_VETH}a" up &&
+      ip link set "${ROOT_VETH}b" up || return 1
+  fi
+  host_vrnicd rd -
+}
+root_run() {
+  local CM_SERVER_SOCK=${SOCK[rd]} CM_CLIENT_SOCK=${SOCK[rd]} CM_SERVER_ADDR=127.0.0.1
+  "$@"
+}
+in_root() {
+  with_hosts root_default rd -- root_run "$@"
+}
+fi_offers_msg() {
+  local out
+  out=$(VRNIC_SOCKET=${SOCK[rd]} "${CM_RUN[@]}" timeout 30 fi_info -p verbs -t FI_EP_MSG 2>&1)
+  echo "$out" | grep -E 'domain|type' | sort -u | sed 's/^/    /'
+  grep -q 'domain: vrnic0$' <<<"$out" && grep -q 'FI_EP_MSG' <<<"$out"
+}
+
+# A TCP server listening on PORT in namespace NS ("-": this one).
 tcp_listening() {
-  [[ -n $(ip netns exec "$1" ss -Hltn "sport = :$2") ]]
+  local in=()
+  [[ $1 != - ]] && in=(ip netns exec "$1")
+  [[ -n $("${in[@]}" ss -Hltn "sport = :$2") ]]
 }
 
 # fi_pingpong ARGS (libfabric's verbs provider, its connections through rdma_cm): the server
@@ -258,7 +293,7 @@ tcp_listening() {
 fi_pair() {
   local port
   port=$(next_port)
-  CM_SERVER_READY="tcp_listening $CM_SERVER_NS $port" cm_pair "fi-$port" \
+  CM_SERVER_READY="tcp_listening ${CM_SERVER_NS:--} $port" cm_pair "fi-$port" \
     fi_pingpong -B "$port" "$@" -- fi_pingpong -P "$port" "$@" "$CM_SERVER_ADDR" || return 1
   grep -E '^(bytes|[0-9]+[km]?) ' "$CM_CLIENT_LOG" | sed 's/^/    /'
   CHECK_NOTE=$(awk '$1 ~ /^[0-9]+[km]?$/ { print $1 ": " $7 " us per transfer" }' \
@@ -268,26 +303,27 @@ fi_pair() {
 }
 
 # Open MPI over libfabric (verbs;ofi_rxm, connections through rdma_cm): build/tests/mpi_check,
-# 2 ranks on the first namespace's vrnicd. Debian's Open MPI 4.1 builds its openib BTL
+# 2 ranks on the vrnicd HOST, in namespace NS (or this one). Debian's Open MPI 4.1 builds its openib BTL
 # without the rdmacm CPC (only udcm, which does not run on RoCE), so the MTL for OFI is the
 # way its MPI reaches rdma_cm. osc pt2pt: one-sided over the same MTL.
 MPI_CHECK=$VRNIC_BUILD_DIR/tests/mpi_check
-mpi_over_ofi() {
-  local out=$VRNIC_TMP/mpi-ofi.log rc passed mads bytes
+mpi_over_ofi() {  # HOST [NS]
+  local host=$1 in=() out=$VRNIC_TMP/mpi-ofi.$1.log rc passed mads bytes
+  [[ -n ${2:-} ]] && in=(ip netns exec "$2")
   [[ -x $MPI_CHECK ]] || { echo "$MPI_CHECK not built (libopenmpi-dev)"; return 1; }
-  mads=$(stat_of cm_mads_received na)
-  bytes=$(stat_of bytes_sent na)
+  mads=$(stat_of cm_mads_received "$host")
+  bytes=$(stat_of bytes_sent "$host")
   local cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 --mca pml cm
     --mca mtl ofi --mca mtl_ofi_provider_include "verbs;ofi_rxm" --mca btl self --mca osc pt2pt
     -x LD_LIBRARY_PATH -x VRNIC_SOCKET -x LD_BIND_NOW "$MPI_CHECK")
-  echo "+ ip netns exec $NS_A ${cmd[*]}"
-  VRNIC_SOCKET=${SOCK[na]} vrnic_fg "${CM_RUN[@]}" ip netns exec "$NS_A" \
+  echo "+ ${in[*]} ${cmd[*]}"
+  VRNIC_SOCKET=${SOCK[$host]} vrnic_fg "${CM_RUN[@]}" "${in[@]}" \
     timeout -k 5 "$(vrnic_timeout 120)" "${cmd[@]}" >"$out" 2>&1 </dev/null
   rc=$?
   grep 'mpi_check:' "$out" | sed 's/^/    /'
   passed=$(grep -c 'checks passed' "$out")
-  mads=$(($(stat_of cm_mads_received na) - mads))
-  bytes=$(($(stat_of bytes_sent na) - bytes))
+  mads=$(($(stat_of cm_mads_received "$host") - mads))
+  bytes=$(($(stat_of bytes_sent "$host") - bytes))
   echo "    vrnicd: $mads CM MADs received, $bytes bytes sent"
   if ((rc != 0 || passed != 2)); then
     echo "FAIL: mpirun $(_vrnic_status_word "$rc"), $passed of 2 ranks passed"
@@ -627,7 +663,15 @@ check "two namespaces: libfabric fi_pingpong -p verbs -e msg -c (64 B to 1 MiB)"
 check "two namespaces: libfabric fi_pingpong -p 'verbs;ofi_rxm' -e rdm -c (64 B to 1 MiB)" \
   in_namespaces fi_pair -p "verbs;ofi_rxm" -e rdm -I 100 -c
 check "Open MPI over libfabric verbs;ofi_rxm (rdma_cm): mpi_check, 2 ranks" \
-  in_namespaces mpi_over_ofi
+  in_namespaces mpi_over_ofi na "$NS_A"
+check "root namespace, a default vrnicd: fi_info -p verbs offers vrnic0 for FI_EP_MSG" \
+  in_root fi_offers_msg
+check "root namespace, a default vrnicd: fi_pingpong -p verbs -e msg -c (64 B to 1 MiB)" \
+  in_root fi_pair -p verbs -e msg -I 100 -c
+check "root namespace, a default vrnicd: fi_pingpong -p 'verbs;ofi_rxm' -e rdm -c" \
+  in_root fi_pair -p "verbs;ofi_rxm" -e rdm -I 100 -c
+check "root namespace, a default vrnicd: Open MPI over libfabric verbs;ofi_rxm, 2 ranks" \
+  in_root mpi_over_ofi rd
 check "each DREQ's first copy lost: rping -C 10 -V still ends in DISCONNECTED on both sides" \
   lost_dreq rping_pair -C 10 -V
 check "each DREQ's first copy lost: ucmatose -c 4 -C 4 disconnects every connection" \
