@@ -15,14 +15,15 @@
 // peer's memory with no call of the peer's, in order with the stream (one RC QP).
 //
 // The descriptor an rsocket gets is its event channel's fd: a real one, so that its number is
-// no other descriptor's; rpoll waits on it and on the CQ's completion channel. Not built:
-// SOCK_DGRAM rsockets (EOPNOTSUPP).
+// no other descriptor's; rpoll waits on it and on the CQ's completion channel. SOCK_DGRAM
+// rsockets are rsocket_dgram.cpp's; each call here hands them over.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <rdma/rsocket.h>
 #include <sys/mman.h>
 #include <sys/select.h>
@@ -40,6 +41,7 @@
 #include <vector>
 
 #include "internal.h"
+#include "rsocket_dgram.h"
 
 namespace {
 
@@ -104,6 +106,7 @@ Rs *find(int fd) {
 }
 
 using vrnic::rdmacm::fail;
+namespace dgram = vrnic::rdmacm::dgram;
 
 bool post_recv(Rs *rs, int slot) {
   ibv_sge sge{reinterpret_cast<uintptr_t>(rs->recv_slot(slot)), kSlotBytes, rs->mr->lkey};
@@ -305,6 +308,7 @@ void wait_on(Rs *rs, int ms) {
 }
 
 using Clock = std::chrono::steady_clock;
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
 
 // Waits until `ready` holds (0), or says EAGAIN at once when non-blocking, or ETIMEDOUT after
 // `ms` (< 0: no limit).
@@ -422,10 +426,11 @@ socklen_t length_of(const sockaddr *sa) {
   return sa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
 }
 
+// As getsockname's: NULL with a length of 0 asks the length alone (librspreload does).
 int copy_address(const sockaddr *from, sockaddr *to, socklen_t *len) {
-  if (!to || !len) return fail(EFAULT);
+  if (!len || (!to && *len)) return fail(EFAULT);
   const socklen_t n = length_of(from);
-  std::memcpy(to, from, std::min(*len, n));
+  if (to) std::memcpy(to, from, std::min(*len, n));
   *len = n;
   return 0;
 }
@@ -436,6 +441,10 @@ extern "C" {
 
 RDMACM_EXPORT int rsocket(int domain, int type, int protocol) {
   if (domain != AF_INET && domain != AF_INET6) return fail(EAFNOSUPPORT);
+  if ((type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) == SOCK_DGRAM) {
+    if (protocol != 0 && protocol != IPPROTO_UDP) return fail(EPROTONOSUPPORT);
+    return dgram::create(domain, type & SOCK_NONBLOCK);
+  }
   if ((type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) != SOCK_STREAM) return fail(EOPNOTSUPP);
   if (protocol != 0 && protocol != IPPROTO_TCP) return fail(EPROTONOSUPPORT);
   Rs *rs = new_socket();
@@ -445,12 +454,14 @@ RDMACM_EXPORT int rsocket(int domain, int type, int protocol) {
 }
 
 RDMACM_EXPORT int rbind(int socket, const struct sockaddr *addr, socklen_t) {
+  if (dgram::Ds *ds = dgram::find(socket)) return dgram::bind(ds, addr);
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
   return rdma_bind_addr(rs->id, const_cast<sockaddr *>(addr));
 }
 
 RDMACM_EXPORT int rlisten(int socket, int backlog) {
+  if (dgram::find(socket)) return fail(EOPNOTSUPP);  // as UDP's
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
   if (rdma_listen(rs->id, backlog) != 0) return -1;
@@ -459,6 +470,7 @@ RDMACM_EXPORT int rlisten(int socket, int backlog) {
 }
 
 RDMACM_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen) {
+  if (dgram::find(socket)) return fail(EOPNOTSUPP);
   Rs *ls = find(socket);
   if (!ls) return fail(ENOTSOCK);
   if (ls->state != State::kListening) return fail(EINVAL);
@@ -501,6 +513,7 @@ RDMACM_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 }
 
 RDMACM_EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t) {
+  if (dgram::Ds *ds = dgram::find(socket)) return dgram::connect(ds, addr);
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
   if (rs->state == State::kConnected) return fail(EISCONN);
@@ -519,6 +532,7 @@ RDMACM_EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t) {
 }
 
 RDMACM_EXPORT int rshutdown(int socket, int how) {
+  if (dgram::Ds *ds = dgram::find(socket)) return dgram::shutdown(ds);
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
   if (rs->state != State::kConnected) return fail(ENOTCONN);
@@ -527,6 +541,7 @@ RDMACM_EXPORT int rshutdown(int socket, int how) {
 }
 
 RDMACM_EXPORT int rclose(int socket) {
+  if (dgram::Ds *ds = dgram::find(socket)) return dgram::close(ds);
   Rs *rs = find(socket);
   if (!rs) return fail(EBADF);
   if (rs->state == State::kConnected) {
@@ -541,20 +556,28 @@ RDMACM_EXPORT int rclose(int socket) {
   return 0;
 }
 
-RDMACM_EXPORT ssize_t rrecv(int socket, void *buf, size_t len, int flags) {
+RDMACM_EXPORT ssize_t rrecvfrom(int socket, void *buf, size_t len, int flags,
+                                struct sockaddr *src_addr, socklen_t *addrlen) {
+  iovec v{buf, len};
+  if (dgram::Ds *ds = dgram::find(socket))
+    return dgram::recv(ds, &v, 1, flags, src_addr, addrlen, nullptr);
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
-  iovec v{buf, len};
-  return stream_read(rs, &v, 1, flags);
+  return stream_read(rs, &v, 1, flags);  // a stream's source is its peer: not reported
 }
-RDMACM_EXPORT ssize_t rrecvfrom(int socket, void *buf, size_t len, int flags, struct sockaddr *,
-                                socklen_t *) {
-  return rrecv(socket, buf, len, flags);
+RDMACM_EXPORT ssize_t rrecv(int socket, void *buf, size_t len, int flags) {
+  return rrecvfrom(socket, buf, len, flags, nullptr, nullptr);
 }
 RDMACM_EXPORT ssize_t rrecvmsg(int socket, struct msghdr *msg, int flags) {
+  if (!msg) return fail(EFAULT);
+  if (dgram::Ds *ds = dgram::find(socket)) {
+    msg->msg_controllen = 0;
+    return dgram::recv(ds, msg->msg_iov, int(msg->msg_iovlen), flags,
+                       static_cast<sockaddr *>(msg->msg_name), &msg->msg_namelen,
+                       &msg->msg_flags);
+  }
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
-  if (!msg) return fail(EFAULT);
   msg->msg_controllen = 0;
   msg->msg_flags = 0;
   return stream_read(rs, msg->msg_iov, int(msg->msg_iovlen), flags);
@@ -563,68 +586,92 @@ RDMACM_EXPORT ssize_t rread(int socket, void *buf, size_t count) {
   return rrecv(socket, buf, count, 0);
 }
 RDMACM_EXPORT ssize_t rreadv(int socket, const struct iovec *iov, int iovcnt) {
+  if (dgram::Ds *ds = dgram::find(socket))
+    return dgram::recv(ds, iov, iovcnt, 0, nullptr, nullptr, nullptr);
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
   return stream_read(rs, iov, iovcnt, 0);
 }
 
-RDMACM_EXPORT ssize_t rsend(int socket, const void *buf, size_t len, int flags) {
+RDMACM_EXPORT ssize_t rsendto(int socket, const void *buf, size_t len, int flags,
+                              const struct sockaddr *dest_addr, socklen_t) {
+  iovec v{const_cast<void *>(buf), len};
+  if (dgram::Ds *ds = dgram::find(socket)) return dgram::send(ds, &v, 1, flags, dest_addr);
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
-  iovec v{const_cast<void *>(buf), len};
-  return stream_write(rs, &v, 1, flags);
+  return stream_write(rs, &v, 1, flags);  // a stream goes to its peer, as TCP's sendto
 }
-RDMACM_EXPORT ssize_t rsendto(int socket, const void *buf, size_t len, int flags,
-                              const struct sockaddr *, socklen_t) {
-  return rsend(socket, buf, len, flags);
+RDMACM_EXPORT ssize_t rsend(int socket, const void *buf, size_t len, int flags) {
+  return rsendto(socket, buf, len, flags, nullptr, 0);
 }
 RDMACM_EXPORT ssize_t rsendmsg(int socket, const struct msghdr *msg, int flags) {
+  if (!msg) return fail(EFAULT);
+  if (dgram::Ds *ds = dgram::find(socket))
+    return dgram::send(ds, msg->msg_iov, int(msg->msg_iovlen), flags,
+                       static_cast<const sockaddr *>(msg->msg_name));
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
-  if (!msg) return fail(EFAULT);
   return stream_write(rs, msg->msg_iov, int(msg->msg_iovlen), flags);
 }
 RDMACM_EXPORT ssize_t rwrite(int socket, const void *buf, size_t count) {
   return rsend(socket, buf, count, 0);
 }
 RDMACM_EXPORT ssize_t rwritev(int socket, const struct iovec *iov, int iovcnt) {
+  if (dgram::Ds *ds = dgram::find(socket)) return dgram::send(ds, iov, iovcnt, 0, nullptr);
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
   return stream_write(rs, iov, iovcnt, 0);
 }
 
-// Ordinary descriptors as poll() has them, rsockets by their state; waits on all at once (an
-// rsocket through its event channel and its CQ's completion channel).
+// Ordinary descriptors as poll() has them, rsockets by their state; waits on all at once (a
+// stream rsocket through its event channel and its CQ's completion channel, a datagram one
+// through what rsocket_dgram.cpp names).
 RDMACM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout) {
   std::vector<Rs *> socks(nfds);
+  std::vector<dgram::Ds *> dgrams(nfds);
   bool any = false;
-  for (nfds_t i = 0; i < nfds; i++) any |= (socks[i] = find(fds[i].fd)) != nullptr;
+  for (nfds_t i = 0; i < nfds; i++) {
+    any |= (socks[i] = find(fds[i].fd)) != nullptr;
+    if (!socks[i]) any |= (dgrams[i] = dgram::find(fds[i].fd)) != nullptr;
+  }
   if (!any) return poll(fds, nfds, timeout);
-  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout, 0));
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::milliseconds(std::max(timeout, 0));
   std::vector<pollfd> wait;
+  std::vector<size_t> first(nfds);  // where each one's descriptors start in `wait`
   for (;;) {
     wait.clear();
     for (nfds_t i = 0; i < nfds; i++) {
+      first[i] = wait.size();
       if (Rs *rs = socks[i]) {
         if (rs->cq) ibv_req_notify_cq(rs->cq, 0);  // armed before the look: nothing is missed
         wait.push_back({rs->fd(), POLLIN, 0});
-        if (rs->cc) wait.push_back({rs->cc->fd, POLLIN, 0});
+        wait.push_back({rs->cc ? rs->cc->fd : -1, POLLIN, 0});
+      } else if (dgrams[i]) {
+        dgram::wait_fds(dgrams[i], wait);
       } else {
         wait.push_back({fds[i].fd, fds[i].events, 0});
       }
     }
     if (poll(wait.data(), wait.size(), 0) < 0) return -1;
     int ready = 0;
-    for (size_t i = 0, k = 0; i < nfds; i++) {
-      if (Rs *rs = socks[i]) {
-        fds[i].revents = readiness(rs, fds[i].events);
-        k += rs->cc ? 2 : 1;
-      } else {
-        fds[i].revents = wait[k++].revents;
-      }
+    for (size_t i = 0; i < nfds; i++) {
+      if (socks[i])
+        fds[i].revents = readiness(socks[i], fds[i].events);
+      else if (dgrams[i])
+        fds[i].revents = dgram::readiness(dgrams[i], fds[i].events);
+      else
+        fds[i].revents = wait[first[i]].revents;
       ready += fds[i].revents != 0;
     }
     if (ready || timeout == 0 || (timeout > 0 && Clock::now() >= deadline)) return ready;
+    // Looked at again for a while before sleeping: an answer mostly comes within tens of
+    // microseconds, and a thread asleep takes about as long again to wake (udpong's 1 ms
+    // echo timeout was missed often enough that its resent messages multiplied).
+    if (Clock::now() - start < kSpinBeforeSleep) {
+      sched_yield();
+      continue;
+    }
     int slice = 100;
     if (timeout > 0) {
       const auto left =
@@ -632,17 +679,13 @@ RDMACM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout) {
       slice = int(std::clamp<long long>(left.count(), 0, 100));
     }
     if (poll(wait.data(), wait.size(), slice) < 0) return -1;
-    for (size_t i = 0, k = 0; i < nfds; i++) {  // take the CQ events that woke us
-      Rs *rs = socks[i];
-      if (!rs) {
-        k++;
-        continue;
-      }
-      k++;
-      if (rs->cc && (wait[k++].revents & POLLIN)) {
+    for (size_t i = 0; i < nfds; i++) {  // take the CQ events that woke us
+      if (Rs *rs = socks[i]; rs && rs->cc && (wait[first[i] + 1].revents & POLLIN)) {
         ibv_cq *cq;
         void *ctx;
         if (ibv_get_cq_event(rs->cc, &cq, &ctx) == 0) ibv_ack_cq_events(cq, 1);
+      } else if (dgrams[i]) {
+        dgram::take_wakeups(dgrams[i], &wait[first[i]]);
       }
     }
   }
@@ -676,6 +719,7 @@ RDMACM_EXPORT int rselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *e
 }
 
 RDMACM_EXPORT int rgetpeername(int socket, struct sockaddr *addr, socklen_t *addrlen) {
+  if (dgram::Ds *ds = dgram::find(socket)) return dgram::getpeername(ds, addr, addrlen);
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
   if (rs->state != State::kConnected) return fail(ENOTCONN);
@@ -683,6 +727,7 @@ RDMACM_EXPORT int rgetpeername(int socket, struct sockaddr *addr, socklen_t *add
 }
 
 RDMACM_EXPORT int rgetsockname(int socket, struct sockaddr *addr, socklen_t *addrlen) {
+  if (dgram::Ds *ds = dgram::find(socket)) return dgram::getsockname(ds, addr, addrlen);
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
   return copy_address(local_of(rs), addr, addrlen);
@@ -692,6 +737,8 @@ RDMACM_EXPORT int rgetsockname(int socket, struct sockaddr *addr, socklen_t *add
 // RC QP's); anything else ENOPROTOOPT.
 RDMACM_EXPORT int rsetsockopt(int socket, int level, int optname, const void *optval,
                               socklen_t optlen) {
+  if (dgram::Ds *ds = dgram::find(socket))
+    return dgram::setsockopt(ds, level, optname, optval, optlen);
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
   if (!optval || optlen < sizeof(int)) return fail(EINVAL);
@@ -724,6 +771,8 @@ RDMACM_EXPORT int rsetsockopt(int socket, int level, int optname, const void *op
 }
 
 RDMACM_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval, socklen_t *optlen) {
+  if (dgram::Ds *ds = dgram::find(socket))
+    return dgram::getsockopt(ds, level, optname, optval, optlen);
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
   if (!optval || !optlen || *optlen < sizeof(int)) return fail(EINVAL);
@@ -762,16 +811,20 @@ RDMACM_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval, 
 
 RDMACM_EXPORT int rfcntl(int socket, int cmd, ...) {
   Rs *rs = find(socket);
-  if (!rs) return fail(ENOTSOCK);
+  dgram::Ds *ds = rs ? nullptr : dgram::find(socket);
+  if (!rs && !ds) return fail(ENOTSOCK);
   va_list ap;
   va_start(ap, cmd);
   const long arg = cmd == F_SETFL ? va_arg(ap, long) : 0;
   va_end(ap);
   switch (cmd) {
     case F_GETFL:
-      return O_RDWR | (rs->nonblocking ? O_NONBLOCK : 0);
+      return O_RDWR | ((rs ? rs->nonblocking : dgram::nonblocking(ds)) ? O_NONBLOCK : 0);
     case F_SETFL:
-      rs->nonblocking = arg & O_NONBLOCK;
+      if (rs)
+        rs->nonblocking = arg & O_NONBLOCK;
+      else
+        dgram::set_nonblocking(ds, arg & O_NONBLOCK);
       return 0;
   }
   return fail(EINVAL);
@@ -780,6 +833,7 @@ RDMACM_EXPORT int rfcntl(int socket, int cmd, ...) {
 // As rdma-core's: a connected socket, PROT_WRITE (or PROT_NONE: registered, not writable by
 // the peer), no flags; offset -1 lets the library choose (the buffer's address).
 RDMACM_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset) {
+  if (dgram::find(socket)) return fail(EOPNOTSUPP);  // streams only, as rdma-core's
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
   if (rs->state != State::kConnected || !buf || !len || flags || (prot & ~PROT_WRITE) ||
@@ -820,6 +874,7 @@ RDMACM_EXPORT int riounmap(int socket, void *buf, size_t len) {
 // count bytes at `offset` of the peer's riomap'ed memory; what was written, or -1 (as
 // size_t) and errno: EINVAL when no mapping of the peer's covers the offset (or is writable).
 RDMACM_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offset, int flags) {
+  if (dgram::find(socket)) return size_t(fail(EOPNOTSUPP));
   Rs *rs = find(socket);
   if (!rs) return size_t(fail(ENOTSOCK));
   if (rs->state != State::kConnected)

@@ -353,6 +353,30 @@ rsocket_pair() {
 rstream_pair() { rsocket_pair rstream "$@"; }
 riostream_pair() { rsocket_pair riostream "$@"; }
 
+# udpong (datagram rsockets) ARGS for both sides: the server as its man page starts it (no
+# address: bound where getaddrinfo(NULL, port) says), serving until it is stopped; the client
+# at 127.0.0.1 (or the server's vrnicd's address). Its report: xfers is what the server
+# counted (datagrams, which a receiver without a free buffer drops, as UDP's are).
+# Custom runs (-C, -S): the default run's latency tests resend after 1 ms and echo whatever
+# came back, so each reply later than that stays in flight for the rest of the run (see
+# README); on a 2-vCPU machine a few are.
+udpong_pair() {
+  local port at=${CM_SERVER_ADDR:-127.0.0.1}
+  port=$(next_port)
+  # (the server's stdout line-buffered: it is stopped with SIGTERM, its report kept)
+  CM_KEEP_SERVER=1 cm_pair "udpong-$port" stdbuf -oL udpong -p "$port" "$@" -- \
+    udpong -s "$at" -p "$port" "$@" || return 1
+  sed -n '/^name/,$p' "$CM_CLIENT_LOG" | sed 's/^/    /'
+  grep -q 'client login from' "$CM_SERVER_LOG" || { echo "FAIL: no login at the server"; return 1; }
+  CHECK_NOTE=$(awk '$1 == "custom" { print $3 " xfers, " $7 " us/xfer" }' "$CM_CLIENT_LOG")
+  [[ -n $CHECK_NOTE ]] || { echo "FAIL: no result line"; return 1; }
+}
+
+# Datagram rsockets' data, addresses and errors (tests/tools/rsocket_dgram_check).
+rsocket_dgram_check() {
+  vrnic_fg "${CM_RUN[@]}" timeout 60 "$VRNIC_BUILD_DIR/tests/rsocket_dgram_check" "$(next_port)"
+}
+
 # A plain TCP program under the system's librspreload.so: iperf (2), server and client, its
 # sockets rsockets on vrnic. vrnicd must have carried at least what iperf says it sent.
 iperf_preloaded() {
@@ -686,6 +710,14 @@ check "riostream -T v -S 4096 -C 1000 (riomap, riowrite; data verified)" \
 check "riostream -T n -T v -S 1048576 -C 20 (non-blocking; 64 KiB WRITEs)" \
   riostream_pair -T n -T v -S 1048576 -C 20
 check "riomap/riowrite/riounmap: their errors, and the bytes in the peer's memory" rio_errors
+check "udpong -C 20000 -S 1024 (datagram rsockets, non-blocking: the server counts)" \
+  udpong_pair -C 20000 -S 1024
+check "udpong -T e -C 5000 -S 1536 (echo: each datagram back)" udpong_pair -T e -C 5000 -S 1536
+check "udpong -T b -T e -C 5000 -S 64 (blocking)" udpong_pair -T b -T e -C 5000 -S 64
+check "udpong -T a -T e -C 5000 -S 512 (rpoll)" udpong_pair -T a -T e -C 5000 -S 512
+check "datagram rsockets: data, addresses, truncation, rpoll, IPv6 and every error" \
+  rsocket_dgram_check
+check "across two vrnicd: udpong -T e -C 2000 -S 1024" across udpong_pair -T e -C 2000 -S 1024
 check "across two vrnicd: rstream -T b -T v -S 65536 -C 1000" \
   across rstream_pair -T b -T v -S 65536 -C 1000
 check "across two vrnicd: riostream -T v -S 65536 -C 100" across riostream_pair -T v -S 65536 -C 100

@@ -1,0 +1,647 @@
+// Datagram rsockets (rsocket(AF_INET or AF_INET6, SOCK_DGRAM, 0)): a UD QP each, reached by
+// the address and port the socket is bound to in the rdma_cm UDP port space (RDMA_PS_UDP).
+//
+// A socket's id is bound there and listens: a sender that does not know it asks rdma_cm to
+// resolve the address and connect, which is IB's service ID resolution (a SIDR REQ to that
+// port), and the answer (the SIDR REP) carries the socket's QPN and Q_Key. The listening ids
+// of all a process's sockets share one event channel, which a thread of the library's serves
+// (as rdma-core's rsockets have a thread for datagram sockets' addressing): each request is
+// accepted with its socket's QP at once, whatever the program is doing (a sender's datagram
+// must not wait for the receiver's next call, nor fail when it is busy). Every datagram starts with a DgramHeader saying
+// the sender's port, so that the receiver knows its address (the GRH's source GID, the
+// header's port) and, from the completion's source QPN, how to answer without asking: a
+// reply needs no resolution. Both ends are vrnic's: rdma-core's datagram rsockets reach a
+// peer first through a kernel UDP socket instead (mixing them is not supported).
+//
+// Datagram semantics as UDP's: at most one path MTU less the header per datagram
+// (EMSGSIZE), none when the receiver has no buffer posted (dropped, as UDP's are when its
+// queue is full), a receive buffer smaller than the datagram keeps its first bytes
+// (MSG_TRUNC). The first datagram to an address this socket has not heard from waits for the
+// resolution, even when non-blocking; a port nobody has bound is ECONNREFUSED (rconnect sends
+// nothing: the first send to the peer says so).
+#include "rsocket_dgram.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rsocket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "internal.h"
+
+namespace vrnic::rdmacm::dgram {
+namespace {
+
+constexpr int kRecvSlots = 64;
+constexpr int kSendSlots = 64;
+constexpr uint32_t kGrhBytes = 40;
+constexpr uint32_t kSlotBytes = 4096 + kGrhBytes;
+constexpr uint8_t kVersion = 1;
+constexpr int kResolveMs = 5000;
+
+// Before every datagram's payload.
+struct DgramHeader {
+  uint8_t version;
+  uint8_t reserved;
+  uint16_t port;  // the sender's, network order
+};
+
+// Where datagrams to one address go: its QP, by an address handle of ours.
+struct Dest {
+  ibv_ah *ah = nullptr;
+  uint32_t qpn = 0;
+  uint32_t qkey = RDMA_UDP_QKEY;
+};
+
+}  // namespace
+
+struct Ds {
+  int domain = AF_INET;
+  bool nonblocking = false;
+  rdma_event_channel *channel = nullptr;  // its fd is the socket's descriptor
+  rdma_cm_id *id = nullptr;               // bound and listening, once bound
+  bool bound = false;
+  Device *dev = nullptr;
+  ibv_comp_channel *cc = nullptr;
+  ibv_cq *cq = nullptr;
+  ibv_qp *qp = nullptr;
+  ibv_mr *mr = nullptr;
+  uint32_t qpn = 0;  // the QP's, for the request thread (under g_mu)
+  uint8_t *buf = nullptr;  // kRecvSlots receive slots, then kSendSlots send slots
+  uint32_t max_payload = 0;
+  struct Received {
+    int slot;
+    uint32_t len;  // payload bytes
+    sockaddr_storage from;
+  };
+  std::deque<Received> received;
+  std::vector<int> free_send;
+  std::map<std::string, Dest> dests;  // by address (sockaddr_in/_in6 bytes, port included)
+  bool connected = false;
+  sockaddr_storage peer{};
+  int sndbuf = kSendSlots * int(kSlotBytes), rcvbuf = kRecvSlots * int(kSlotBytes);
+
+  int fd() const { return channel->fd; }
+  uint8_t *recv_slot(int i) { return buf + size_t(i) * kSlotBytes; }
+  uint8_t *send_slot(int i) { return buf + size_t(kRecvSlots + i) * kSlotBytes; }
+};
+
+namespace {
+
+std::mutex g_mu;
+std::map<int, Ds *> g_sockets;  // by descriptor; a socket with a QP answers requests
+std::set<Ds *> g_answering;     // (under g_mu) sockets whose QP answers requests
+
+// The thread that answers every socket's SIDR requests: the one channel of their listening
+// ids. A request to a socket gone (or on another device than its QP's) is refused.
+void serve_requests(rdma_event_channel *channel) {
+  for (;;) {
+    rdma_cm_event *e;
+    if (rdma_get_cm_event(channel, &e) != 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (e->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+      rdma_ack_cm_event(e);
+      continue;
+    }
+    rdma_cm_id *req = e->id;
+    auto *ds = static_cast<Ds *>(e->listen_id->context);
+    rdma_ack_cm_event(e);
+    {
+      std::lock_guard lock(g_mu);
+      if (g_answering.count(ds) && req->verbs == ds->dev->verbs) {
+        rdma_conn_param p{};
+        p.qp_num = ds->qpn;
+        rdma_accept(req, &p);
+      } else {
+        rdma_reject(req, nullptr, 0);
+      }
+    }
+    rdma_destroy_id(req);
+  }
+}
+
+rdma_event_channel *listen_channel() {
+  static rdma_event_channel *channel = [] {
+    rdma_event_channel *ch = rdma_create_event_channel();
+    if (ch) std::thread(serve_requests, ch).detach();
+    return ch;
+  }();
+  return channel;
+}
+
+socklen_t length_of(const sockaddr *sa) {
+  return sa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+std::string key_of(const sockaddr *sa) {
+  sockaddr_storage s{};
+  if (sa->sa_family == AF_INET6) {
+    auto *in = reinterpret_cast<const sockaddr_in6 *>(sa);
+    auto *out = reinterpret_cast<sockaddr_in6 *>(&s);
+    out->sin6_family = AF_INET6;
+    out->sin6_port = in->sin6_port;
+    out->sin6_addr = in->sin6_addr;
+  } else {
+    auto *in = reinterpret_cast<const sockaddr_in *>(sa);
+    auto *out = reinterpret_cast<sockaddr_in *>(&s);
+    out->sin_family = AF_INET;
+    out->sin_port = in->sin_port;
+    out->sin_addr = in->sin_addr;
+  }
+  return std::string(reinterpret_cast<const char *>(&s), length_of(sa));
+}
+
+// The address a datagram came from, in the socket's family: a GID and a port.
+sockaddr_storage address_of(int domain, const ibv_gid &gid, uint16_t port_be) {
+  sockaddr_storage s{};
+  static const uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (domain == AF_INET && std::memcmp(gid.raw, kV4Mapped, 12) == 0) {
+    auto *in = reinterpret_cast<sockaddr_in *>(&s);
+    in->sin_family = AF_INET;
+    in->sin_port = port_be;
+    std::memcpy(&in->sin_addr, gid.raw + 12, 4);
+  } else {
+    auto *in6 = reinterpret_cast<sockaddr_in6 *>(&s);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = port_be;
+    std::memcpy(in6->sin6_addr.s6_addr, gid.raw, 16);
+  }
+  return s;
+}
+
+uint16_t port_of(const sockaddr *sa) {
+  return sa->sa_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6 *>(sa)->sin6_port
+                                   : reinterpret_cast<const sockaddr_in *>(sa)->sin_port;
+}
+
+bool post_recv(Ds *ds, int slot) {
+  ibv_sge sge{reinterpret_cast<uintptr_t>(ds->recv_slot(slot)), kSlotBytes, ds->mr->lkey};
+  ibv_recv_wr wr{}, *bad = nullptr;
+  wr.wr_id = uint64_t(slot);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  return ibv_post_recv(ds->qp, &wr, &bad) == 0;
+}
+
+// The UD QP, its CQ and buffers, on the device the socket is bound to (a wildcard: the
+// first); its receives posted. 0 or an errno.
+int make_queues(Ds *ds) {
+  ibv_context *verbs = ds->id->verbs ? ds->id->verbs : devices().empty() ? nullptr
+                                                                         : devices()[0]->verbs;
+  for (Device *d : devices())
+    if (d->verbs == verbs) ds->dev = d;
+  if (!ds->dev) return ENODEV;
+  ibv_port_attr port{};
+  if (ibv_query_port(verbs, 1, &port)) return EIO;
+  ds->max_payload = std::min<uint32_t>(128u << port.active_mtu, 4096) - sizeof(DgramHeader);
+  ds->cc = ibv_create_comp_channel(verbs);
+  if (!ds->cc) return errno;
+  fcntl(ds->cc->fd, F_SETFL, fcntl(ds->cc->fd, F_GETFL) | O_NONBLOCK);
+  ds->cq = ibv_create_cq(verbs, kRecvSlots + kSendSlots, nullptr, ds->cc, 0);
+  if (!ds->cq) return errno;
+  ibv_qp_init_attr attr{};
+  attr.send_cq = attr.recv_cq = ds->cq;
+  attr.qp_type = IBV_QPT_UD;
+  attr.cap.max_send_wr = kSendSlots;
+  attr.cap.max_recv_wr = kRecvSlots;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  ds->qp = ibv_create_qp(ds->dev->pd, &attr);
+  if (!ds->qp) return errno;
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = RDMA_UDP_QKEY;
+  if (ibv_modify_qp(ds->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+    return errno;
+  a.qp_state = IBV_QPS_RTR;
+  if (ibv_modify_qp(ds->qp, &a, IBV_QP_STATE)) return errno;
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = 0;
+  if (ibv_modify_qp(ds->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN)) return errno;
+  const size_t bytes = size_t(kRecvSlots + kSendSlots) * kSlotBytes;
+  ds->buf = static_cast<uint8_t *>(std::aligned_alloc(4096, (bytes + 4095) & ~size_t(4095)));
+  if (!ds->buf) return ENOMEM;
+  ds->mr = ibv_reg_mr(ds->dev->pd, ds->buf, bytes, IBV_ACCESS_LOCAL_WRITE);
+  if (!ds->mr) return errno;
+  for (int i = 0; i < kRecvSlots; i++)
+    if (!post_recv(ds, i)) return EIO;
+  for (int i = 0; i < kSendSlots; i++) ds->free_send.push_back(i);
+  std::lock_guard lock(g_mu);
+  ds->qpn = ds->qp->qp_num;
+  g_answering.insert(ds);
+  return 0;
+}
+
+void update_dest(Ds *ds, const sockaddr *from, const ibv_wc &wc, const ibv_ah_attr &attr) {
+  Dest &d = ds->dests[key_of(from)];
+  if (d.ah && d.qpn == wc.src_qp) return;
+  if (d.ah) ibv_destroy_ah(d.ah);
+  d.ah = ibv_create_ah(ds->dev->pd, const_cast<ibv_ah_attr *>(&attr));
+  d.qpn = wc.src_qp;
+  d.qkey = RDMA_UDP_QKEY;
+  if (!d.ah) ds->dests.erase(key_of(from));
+}
+
+void take_receive(Ds *ds, ibv_wc &wc) {
+  const int slot = int(wc.wr_id);
+  uint8_t *p = ds->recv_slot(slot);
+  DgramHeader h;
+  ibv_ah_attr attr{};
+  if (wc.status != IBV_WC_SUCCESS || wc.byte_len < kGrhBytes + sizeof(h) ||
+      ibv_init_ah_from_wc(ds->qp->context, 1, &wc, reinterpret_cast<ibv_grh *>(p), &attr)) {
+    post_recv(ds, slot);
+    return;
+  }
+  std::memcpy(&h, p + kGrhBytes, sizeof(h));
+  if (h.version != kVersion) {  // not one of ours: dropped
+    post_recv(ds, slot);
+    return;
+  }
+  const sockaddr_storage from = address_of(ds->domain, attr.grh.dgid, h.port);
+  update_dest(ds, reinterpret_cast<const sockaddr *>(&from), wc, attr);
+  // A connected socket takes datagrams from its peer alone, as a connected UDP socket does.
+  if (ds->connected &&
+      key_of(reinterpret_cast<const sockaddr *>(&from)) !=
+          key_of(reinterpret_cast<const sockaddr *>(&ds->peer))) {
+    post_recv(ds, slot);
+    return;
+  }
+  ds->received.push_back({slot, uint32_t(wc.byte_len - kGrhBytes - sizeof(h)), from});
+}
+
+// The completions that came, taken.
+void progress(Ds *ds) {
+  if (!ds->cq) return;
+  ibv_wc wc[16];
+  int n;
+  while ((n = ibv_poll_cq(ds->cq, 16, wc)) > 0) {
+    for (int i = 0; i < n; i++) {
+      if (wc[i].opcode & IBV_WC_RECV)
+        take_receive(ds, wc[i]);
+      else
+        ds->free_send.push_back(int(wc[i].wr_id));  // sent, or lost: a datagram either way
+    }
+  }
+}
+
+// Waits (up to ms) on the socket's event channel and completion channel.
+void wait_on(Ds *ds, int ms) {
+  std::vector<pollfd> p;
+  wait_fds(ds, p);
+  if (readiness(ds, POLLIN | POLLOUT) == 0) poll(p.data(), p.size(), ms);
+  take_wakeups(ds, p.data());
+}
+
+int bind_to(Ds *ds, const sockaddr *addr) {
+  if (ds->bound) return EINVAL;
+  if (addr->sa_family != ds->domain) return EAFNOSUPPORT;
+  if (rdma_bind_addr(ds->id, const_cast<sockaddr *>(addr)) != 0) return errno;
+  if (rdma_listen(ds->id, 0) != 0) return errno;
+  ds->bound = true;
+  return make_queues(ds);
+}
+
+// Bound, as UDP binds a socket that sends first: the wildcard, a port of the library's choice.
+int ensure_bound(Ds *ds) {
+  if (ds->bound) return ds->qp ? 0 : EIO;
+  sockaddr_storage any{};
+  any.ss_family = sa_family_t(ds->domain);
+  return bind_to(ds, reinterpret_cast<sockaddr *>(&any));
+}
+
+// The next event of resolution id `rid` on the socket's channel, or nullptr after the
+// deadline.
+rdma_cm_event *next_event_of(Ds *ds, rdma_cm_id *rid, std::chrono::steady_clock::time_point end) {
+  for (;;) {
+    rdma_cm_event *e;
+    while (rdma_get_cm_event(ds->channel, &e) == 0) {
+      if (e->id == rid) return e;
+      rdma_ack_cm_event(e);  // an earlier resolution's, given up
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return nullptr;
+    pollfd p{ds->fd(), POLLIN, 0};
+    poll(&p, 1, int(left.count()));
+  }
+}
+
+// The port `to` names, asked through rdma_cm (address, route, SIDR): its QP. 0 or an errno.
+int resolve(Ds *ds, const sockaddr *to, Dest *out) {
+  rdma_cm_id *rid = nullptr;
+  if (rdma_create_id(ds->channel, &rid, nullptr, RDMA_PS_UDP) != 0) return errno;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(kResolveMs);
+  int err = 0;
+  rdma_cm_event *e = nullptr;
+  auto step = [&](rdma_cm_event_type want) {
+    e = next_event_of(ds, rid, end);
+    if (!e) return ETIMEDOUT;
+    if (e->event == want) return 0;
+    // A SIDR REP refusing (no one at that port) is UNREACHABLE, as the kernel's CM makes
+    // it: for a datagram socket that is a port unreachable, ECONNREFUSED.
+    const bool refused = e->event == RDMA_CM_EVENT_REJECTED ||
+                         (e->event == RDMA_CM_EVENT_UNREACHABLE && e->status != -ETIMEDOUT);
+    const int r = refused ? ECONNREFUSED : e->status == -ETIMEDOUT ? ETIMEDOUT : EHOSTUNREACH;
+    rdma_ack_cm_event(e);
+    e = nullptr;
+    return r;
+  };
+  if (rdma_resolve_addr(rid, nullptr, const_cast<sockaddr *>(to), kResolveMs) != 0)
+    err = errno;
+  if (!err) err = step(RDMA_CM_EVENT_ADDR_RESOLVED);
+  if (e) rdma_ack_cm_event(e), e = nullptr;
+  if (!err && rdma_resolve_route(rid, kResolveMs) != 0) err = errno;
+  if (!err) err = step(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  if (e) rdma_ack_cm_event(e), e = nullptr;
+  rdma_conn_param p{};
+  if (!err && rdma_connect(rid, &p) != 0) err = errno;
+  if (!err) err = step(RDMA_CM_EVENT_ESTABLISHED);
+  if (!err && rid->verbs != ds->qp->context) err = EHOSTUNREACH;  // another device's port
+  if (!err) {
+    out->ah = ibv_create_ah(ds->dev->pd, &e->param.ud.ah_attr);
+    out->qpn = e->param.ud.qp_num;
+    out->qkey = e->param.ud.qkey;
+    if (!out->ah) err = errno ? errno : ENOMEM;
+  }
+  if (e) rdma_ack_cm_event(e);
+  rdma_destroy_id(rid);
+  return err;
+}
+
+Dest *dest_for(Ds *ds, const sockaddr *to, int *err) {
+  const std::string key = key_of(to);
+  auto it = ds->dests.find(key);
+  if (it != ds->dests.end()) return &it->second;
+  Dest d;
+  if ((*err = resolve(ds, to, &d))) return nullptr;
+  return &(ds->dests[key] = d);
+}
+
+int fail(int err) {
+  errno = err;
+  return -1;
+}
+
+}  // namespace
+
+Ds *find(int fd) {
+  std::lock_guard lock(g_mu);
+  auto it = g_sockets.find(fd);
+  return it == g_sockets.end() ? nullptr : it->second;
+}
+
+int create(int domain, bool nonblocking) {
+  auto *ds = new Ds;
+  ds->domain = domain;
+  ds->nonblocking = nonblocking;
+  ds->channel = rdma_create_event_channel();
+  if (!ds->channel || !listen_channel() ||
+      rdma_create_id(listen_channel(), &ds->id, ds, RDMA_PS_UDP) != 0) {
+    const int err = errno;
+    if (ds->channel) rdma_destroy_event_channel(ds->channel);
+    delete ds;
+    return fail(err);
+  }
+  fcntl(ds->fd(), F_SETFL, fcntl(ds->fd(), F_GETFL) | O_NONBLOCK);
+  std::lock_guard lock(g_mu);
+  g_sockets[ds->fd()] = ds;
+  return ds->fd();
+}
+
+int close(Ds *ds) {
+  {
+    std::lock_guard lock(g_mu);
+    g_sockets.erase(ds->fd());
+    g_answering.erase(ds);
+  }
+  // What was posted leaves first (its completions), for a second at most.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (ds->qp && ds->free_send.size() < size_t(kSendSlots) &&
+         std::chrono::steady_clock::now() < end)
+    wait_on(ds, 10), progress(ds);
+  for (auto &[key, d] : ds->dests) ibv_destroy_ah(d.ah);
+  if (ds->qp) ibv_destroy_qp(ds->qp);
+  if (ds->mr) ibv_dereg_mr(ds->mr);
+  std::free(ds->buf);
+  if (ds->cq) ibv_destroy_cq(ds->cq);
+  if (ds->cc) ibv_destroy_comp_channel(ds->cc);
+  rdma_destroy_id(ds->id);
+  rdma_destroy_event_channel(ds->channel);
+  delete ds;
+  return 0;
+}
+
+int bind(Ds *ds, const sockaddr *addr) {
+  if (!addr) return fail(EFAULT);
+  if (int err = bind_to(ds, addr)) return fail(err);
+  return 0;
+}
+
+int connect(Ds *ds, const sockaddr *addr) {
+  if (!addr) return fail(EFAULT);
+  if (addr->sa_family == AF_UNSPEC) {
+    ds->connected = false;
+    return 0;
+  }
+  if (addr->sa_family != ds->domain) return fail(EAFNOSUPPORT);
+  // As UDP's: nothing is sent, a port nobody has is found at the first send. (glibc's
+  // getaddrinfo connects a datagram socket to each address it sorts, under librspreload too.)
+  if (int err = ensure_bound(ds)) return fail(err);
+  std::memcpy(&ds->peer, addr, length_of(addr));
+  ds->connected = true;
+  return 0;
+}
+
+int shutdown(Ds *ds) {
+  return ds->connected ? 0 : fail(ENOTCONN);
+}
+
+ssize_t send(Ds *ds, const iovec *iov, int iovcnt, int flags, const sockaddr *to) {
+  if (!to) {
+    if (!ds->connected) return fail(EDESTADDRREQ);
+    to = reinterpret_cast<const sockaddr *>(&ds->peer);
+  } else if (to->sa_family != ds->domain) {
+    return fail(EAFNOSUPPORT);
+  }
+  if (int err = ensure_bound(ds)) return fail(err);
+  size_t len = 0;
+  for (int i = 0; i < iovcnt; i++) len += iov[i].iov_len;
+  if (len > ds->max_payload) return fail(EMSGSIZE);
+  int err = 0;
+  Dest *d = dest_for(ds, to, &err);
+  if (!d) return fail(err);
+  const bool nb = ds->nonblocking || (flags & MSG_DONTWAIT);
+  for (;;) {
+    progress(ds);
+    if (!ds->free_send.empty()) break;
+    if (nb) return fail(EAGAIN);
+    wait_on(ds, 100);
+  }
+  const int slot = ds->free_send.back();
+  ds->free_send.pop_back();
+  uint8_t *p = ds->send_slot(slot);
+  const DgramHeader h{kVersion, 0, port_of(rdma_get_local_addr(ds->id))};
+  std::memcpy(p, &h, sizeof(h));
+  size_t at = sizeof(h);
+  for (int i = 0; i < iovcnt; i++) {
+    std::memcpy(p + at, iov[i].iov_base, iov[i].iov_len);
+    at += iov[i].iov_len;
+  }
+  ibv_sge sge{reinterpret_cast<uintptr_t>(p), uint32_t(at), ds->mr->lkey};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.wr_id = uint64_t(slot);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud.ah = d->ah;
+  wr.wr.ud.remote_qpn = d->qpn;
+  wr.wr.ud.remote_qkey = d->qkey;
+  if (ibv_post_send(ds->qp, &wr, &bad) != 0) {
+    ds->free_send.push_back(slot);
+    return fail(EIO);
+  }
+  return ssize_t(len);
+}
+
+ssize_t recv(Ds *ds, const iovec *iov, int iovcnt, int flags, sockaddr *from, socklen_t *fromlen,
+             int *msg_flags) {
+  if (int err = ensure_bound(ds)) return fail(err);
+  const bool nb = ds->nonblocking || (flags & MSG_DONTWAIT);
+  for (;;) {
+    progress(ds);
+    if (!ds->received.empty()) break;
+    if (nb) return fail(EAGAIN);
+    wait_on(ds, 100);
+  }
+  const Ds::Received r = ds->received.front();
+  const uint8_t *data = ds->recv_slot(r.slot) + kGrhBytes + sizeof(DgramHeader);
+  size_t at = 0;
+  for (int i = 0; i < iovcnt && at < r.len; i++) {
+    const size_t n = std::min(iov[i].iov_len, size_t(r.len) - at);
+    std::memcpy(iov[i].iov_base, data + at, n);
+    at += n;
+  }
+  if (msg_flags) *msg_flags = at < r.len ? MSG_TRUNC : 0;
+  if (from && fromlen) {
+    const auto *sa = reinterpret_cast<const sockaddr *>(&r.from);
+    std::memcpy(from, sa, std::min(*fromlen, length_of(sa)));
+    *fromlen = length_of(sa);
+  }
+  if (!(flags & MSG_PEEK)) {
+    ds->received.pop_front();
+    post_recv(ds, r.slot);
+  }
+  return ssize_t((flags & MSG_TRUNC) ? r.len : at);
+}
+
+int getsockname(Ds *ds, sockaddr *addr, socklen_t *len) {
+  if (!len || (!addr && *len)) return fail(EFAULT);
+  sockaddr_storage any{};
+  any.ss_family = sa_family_t(ds->domain);
+  const sockaddr *sa =
+      ds->bound ? rdma_get_local_addr(ds->id) : reinterpret_cast<const sockaddr *>(&any);
+  if (addr) std::memcpy(addr, sa, std::min(*len, length_of(sa)));
+  *len = length_of(sa);
+  return 0;
+}
+
+int getpeername(Ds *ds, sockaddr *addr, socklen_t *len) {
+  if (!ds->connected) return fail(ENOTCONN);
+  if (!len || (!addr && *len)) return fail(EFAULT);
+  const auto *sa = reinterpret_cast<const sockaddr *>(&ds->peer);
+  if (addr) std::memcpy(addr, sa, std::min(*len, length_of(sa)));
+  *len = length_of(sa);
+  return 0;
+}
+
+// SO_SNDBUF and SO_RCVBUF are kept (the queues are the library's own size), SO_REUSEADDR and
+// IPV6_V6ONLY go to the id; anything else ENOPROTOOPT.
+int setsockopt(Ds *ds, int level, int optname, const void *optval, socklen_t optlen) {
+  if (!optval || optlen < sizeof(int)) return fail(EINVAL);
+  int v = *static_cast<const int *>(optval);
+  if (level == SOL_SOCKET && optname == SO_SNDBUF) {
+    ds->sndbuf = v;
+  } else if (level == SOL_SOCKET && optname == SO_RCVBUF) {
+    ds->rcvbuf = v;
+  } else if (level == SOL_SOCKET && optname == SO_REUSEADDR) {
+    return rdma_set_option(ds->id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &v, sizeof(v));
+  } else if (level == IPPROTO_IPV6 && optname == IPV6_V6ONLY) {
+    return rdma_set_option(ds->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &v, sizeof(v));
+  } else if (level != SOL_RDMA) {
+    return fail(ENOPROTOOPT);
+  }
+  return 0;
+}
+
+int getsockopt(Ds *ds, int level, int optname, void *optval, socklen_t *optlen) {
+  if (!optval || !optlen || *optlen < sizeof(int)) return fail(EINVAL);
+  if (level != SOL_SOCKET) return fail(ENOPROTOOPT);
+  int v = 0;
+  switch (optname) {
+    case SO_TYPE:
+      v = SOCK_DGRAM;
+      break;
+    case SO_ERROR:
+    case SO_REUSEADDR:
+      break;
+    case SO_SNDBUF:
+      v = ds->sndbuf;
+      break;
+    case SO_RCVBUF:
+      v = ds->rcvbuf;
+      break;
+    default:
+      return fail(ENOPROTOOPT);
+  }
+  std::memcpy(optval, &v, sizeof(v));
+  *optlen = sizeof(v);
+  return 0;
+}
+
+bool nonblocking(const Ds *ds) {
+  return ds->nonblocking;
+}
+
+void set_nonblocking(Ds *ds, bool on) {
+  ds->nonblocking = on;
+}
+
+short readiness(Ds *ds, short want) {
+  progress(ds);
+  short r = 0;
+  if (!ds->received.empty()) r |= POLLIN;
+  if (!ds->qp || !ds->free_send.empty()) r |= POLLOUT;  // unbound: binds when it sends
+  return short(r & want);
+}
+
+int wait_fds(Ds *ds, std::vector<pollfd> &wait) {
+  if (ds->cq) ibv_req_notify_cq(ds->cq, 0);  // armed before the look: nothing is missed
+  wait.push_back({ds->fd(), POLLIN, 0});
+  wait.push_back({ds->cc ? ds->cc->fd : -1, POLLIN, 0});
+  return 2;
+}
+
+void take_wakeups(Ds *ds, const pollfd *fds) {
+  if (ds->cc && (fds[1].revents & POLLIN)) {
+    ibv_cq *cq;
+    void *ctx;
+    if (ibv_get_cq_event(ds->cc, &cq, &ctx) == 0) ibv_ack_cq_events(cq, 1);
+  }
+}
+
+}  // namespace vrnic::rdmacm::dgram
