@@ -2,6 +2,7 @@
 // one PD each, as rdma-core's library keeps them), which device an IP address belongs to (its
 // GID table), the daemons' sockets, and rdma_getaddrinfo.
 #include <arpa/inet.h>
+#include <infiniband/ib.h>
 #include <netdb.h>
 #include <unistd.h>
 
@@ -118,13 +119,69 @@ bool to_cm_address(const sockaddr *sa, ctl::CmAddress *out) {
     out->port = ntohs(in6->sin6_port);
     return true;
   }
-  return false;  // AF_IB: not supported
+  if (sa->sa_family == AF_IB) {
+    const auto *ib = reinterpret_cast<const sockaddr_ib *>(sa);
+    std::memcpy(out->gid, ib->sib_addr.sib_raw, 16);
+    out->port = uint16_t(be64toh(ib->sib_sid) & RDMA_IB_IP_PORT_MASK);
+    return true;
+  }
+  return false;
 }
 
-void to_sockaddr(const ctl::CmAddress &a, int family, sockaddr_storage *out) {
+socklen_t sockaddr_length(const sockaddr *sa) {
+  switch (sa->sa_family) {
+    case AF_INET6:
+      return sizeof(sockaddr_in6);
+    case AF_IB:
+      return sizeof(sockaddr_ib);
+    default:
+      return sizeof(sockaddr_in);
+  }
+}
+
+uint16_t port_of(const sockaddr *sa) {
+  ctl::CmAddress a;
+  return to_cm_address(sa, &a) ? a.port : 0;
+}
+
+void set_port(sockaddr_storage *ss, uint16_t port) {
+  switch (ss->ss_family) {
+    case AF_INET6:
+      reinterpret_cast<sockaddr_in6 *>(ss)->sin6_port = htons(port);
+      break;
+    case AF_IB: {
+      auto *ib = reinterpret_cast<sockaddr_ib *>(ss);
+      const uint64_t sid = be64toh(ib->sib_sid);
+      ib->sib_sid = htobe64((sid & RDMA_IB_IP_PS_MASK) | port);
+      ib->sib_sid_mask |= htobe64(RDMA_IB_IP_PORT_MASK);
+      break;
+    }
+    default:
+      reinterpret_cast<sockaddr_in *>(ss)->sin_port = htons(port);
+  }
+}
+
+sockaddr_storage ip_form(const sockaddr *sa) {
+  sockaddr_storage ss{};
+  ctl::CmAddress a;
+  if (sa->sa_family == AF_IB && to_cm_address(sa, &a))
+    to_sockaddr(a, 0, &ss);
+  else
+    std::memcpy(&ss, sa, sockaddr_length(sa));
+  return ss;
+}
+
+void to_sockaddr(const ctl::CmAddress &a, int family, sockaddr_storage *out, int ps) {
   std::memset(out, 0, sizeof(*out));
   static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (family == AF_INET || (family != AF_INET6 && std::memcmp(a.gid, mapped, 12) == 0)) {
+  if (family == AF_IB) {
+    auto *ib = reinterpret_cast<sockaddr_ib *>(out);
+    ib->sib_family = AF_IB;
+    ib->sib_pkey = htobe16(0xffff);
+    std::memcpy(ib->sib_addr.sib_raw, a.gid, 16);
+    ib->sib_sid = htobe64(uint64_t(ps) << 16 | a.port);
+    ib->sib_sid_mask = htobe64(RDMA_IB_IP_PS_MASK | (a.port ? RDMA_IB_IP_PORT_MASK : 0));
+  } else if (family == AF_INET || (family != AF_INET6 && std::memcmp(a.gid, mapped, 12) == 0)) {
     auto *in = reinterpret_cast<sockaddr_in *>(out);
     in->sin_family = AF_INET;
     std::memcpy(&in->sin_addr, a.gid + 12, 4);
@@ -194,14 +251,28 @@ int resolve_name(const char *node, const char *service, const rdma_addrinfo &hin
                      : ai->ai_protocol == IPPROTO_UDP ? RDMA_PS_UDP
                                                       : RDMA_PS_TCP;
   r->ai_family = ai->ai_family;
+  // AF_IB asked for, with a numeric host (a GID written as an IPv6 address, or an IPv4 one):
+  // that GID as an AF_IB address, its service ID the port space's and the port, as
+  // rdma-core's (which has no name service for GIDs either).
+  sockaddr_storage ib{};
+  const sockaddr *addr = ai->ai_addr;
+  socklen_t addr_len = ai->ai_addrlen;
+  vrnic::ctl::CmAddress gid;
+  if ((hints.ai_flags & RAI_FAMILY) && hints.ai_family == AF_IB &&
+      (hints.ai_flags & RAI_NUMERICHOST) && to_cm_address(ai->ai_addr, &gid)) {
+    to_sockaddr(gid, AF_IB, &ib, r->ai_port_space);
+    addr = reinterpret_cast<const sockaddr *>(&ib);
+    addr_len = sizeof(sockaddr_ib);
+    r->ai_family = AF_IB;
+  }
   bool ok;
   if (ai->ai_flags & AI_PASSIVE) {
     r->ai_flags = RAI_PASSIVE;
     if (ai->ai_canonname) r->ai_src_canonname = strdup(ai->ai_canonname);
-    ok = copy_address(&r->ai_src_addr, &r->ai_src_len, ai->ai_addr, ai->ai_addrlen);
+    ok = copy_address(&r->ai_src_addr, &r->ai_src_len, addr, addr_len);
   } else {
     if (ai->ai_canonname) r->ai_dst_canonname = strdup(ai->ai_canonname);
-    ok = copy_address(&r->ai_dst_addr, &r->ai_dst_len, ai->ai_addr, ai->ai_addrlen);
+    ok = copy_address(&r->ai_dst_addr, &r->ai_dst_len, addr, addr_len);
   }
   freeaddrinfo(found);
   return ok ? 0 : EAI_MEMORY;

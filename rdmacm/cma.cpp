@@ -487,11 +487,10 @@ RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id *cmid, sockaddr *addr) {
       return fail(err);
   }
   sockaddr_storage ss;
-  to_sockaddr(resp.addr, addr->sa_family, &ss);
+  to_sockaddr(resp.addr, addr->sa_family, &ss, cmid->ps);
   if (any) {  // the address stays the caller's (0.0.0.0, 127.0.0.1), with the port given
-    std::memcpy(&ss, addr,
-                addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
-    reinterpret_cast<sockaddr_in *>(&ss)->sin_port = htons(resp.addr.port);
+    std::memcpy(&ss, addr, sockaddr_length(addr));
+    set_port(&ss, resp.addr.port);
   }
   std::memcpy(&cmid->route.addr.src_storage, &ss, sizeof(ss));
   std::memcpy(cmid->route.addr.addr.ibaddr.sgid.raw, resp.addr.gid, 16);
@@ -514,22 +513,21 @@ RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id *cmid, sockaddr *src, sockaddr *d
     sockaddr_storage from{};
     socklen_t len = sizeof(from);
     if (src) {
-      std::memcpy(&from, src,
-                  src->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+      std::memcpy(&from, src, sockaddr_length(src));
     } else {
-      int s = ::socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-      sockaddr_storage probe{};
-      std::memcpy(&probe, dst,
-                  dst->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
-      reinterpret_cast<sockaddr_in *>(&probe)->sin_port = htons(9);
-      const bool ok =
-          s >= 0 &&
-          ::connect(s, reinterpret_cast<sockaddr *>(&probe),
-                    dst->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in)) == 0 &&
-          ::getsockname(s, reinterpret_cast<sockaddr *>(&from), &len) == 0;
+      // (an AF_IB destination: the IP address its GID is; the source then as AF_IB too)
+      sockaddr_storage probe = ip_form(dst);
+      const auto *p = reinterpret_cast<sockaddr *>(&probe);
+      int s = ::socket(probe.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      set_port(&probe, 9);
+      const bool ok = s >= 0 && ::connect(s, p, sockaddr_length(p)) == 0 &&
+                      ::getsockname(s, reinterpret_cast<sockaddr *>(&from), &len) == 0;
       if (s >= 0) ::close(s);
       if (!ok) return fail(ENETUNREACH);
-      reinterpret_cast<sockaddr_in *>(&from)->sin_port = 0;
+      set_port(&from, 0);
+      ctl::CmAddress source;
+      if (dst->sa_family == AF_IB && to_cm_address(reinterpret_cast<sockaddr *>(&from), &source))
+        to_sockaddr(source, AF_IB, &from, cmid->ps);
     }
     if (!id->handle && rdma_bind_addr(cmid, reinterpret_cast<sockaddr *>(&from)) != 0) return -1;
     if (!cmid->verbs) {
@@ -546,7 +544,7 @@ RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id *cmid, sockaddr *src, sockaddr *d
       ibv_gid gid{};
       if (!dev && ibv_query_gid(id->dev->verbs, 1, 0, &gid) == 0) {
         std::memcpy(source.gid, gid.raw, 16);
-        to_sockaddr(source, dst->sa_family, &from);
+        to_sockaddr(source, dst->sa_family, &from, cmid->ps);
       }
       const uint16_t port = cmid->route.addr.src_sin.sin_port;
       std::memcpy(&cmid->route.addr.src_storage, &from, sizeof(from));
@@ -554,8 +552,7 @@ RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id *cmid, sockaddr *src, sockaddr *d
       std::memcpy(cmid->route.addr.addr.ibaddr.sgid.raw, source.gid, 16);
     }
   }
-  std::memcpy(&cmid->route.addr.dst_storage, dst,
-              dst->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+  std::memcpy(&cmid->route.addr.dst_storage, dst, sockaddr_length(dst));
   std::memcpy(cmid->route.addr.addr.ibaddr.dgid.raw, to.gid, 16);
   raise(id, ctl::kCmAddrResolved, 0);
   if (int err = complete(id, {ctl::kCmAddrResolved})) return fail(err);
@@ -871,10 +868,12 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel *channel, rdma_cm_event *
       fresh->qp_type = listener->id.qp_type;
       nid->remote = rec.p;
       nid->passive = true;
+      // In the listener's family when that is AF_IB; else IPv4 or IPv6 as the GIDs are.
+      const int family = listener->id.route.addr.src_addr.sa_family == AF_IB ? AF_IB : 0;
       sockaddr_storage ss;
-      to_sockaddr(rec.local, 0, &ss);
+      to_sockaddr(rec.local, family, &ss, listener->id.ps);
       std::memcpy(&fresh->route.addr.src_storage, &ss, sizeof(ss));
-      to_sockaddr(rec.peer, 0, &ss);
+      to_sockaddr(rec.peer, family, &ss, listener->id.ps);
       std::memcpy(&fresh->route.addr.dst_storage, &ss, sizeof(ss));
       std::memcpy(fresh->route.addr.addr.ibaddr.sgid.raw, rec.local.gid, 16);
       std::memcpy(fresh->route.addr.addr.ibaddr.dgid.raw, rec.peer.gid, 16);
@@ -1037,15 +1036,11 @@ RDMACM_EXPORT void rdma_destroy_srq(rdma_cm_id *cmid) {
 }
 
 RDMACM_EXPORT __be16 rdma_get_src_port(rdma_cm_id *cmid) {
-  const sockaddr *sa = &cmid->route.addr.src_addr;
-  return sa->sa_family == AF_INET6 ? cmid->route.addr.src_sin6.sin6_port
-                                   : cmid->route.addr.src_sin.sin_port;
+  return htons(port_of(&cmid->route.addr.src_addr));
 }
 
 RDMACM_EXPORT __be16 rdma_get_dst_port(rdma_cm_id *cmid) {
-  const sockaddr *sa = &cmid->route.addr.dst_addr;
-  return sa->sa_family == AF_INET6 ? cmid->route.addr.dst_sin6.sin6_port
-                                   : cmid->route.addr.dst_sin.sin_port;
+  return htons(port_of(&cmid->route.addr.dst_addr));
 }
 
 RDMACM_EXPORT const char *rdma_event_str(rdma_cm_event_type event) {

@@ -126,8 +126,15 @@ inline uint32_t random_psn() {
   return ::arc4random() & 0xffffff;
 }
 
-// sockaddr <-> GID-shaped address.
+// sockaddr (AF_INET, AF_INET6, AF_IB) <-> GID-shaped address. An AF_IB address is a GID and a
+// service ID, whose low 16 bits are the port and the bits above them the port space (`ps`).
 bool to_cm_address(const sockaddr *sa, ctl::CmAddress *out);
-void to_sockaddr(const ctl::CmAddress &a, int family, sockaddr_storage *out);
+void to_sockaddr(const ctl::CmAddress &a, int family, sockaddr_storage *out, int ps = RDMA_PS_TCP);
+socklen_t sockaddr_length(const sockaddr *sa);
+void set_port(sockaddr_storage *ss, uint16_t port);
+uint16_t port_of(const sockaddr *sa);  // host order
+// An AF_IB address as the IP address its GID is (IPv4-mapped: AF_INET), port kept; any other
+// as it is. What the kernel's routing table is asked about.
+sockaddr_storage ip_form(const sockaddr *sa);
 
 }  // namespace vrnic::rdmacm

@@ -372,6 +372,20 @@ udpong_pair() {
   [[ -n $CHECK_NOTE ]] || { echo "FAIL: no result line"; return 1; }
 }
 
+# AF_IB addresses (tests/tools/cm_af_ib), and rdmacm-utils' programs given GIDs (-f gid: AF_IB
+# addresses from rdma_getaddrinfo): the loop port's GID 0 written as IPv6.
+cm_af_ib() {
+  vrnic_fg "${CM_RUN[@]}" timeout 30 "$VRNIC_BUILD_DIR/tests/cm_af_ib" "$(next_port)"
+}
+gid_ucmatose() {  # ARGS for both sides
+  cm_pair "ucmatose-gid-$RANDOM" ucmatose -f gid -b ::ffff:127.0.0.1 "$@" -- \
+    ucmatose -f gid -s ::ffff:127.0.0.1 "$@" && status_zero_both
+}
+gid_udaddy() {
+  cm_pair "udaddy-gid-$RANDOM" udaddy -f gid -b ::ffff:127.0.0.1 -- \
+    udaddy -f gid -s ::ffff:127.0.0.1 && status_zero_both
+}
+
 # Datagram rsockets' data, addresses and errors (tests/tools/rsocket_dgram_check).
 rsocket_dgram_check() {
   vrnic_fg "${CM_RUN[@]}" timeout 60 "$VRNIC_BUILD_DIR/tests/rsocket_dgram_check" "$(next_port)"
@@ -644,6 +658,11 @@ check "rping -q -C 100 -V: the application's own QP (rdma_init_qp_attr)" rping_p
 check "ucmatose -c 10" ucmatose_pair c10 -c 10
 check "ucmatose -c 4 -m (rdma_migrate_id)" ucmatose_pair m4 -c 4 -m
 check "udaddy (UD, SIDR)" udaddy_pair
+check "AF_IB addresses: rdma_getaddrinfo, bind, listen, resolve, connect (tests/tools/cm_af_ib)" \
+  cm_af_ib
+check "ucmatose -f gid -c 4 (AF_IB addresses)" gid_ucmatose -c 4
+check "ucmatose -f gid -P ib -c 4 (AF_IB, the IB port space)" gid_ucmatose -P ib -c 4
+check "udaddy -f gid (AF_IB, SIDR)" gid_udaddy
 check "mckey: a group's datagrams reach the receiver that joined it (one vrnicd)" mckey_pair
 check "rdma_server / rdma_client (synchronous ids, rdma_create_ep)" sync_pair rdma_server rdma_client
 check "rdma_xserver / rdma_xclient -c r" sync_pair rdma_xserver rdma_xclient -c r
