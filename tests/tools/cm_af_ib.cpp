@@ -92,16 +92,7 @@ int main(int argc, char **argv) {
   rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ESTABLISHED));
   rdma_ack_cm_event(next_event(lch, RDMA_CM_EVENT_ESTABLISHED));
   expect(true, "ESTABLISHED on both sides");
-  // The DREQ, the server's DREP (its rdma_disconnect), then the client's DISCONNECTED.
-  rdma_disconnect(client);
-  rdma_ack_cm_event(next_event(lch, RDMA_CM_EVENT_DISCONNECTED));
-  rdma_disconnect(server);
-  rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_DISCONNECTED));
-  rdma_destroy_qp(server);
-  rdma_destroy_qp(client);
-  rdma_destroy_id(server);
-  rdma_destroy_id(client);
-  rdma_destroy_id(listener);
+  cm_tool::disconnect_and_destroy(lch, cch, listener, server, client);
   rdma_freeaddrinfo(passive);
   rdma_freeaddrinfo(active);
   rdma_freeaddrinfo(v4);

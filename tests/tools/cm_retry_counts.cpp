@@ -54,17 +54,6 @@ int main(int argc, char **argv) {
   std::printf("client QP: retry_cnt %d, rnr_retry %d\n", retry, rnr);
   expect(retry == 5 && rnr == 3, "the active side's QP: its own retry_count, the REP's RNR (5, 3)");
 
-  // The DREQ, then the server's DREP (its rdma_disconnect), then the client's DISCONNECTED.
-  rdma_disconnect(client);
-  rdma_ack_cm_event(next_event(lch, RDMA_CM_EVENT_DISCONNECTED));
-  rdma_disconnect(server);
-  rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_DISCONNECTED));
-  rdma_destroy_qp(server);
-  rdma_destroy_qp(client);
-  rdma_destroy_id(server);
-  rdma_destroy_id(client);
-  rdma_destroy_id(listener);
-  rdma_destroy_event_channel(cch);
-  rdma_destroy_event_channel(lch);
+  cm_tool::disconnect_and_destroy(lch, cch, listener, server, client);
   return failures ? 1 : 0;
 }

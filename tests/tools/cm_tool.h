@@ -79,6 +79,23 @@ inline Pair listen_and_resolve(sockaddr_in &addr) {
   return p;
 }
 
+// A connection's end as ib_cm has it: the client's DREQ, the server's DISCONNECTED and its
+// DREP (its rdma_disconnect), the client's DISCONNECTED; then both QPs, the ids, the channels.
+inline void disconnect_and_destroy(rdma_event_channel *lch, rdma_event_channel *cch,
+                                   rdma_cm_id *listener, rdma_cm_id *server, rdma_cm_id *client) {
+  rdma_disconnect(client);
+  rdma_ack_cm_event(next_event(lch, RDMA_CM_EVENT_DISCONNECTED));
+  rdma_disconnect(server);
+  rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_DISCONNECTED));
+  rdma_destroy_qp(server);
+  rdma_destroy_qp(client);
+  rdma_destroy_id(server);
+  rdma_destroy_id(client);
+  rdma_destroy_id(listener);
+  rdma_destroy_event_channel(cch);
+  rdma_destroy_event_channel(lch);
+}
+
 // A small RC QP's attributes (rdma_create_qp fills the rest).
 inline ibv_qp_init_attr rc_qp_attr() {
   ibv_qp_init_attr a{};
