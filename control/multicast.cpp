@@ -68,6 +68,14 @@ void QueueObjects::publish_mcast() {
   }
   std::unique_ptr<const MulticastGroups> old(dev_.multicast.exchange(next));
   workers_.synchronize();  // no worker still reads the old one
+  // Other vrnicds' members are reached by IP multicast: worker 0's wire port joins the groups
+  // with members here, and only it (one copy of each datagram per vrnicd).
+  Worker &first = *workers_.all()[0];
+  if (Port *wire = first.wire_port()) {
+    std::vector<std::array<uint8_t, 16>> gids;
+    for (const auto &[gid, members] : mcast_) gids.push_back(gid);
+    first.run_between_bursts([&] { wire->set_multicast_groups(gids); });
+  }
 }
 
 }  // namespace vrnic

@@ -4,7 +4,9 @@
 // the packets it accepts; rx_burst hands packets over.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <vector>
 
 #include "fault_injector.h"
 #include "vrnic/counters.h"
@@ -47,6 +49,9 @@ class Port {
   virtual void resolve(const uint8_t * /*peer_gid*/) {}
   // Fault injection on the receive path, for ports on a wire.
   virtual void set_faults(const FaultConfig &) {}
+  // The multicast groups whose datagrams this port is to receive from the wire (it joins them
+  // and leaves the others); a port without a network that has multicast ignores it.
+  virtual void set_multicast_groups(const std::vector<std::array<uint8_t, 16>> & /*gids*/) {}
   virtual const FaultCounters *fault_counters() const { return nullptr; }
 };
 

@@ -6,6 +6,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/udp.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <new>
 
+#include "device.h"
 #include "icrc.h"
 #include "ip_header.h"
 
@@ -27,11 +29,10 @@ constexpr uint32_t kRxPosted = 128;  // receives kept posted
 constexpr uint32_t kTxChainSends = 256;  // sends in one chain: with the receives, the ring's room
 constexpr size_t kTxBacklog = 4096;      // packets waiting for the chain in flight
 // user_data: a Packet (one datagram sent), a TxBatch (tag 2) or an RxBuffer (tag 1); all
-// are at least 8-aligned.
+// are at least 8-aligned. Tag 3: a multicast socket's poll, its fd above the tag.
 constexpr uint64_t kRxTag = 1;
 constexpr uint64_t kBatchTag = 2;
 constexpr uint64_t kTagMask = 3;
-constexpr uint32_t kMaxDatagram = 65535;
 // The most UDP payload one datagram (a GSO send) carries: the IPv4 total length, or the
 // IPv6 payload length, counts the headers after it too.
 constexpr uint32_t kMaxUdpPayloadV4 = 65535 - 20 - 8;
@@ -47,7 +48,8 @@ struct TxScratch {
 };
 struct RxScratch {
   sockaddr_in6 peer;
-  uint16_t ip_id;  // the IPv4 ID the sender's kernel gave it (see on_received)
+  uint8_t dst_gid[16];  // where it was sent: our address, or a multicast group's
+  uint16_t ip_id;       // the IPv4 ID the sender's kernel gave it (see on_received)
 };
 static_assert(sizeof(TxScratch) <= sizeof(WireScratch::storage));
 static_assert(sizeof(RxScratch) <= sizeof(WireScratch::storage));
@@ -141,17 +143,6 @@ struct UdpPort::TxBatch {
   uint16_t count;
 };
 
-// A posted receive: big enough for a GRO super-datagram (up to 64 KiB of RoCE packets of one
-// size from one sender), which on_datagram splits into packets.
-struct UdpPort::RxBuffer {
-  msghdr msg;
-  iovec iov;
-  sockaddr_in6 peer;
-  // UDP_GRO's segment size, SO_RXQ_OVFL's count of the socket's drops.
-  alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint32_t))];
-  uint8_t data[kMaxDatagram];
-};
-
 UdpPort::UdpPort(PacketPool &pool) : pool_(pool) {}
 
 absl::StatusOr<std::unique_ptr<UdpPort>> UdpPort::open(const UdpPortConfig &cfg, PacketPool &pool,
@@ -200,6 +191,7 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
     return absl::InvalidArgumentError("the interface of " + cfg.address + " has an MTU of " +
                                       std::to_string(ip_mtu) + ", too small for RoCE (256)");
   int family = ipv4_ ? AF_INET : AF_INET6;
+  ifindex_ = kernel_interface_of(gid_);
   auto bound_socket = [&](uint16_t port, int *fd) -> absl::Status {
     *fd = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (*fd < 0) return absl::ErrnoToStatus(errno, "socket");
@@ -210,6 +202,14 @@ absl::Status UdpPort::setup(const UdpPortConfig &cfg, int wake_fd) {
     setsockopt(*fd, ipv4_ ? IPPROTO_IP : IPPROTO_IPV6, ipv4_ ? IP_MTU_DISCOVER : IPV6_MTU_DISCOVER,
                &pmtu, sizeof(pmtu));
     set_buffers(*fd, cfg.socket_buffer);
+    // Multicast leaves through the port's own interface (there may be no route for it).
+    if (ipv4_) {
+      in_addr ours;
+      std::memcpy(&ours, gid_ + 12, 4);
+      setsockopt(*fd, IPPROTO_IP, IP_MULTICAST_IF, &ours, sizeof(ours));
+    } else {
+      setsockopt(*fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, &ifindex_, sizeof(ifindex_));
+    }
     if (reuse_port_ && port == udp_port_)
       setsockopt(*fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
     sockaddr_in6 sa;
@@ -293,6 +293,7 @@ UdpPort::~UdpPort() {
   for (; tx_backlog_head_ < tx_backlog_.size(); tx_backlog_head_++)
     pool_.free(tx_backlog_[tx_backlog_head_]);
   for (int fd : tx_fds_) ::close(fd);
+  for (const McastSocket &m : mcast_) ::close(m.fd);
   if (rx_fd_ >= 0) ::close(rx_fd_);
 }
 
@@ -491,7 +492,7 @@ void UdpPort::on_received(RxFrame f) {
     return;
   }
   gid_from_sockaddr(rx.peer, pkt->src_gid);
-  std::memcpy(pkt->dst_gid, gid_, 16);
+  std::memcpy(pkt->dst_gid, rx.dst_gid, 16);
   pkt->udp_sport = ntohs(rx.peer.sin6_port);  // same offset in sockaddr_in
   // The IPv4 ID is unseen here. The guess is what vrnic peers send: a GSO segment's number
   // (see gso_to), else 0, as Linux UDP sockets send DF datagrams; a right guess keeps the full
@@ -502,7 +503,7 @@ void UdpPort::on_received(RxFrame f) {
   // keeps 26 bits of the check (the fuzz group's random ICRCs, 100,000 a run, are all caught).
   const uint32_t received = load_icrc(f.data + f.len - wire::kIcrcBytes);
   uint8_t ip[40], udp[8];
-  size_t ip_len = pseudo_headers(ipv4_, pkt->src_gid, gid_, pkt->udp_sport, udp_port_,
+  size_t ip_len = pseudo_headers(ipv4_, pkt->src_gid, pkt->dst_gid, pkt->udp_sport, udp_port_,
                                  uint16_t(8 + f.len), rx.ip_id, ip, udp);
   iovec body{f.data, size_t(f.len) - wire::kIcrcBytes};
   const uint32_t with_guess = roce_icrc(ip, ip_len, udp, &body, 1);
@@ -523,7 +524,7 @@ void UdpPort::on_received(RxFrame f) {
 
 // A datagram received: one RoCE packet, or a GRO run of them (all the size the kernel
 // reports but the last). Each is copied into a packet of its own.
-void UdpPort::on_datagram(RxBuffer &buf, int len) {
+void UdpPort::on_datagram(RxBuffer &buf, int len, const uint8_t dst[16]) {
   if (buf.msg.msg_flags & MSG_TRUNC) {  // cannot happen with 64 KiB buffers; never trusted
     counters_[kPortRxMalformed]++;
     return;
@@ -557,6 +558,7 @@ void UdpPort::on_datagram(RxBuffer &buf, int len) {
     std::memcpy(pkt->bounce, buf.data + off, size_t(n));
     RxScratch &rx = scratch<RxScratch>(pkt);
     rx.peer = buf.peer;
+    std::memcpy(rx.dst_gid, dst, 16);
     rx.ip_id = ipv4_ ? index : 0;  // see gso_to()
     RxFrame frame{pkt, pkt->bounce, uint32_t(n)};
     if (faults_.active()) {
@@ -592,10 +594,18 @@ void UdpPort::reap_completions() {
   io_uring_for_each_cqe(&ring_, head, cqe) {
     seen++;
     uint64_t data = io_uring_cqe_get_data64(cqe);
-    if (data & kRxTag) {
+    if ((data & kTagMask) == kMcastTag) {
+      // A multicast socket is readable; its multishot poll goes on unless it ended. (A
+      // socket left meanwhile, or a poll removal's own answer, fd 0 here: nothing.)
+      const int fd = int(data >> 2);
+      const bool ours = std::any_of(mcast_.begin(), mcast_.end(),
+                                    [&](const McastSocket &m) { return m.fd == fd; });
+      mcast_readable_ |= ours;
+      if (ours && !(cqe->flags & IORING_CQE_F_MORE) && cqe->res >= 0) arm_multicast_poll(fd);
+    } else if (data & kRxTag) {
       auto *buf = reinterpret_cast<RxBuffer *>(data & ~kTagMask);
       rx_posted_--;
-      if (cqe->res > 0) on_datagram(*buf, cqe->res);
+      if (cqe->res > 0) on_datagram(*buf, cqe->res, gid_);
       free_rx_buffers_.push_back(buf);
     } else {
       complete_tx(data, cqe->res);
@@ -610,6 +620,7 @@ uint16_t UdpPort::rx_burst(Packet **pkts, uint16_t n) {
     ready_.clear();
     ready_head_ = 0;
     reap_completions();
+    if (mcast_readable_) drain_multicast();
     faults_.release_due();
     post_receives();
   }

@@ -7,7 +7,9 @@
 
 #include <liburing.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -55,6 +57,9 @@ class UdpPort final : public Port {
   // Fault injection on the receive path (none when every rate is zero).
   void set_faults(const FaultConfig &cfg) override { faults_.configure(cfg); }
   const FaultCounters *fault_counters() const override { return faults_.counters(); }
+  // A socket per group, bound to the group's address and the port's UDP port, a member on
+  // the port's interface (udp_multicast.cpp). The worker that owns the port polls them.
+  void set_multicast_groups(const std::vector<std::array<uint8_t, 16>> &gids) override;
 
  private:
   explicit UdpPort(PacketPool &pool);
@@ -67,14 +72,35 @@ class UdpPort final : public Port {
   }
   void to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_in6 *out, socklen_t *len) const;
   struct TxBatch;
-  struct RxBuffer;
+  // A posted receive: big enough for a GRO super-datagram (up to 64 KiB of RoCE packets of
+  // one size from one sender), which on_datagram splits into packets.
+  static constexpr uint32_t kMaxDatagram = 65535;
+  struct RxBuffer {
+    msghdr msg;
+    iovec iov;
+    sockaddr_in6 peer;
+    // UDP_GRO's segment size, SO_RXQ_OVFL's count of the socket's drops.
+    alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint32_t))];
+    uint8_t data[kMaxDatagram];
+  };
+  // The ring's user_data of a multicast socket's poll (the fd above these two bits): the
+  // other tags are udp_port.cpp's.
+  static constexpr uint64_t kMcastTag = 3;
   uint32_t prepare_tx(Packet *pkt, uint16_t ip_id);
   bool gso_to(const uint8_t gid[16]) const;
   uint16_t gso_run(Packet **pkts, uint16_t n) const;
   void submit_single(io_uring_sqe *sqe, Packet *pkt);
   bool submit_batch(io_uring_sqe *sqe, Packet **pkts, uint16_t n);
   void submit_backlog();
-  void on_datagram(RxBuffer &buf, int len);
+  // dst: the address it was sent to (ours, or a multicast group's), which the ICRC covers.
+  void on_datagram(RxBuffer &buf, int len, const uint8_t dst[16]);
+  struct McastSocket {
+    std::array<uint8_t, 16> gid;
+    int fd;
+  };
+  absl::Status join_multicast(const std::array<uint8_t, 16> &gid, int *fd) const;
+  void arm_multicast_poll(int fd);
+  void drain_multicast();
   void complete_tx(uint64_t data, int res);
 
   PacketPool &pool_;
@@ -100,6 +126,10 @@ class UdpPort final : public Port {
   std::vector<RxBuffer *> free_rx_buffers_;
   std::vector<Packet *> ready_;
   size_t ready_head_ = 0;
+  std::vector<McastSocket> mcast_;
+  std::unique_ptr<RxBuffer> mcast_buf_;  // the one receive buffer of the multicast sockets
+  bool mcast_readable_ = false;          // a poll said one of them has datagrams
+  uint32_t ifindex_ = 0;                 // the port address's interface
   PortCounters counters_;
   RxFaultStage faults_{pool_, &UdpPort::deliver, this};
 };

@@ -195,8 +195,17 @@ void Worker::move_qp(QueuePair &qp, Worker &to) {
 void Worker::transmit(QueuePair &qp, Packet *pkt) {
   qp.counters[kPacketsSent]++;  // the device counts what the port accepts (flush)
   count(qp, kBytesSent, pkt->header_len + pkt->payload_len);
-  // Multicast is delivered within this vrnicd only (the loop port fans it out), not on a wire.
-  bool wire = wire_ && !dev.is_local_gid(pkt->dst_gid) && !is_multicast_gid(pkt->dst_gid);
+  // Multicast: to this vrnicd's members through the loop port (which fans it out), and, with a
+  // wire port, a copy to the group's IP address, for other vrnicds' (UdpPort joins a group
+  // for its members; its own copy back is dropped on receipt, a local source from the wire).
+  const bool multicast = is_multicast_gid(pkt->dst_gid);
+  if (multicast && wire_) {
+    if (Packet *copy = bounce_copy(*pkt)) {
+      wire_tx_.pkts[wire_tx_.n++] = copy;
+      if (wire_tx_.n == kBurst) flush(*wire_, wire_tx_);
+    }
+  }
+  bool wire = wire_ && !dev.is_local_gid(pkt->dst_gid) && !multicast;
   TxBatch &batch = wire ? wire_tx_ : loop_tx_;
   batch.pkts[batch.n++] = pkt;
   if (batch.n == kBurst) flush(wire ? *wire_ : *loop_, batch);
@@ -327,23 +336,29 @@ void Worker::fan_out(const Packet &pkt) {
     return;
   }
   for (uint32_t qpn : group->qpns) {
-    Packet *copy = pool.alloc();
-    if (!copy) {
-      counters[kPacketsDropped]++;
-      continue;
-    }
-    std::memcpy(copy->src_gid, pkt.src_gid, 16);
-    std::memcpy(copy->dst_gid, pkt.dst_gid, 16);
-    copy->udp_sport = pkt.udp_sport;
-    copy->header_len = pkt.header_len;
-    std::memcpy(copy->header, pkt.header, pkt.header_len);
-    std::memcpy(copy->bounce, pkt.payload, pkt.payload_len);
-    copy->payload = copy->bounce;
-    copy->payload_len = pkt.payload_len;
-    copy->src_qpn = pkt.src_qpn;
+    Packet *copy = bounce_copy(pkt);
+    if (!copy) continue;
     copy->bth().set_dest_qp(qpn);
     route(copy);
   }
+}
+
+Packet *Worker::bounce_copy(const Packet &pkt) {
+  Packet *copy = pkt.payload_len <= kPacketBufferBytes ? pool.alloc() : nullptr;
+  if (!copy) {
+    counters[kPacketsDropped]++;
+    return nullptr;
+  }
+  std::memcpy(copy->src_gid, pkt.src_gid, 16);
+  std::memcpy(copy->dst_gid, pkt.dst_gid, 16);
+  copy->udp_sport = pkt.udp_sport;
+  copy->header_len = pkt.header_len;
+  std::memcpy(copy->header, pkt.header, pkt.header_len);
+  std::memcpy(copy->bounce, pkt.payload, pkt.payload_len);
+  copy->payload = copy->bounce;
+  copy->payload_len = pkt.payload_len;
+  copy->src_qpn = pkt.src_qpn;
+  return copy;
 }
 
 void Worker::recycle(Packet *pkt) {

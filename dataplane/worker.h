@@ -114,6 +114,9 @@ class Worker final : public TransportHost {
   void route(Packet *pkt);
   // A multicast datagram: a copy to each attached QP (multicast.h); the original is left.
   void fan_out(const Packet &pkt);
+  // A packet with the same headers and a copy of the payload in its own buffer (nullptr:
+  // none free, counted as a drop).
+  Packet *bounce_copy(const Packet &pkt);
   void check_timers_due();
   bool tx_blocked() const override { return wire_ && wire_->tx_full(); }
   bool delivery_pending(const QueuePair &qp) const override;

@@ -124,13 +124,15 @@ udaddy_pair() {
 }
 
 # mckey (rdmacm-utils' multicast test) as its man page runs it: a receiver joined to a group
-# until 20 datagrams came, a sender joined to it sending them; on one vrnicd (issue 32 item 6).
-# The receiver is ready once its QP is attached to the group (vrnicd's mcast_attached).
+# until 20 datagrams came, a sender joined to it sending them; on one vrnicd, or (in_namespaces)
+# the receiver on one and the sender on another, the datagrams IP multicast on the veth
+# (issue 32 item 6). The receiver is ready once its QP is attached to the group (its vrnicd's
+# mcast_attached).
 mckey_pair() {
   local group=230.1.2.$((RANDOM % 200 + 1))
-  CM_SERVER_READY="stat_is mcast_attached 1" \
-    cm_pair mckey mckey -m "$group" -b 127.0.0.1 -C 20 -- \
-    mckey -m "$group" -b 127.0.0.1 -s -C 20 && status_zero_both || return 1
+  CM_SERVER_READY="stat_is mcast_attached 1 ${CM_SERVER_SOCK:-$VRNIC_SOCKET}" \
+    cm_pair mckey mckey -m "$group" -b "${CM_SERVER_ADDR:-127.0.0.1}" -C 20 -- \
+    mckey -m "$group" -b "${CM_CLIENT_BIND:-127.0.0.1}" -s -C 20 && status_zero_both || return 1
   grep -q 'joined dgid: ::ffff:'"$group" "$CM_SERVER_LOG" ||
     { echo "FAIL: the receiver did not say it joined $group"; return 1; }
 }
@@ -700,6 +702,8 @@ check "two namespaces (veth): rping -C 1000 -S 64 -V" in_namespaces rping_pair -
 check "two namespaces: rping -C 100 -S 65535 -V" in_namespaces rping_pair -C 100 -S 65535 -V
 check "two namespaces: ucmatose -c 10" in_namespaces ucmatose_pair ns10 -c 10
 check "two namespaces: udaddy" in_namespaces udaddy_pair
+check "two namespaces: mckey, the sender's vrnicd reaching the receiver's by IP multicast" \
+  in_namespaces mckey_pair
 check "two namespaces: rdma_server / rdma_client" in_namespaces sync_pair rdma_server rdma_client
 check "two namespaces: libfabric fi_pingpong -p verbs -e msg -c (64 B to 1 MiB)" \
   in_namespaces fi_pair -p verbs -e msg -I 100 -c
