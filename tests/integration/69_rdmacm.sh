@@ -246,6 +246,16 @@ ns_run() {
 in_namespaces() {
   with_hosts ns_hosts na nb -- ns_run "$@"
 }
+# The same two, the other way round: the server in the second namespace.
+ns_run_reversed() {
+  local CM_SERVER_SOCK=${SOCK[nb]} CM_CLIENT_SOCK=${SOCK[na]} CM_SERVER_NS=$NS_B
+  local CM_CLIENT_NS=$NS_A CM_SERVER_ADDR=$NS_ADDR_B CM_CLIENT_BIND=$NS_ADDR_A
+  local RPING_CLIENT_ARGS="-I $NS_ADDR_A"
+  "$@"
+}
+in_namespaces_reversed() {
+  with_hosts ns_hosts na nb -- ns_run_reversed "$@"
+}
 
 # The root namespace and a vrnicd started with no options: a loop port whose GIDs are
 # 127.0.0.1 and the host's interface addresses (Device::add_host_addresses), by which
@@ -704,6 +714,8 @@ check "two namespaces: ucmatose -c 10" in_namespaces ucmatose_pair ns10 -c 10
 check "two namespaces: udaddy" in_namespaces udaddy_pair
 check "two namespaces: mckey, the sender's vrnicd reaching the receiver's by IP multicast" \
   in_namespaces mckey_pair
+check "two namespaces: mckey the other way (the receiver in the second namespace)" \
+  in_namespaces_reversed mckey_pair
 check "two namespaces: rdma_server / rdma_client" in_namespaces sync_pair rdma_server rdma_client
 check "two namespaces: libfabric fi_pingpong -p verbs -e msg -c (64 B to 1 MiB)" \
   in_namespaces fi_pair -p verbs -e msg -I 100 -c
