@@ -91,12 +91,7 @@ void UdpPort::drain_multicast() {
   RxBuffer &buf = *mcast_buf_;
   for (const McastSocket &m : mcast_) {
     for (int k = 0; k < 64; k++) {
-      buf.iov = {buf.data, sizeof(buf.data)};
-      std::memset(&buf.msg, 0, sizeof(buf.msg));
-      buf.msg.msg_name = &buf.peer;
-      buf.msg.msg_namelen = sizeof(buf.peer);
-      buf.msg.msg_iov = &buf.iov;
-      buf.msg.msg_iovlen = 1;
+      buf.prepare();
       const ssize_t n = ::recvmsg(m.fd, &buf.msg, MSG_DONTWAIT);
       if (n <= 0) break;
       on_datagram(buf, int(n), m.gid.data());

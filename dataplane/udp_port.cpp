@@ -310,14 +310,7 @@ void UdpPort::post_receives() {
     io_uring_sqe *sqe = io_uring_get_sqe(&ring_);
     RxBuffer &buf = *free_rx_buffers_.back();
     free_rx_buffers_.pop_back();
-    buf.iov = {buf.data, sizeof(buf.data)};
-    std::memset(&buf.msg, 0, sizeof(buf.msg));
-    buf.msg.msg_name = &buf.peer;
-    buf.msg.msg_namelen = sizeof(buf.peer);
-    buf.msg.msg_iov = &buf.iov;
-    buf.msg.msg_iovlen = 1;
-    buf.msg.msg_control = buf.control;
-    buf.msg.msg_controllen = sizeof(buf.control);
+    buf.prepare();
     io_uring_prep_recvmsg(sqe, rx_fd_, &buf.msg, 0);
     io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(&buf) | kRxTag);
     if (k + 1 < room) sqe->flags |= IOSQE_IO_LINK;  // a short datagram does not break it

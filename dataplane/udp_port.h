@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <string>
@@ -82,6 +83,17 @@ class UdpPort final : public Port {
     // UDP_GRO's segment size, SO_RXQ_OVFL's count of the socket's drops.
     alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint32_t))];
     uint8_t data[kMaxDatagram];
+    // Ready for the next recvmsg: the whole buffer, room for the peer and the cmsgs.
+    void prepare() {
+      iov = {data, sizeof(data)};
+      std::memset(&msg, 0, sizeof(msg));
+      msg.msg_name = &peer;
+      msg.msg_namelen = sizeof(peer);
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+    }
   };
   // The ring's user_data of a multicast socket's poll (the fd above these two bits): the
   // other tags are udp_port.cpp's.

@@ -237,22 +237,20 @@ ns_hosts() {
   veth_pair "$NS_A" "$NS_B" "vca$$" "vcb$$" "$NS_ADDR_A/24" "$NS_ADDR_B/24" &&
     host_vrnicd na "$NS_A" --udp "$NS_ADDR_A" && host_vrnicd nb "$NS_B" --udp "$NS_ADDR_B"
 }
-ns_run() {
-  local CM_SERVER_SOCK=${SOCK[na]} CM_CLIENT_SOCK=${SOCK[nb]} CM_SERVER_NS=$NS_A
-  local CM_CLIENT_NS=$NS_B CM_SERVER_ADDR=$NS_ADDR_A CM_CLIENT_BIND=$NS_ADDR_B
-  local RPING_CLIENT_ARGS="-I $NS_ADDR_B"
+# ns_roles SERVER_HOST SERVER_NS SERVER_ADDR CLIENT_HOST CLIENT_NS CLIENT_ADDR CMD...: CMD with
+# the server on the first namespace's vrnicd, the client on the second's.
+ns_roles() {
+  local CM_SERVER_SOCK=${SOCK[$1]} CM_SERVER_NS=$2 CM_SERVER_ADDR=$3
+  local CM_CLIENT_SOCK=${SOCK[$4]} CM_CLIENT_NS=$5 CM_CLIENT_BIND=$6 RPING_CLIENT_ARGS="-I $6"
+  shift 6
   "$@"
 }
+ns_run() { ns_roles na "$NS_A" "$NS_ADDR_A" nb "$NS_B" "$NS_ADDR_B" "$@"; }
+ns_run_reversed() { ns_roles nb "$NS_B" "$NS_ADDR_B" na "$NS_A" "$NS_ADDR_A" "$@"; }
 in_namespaces() {
   with_hosts ns_hosts na nb -- ns_run "$@"
 }
 # The same two, the other way round: the server in the second namespace.
-ns_run_reversed() {
-  local CM_SERVER_SOCK=${SOCK[nb]} CM_CLIENT_SOCK=${SOCK[na]} CM_SERVER_NS=$NS_B
-  local CM_CLIENT_NS=$NS_A CM_SERVER_ADDR=$NS_ADDR_B CM_CLIENT_BIND=$NS_ADDR_A
-  local RPING_CLIENT_ARGS="-I $NS_ADDR_A"
-  "$@"
-}
 in_namespaces_reversed() {
   with_hosts ns_hosts na nb -- ns_run_reversed "$@"
 }
