@@ -117,6 +117,16 @@ absl::Status Server::start() {
   daemon_shm_->direct_path.store(cfg_.direct_path ? 1 : 0, std::memory_order_relaxed);
   dev_.selective_repeat = cfg_.selective_repeat;  // read by the workers, started below
 
+  if (cfg_.inherited_listen_fd >= 0) {
+    // Socket activation: systemd made, bound and owns the socket (and its mode and group).
+    listen_fd_ = cfg_.inherited_listen_fd;
+    int flags = ::fcntl(listen_fd_, F_GETFL);
+    if (flags < 0 || ::fcntl(listen_fd_, F_SETFL, flags | O_NONBLOCK) < 0 ||
+        ::fcntl(listen_fd_, F_SETFD, FD_CLOEXEC) < 0)
+      return absl::ErrnoToStatus(errno, "the socket systemd passed");
+    make_device_node();
+    return start_engines();
+  }
   listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) return absl::ErrnoToStatus(errno, "socket");
   addr.sun_family = AF_UNIX;
@@ -139,7 +149,10 @@ absl::Status Server::start() {
     return absl::ErrnoToStatus(errno, "setting the mode of " + path_);
   make_device_node();
   if (::listen(listen_fd_, 64) < 0) return absl::ErrnoToStatus(errno, "listen");
+  return start_engines();
+}
 
+absl::Status Server::start_engines() {
   if (absl::Status st = workers_.start(daemon_shm_); !st.ok()) return st;
   if (absl::Status st = cm_.start(); !st.ok()) return st;
   watch_link();
@@ -236,7 +249,17 @@ void Server::serve(const std::atomic<bool> &stop) {
   constexpr uint64_t kLookAgainNs = 100'000;
   constexpr size_t kReapPerTurn = 16384;  // a few milliseconds of munmap and free
   uint64_t last_request_ns = 0;
+  const uint64_t exit_idle_ns = uint64_t(cfg_.exit_idle_seconds) * 1'000'000'000;
+  uint64_t idle_since_ns = monotonic_ns();  // when the last client left (0: one is here)
   while (!stop.load()) {
+    if (!sessions_.empty()) {
+      idle_since_ns = 0;
+    } else if (!idle_since_ns) {
+      idle_since_ns = monotonic_ns();
+    } else if (exit_idle_ns && monotonic_ns() - idle_since_ns >= exit_idle_ns) {
+      std::fprintf(stderr, "vrnicd: no client for %u s (--exit-idle)\n", cfg_.exit_idle_seconds);
+      return;
+    }
     // The listening socket, QP1's MADs, then a socket per session.
     pfds.assign({{listen_fd_, POLLIN, 0}, {cm_.poll_fd(), POLLIN, 0}});
     ids.assign(2, 0);
@@ -317,6 +340,7 @@ int Server::poll_timeout_ms(uint64_t now) const {
     const int refused_ms = due <= now ? 0 : int((due - now + 999'999) / 1'000'000);
     ms = std::min(ms, refused_ms);
   }
+  if (cfg_.exit_idle_seconds && sessions_.empty()) ms = ms < 0 ? 1000 : std::min(ms, 1000);
   return ms;
 }
 
@@ -362,10 +386,13 @@ ctl::DeviceListEntry Server::entry() const {
   std::snprintf(e.name, sizeof(e.name), "%s", dev_.info.name);
   std::snprintf(e.socket, sizeof(e.socket), "%s", path_.c_str());
   e.node_guid = dev_.info.node_guid;
+  e.daemon_pid = uint32_t(::getpid());
   return e;
 }
 
 int Server::list_devices(Session &, ctl::DeviceListResp &resp) {
+  resp.flags = (cfg_.autostarted ? ctl::kDaemonAutostarted : 0) |
+               (cfg_.inherited_listen_fd >= 0 ? ctl::kDaemonSocketActivated : 0);
   if (device_list_.empty()) {
     resp.count = 1;
     resp.devices[0] = entry();

@@ -44,7 +44,8 @@ class Server {
   // (before serve(); without one a Server reports itself alone).
   ctl::DeviceListEntry entry() const;
   void set_device_list(std::vector<ctl::DeviceListEntry> all) { device_list_ = std::move(all); }
-  // Serves until *stop becomes true (checked at least every 100 ms).
+  // Serves until *stop becomes true (checked at least every 100 ms), or until no client has
+  // been connected for exit_idle_seconds (if set).
   void serve(const std::atomic<bool> &stop);
 
   // What a command's method gives back besides its status (control/command_table.cpp).
@@ -86,6 +87,7 @@ class Server {
   // The row for op, or nullptr (EOPNOTSUPP).
   static const Command *command(ctl::Op op);
 
+  absl::Status start_engines();  // workers, CM, link: once the socket listens
   void accept_client();
   // Closes the connections past their user's session quota that had their second to hear so.
   void close_refused(uint64_t now);

@@ -40,6 +40,11 @@ struct ServerConfig {
   // A loop-only device also takes the host's interface addresses as GIDs
   // (Device::add_host_addresses); --no-host-addresses keeps it at 127.0.0.1.
   bool host_addresses = true;
+  // The listening socket systemd passed (socket activation), or -1: vrnicd makes its own.
+  int inherited_listen_fd = -1;
+  // serve() returns once no client has been connected for this long (0: never).
+  unsigned exit_idle_seconds = 0;
+  bool autostarted = false;  // reported by kListDevices
 };
 
 }  // namespace vrnic

@@ -1,76 +1,110 @@
-// vrnicctl: asks vrnicd about its state over the control protocol.
+// vrnicctl: asks vrnicd about its state, and changes the little of it an operator may, over
+// the control protocol. Subcommands with CLI11; --json gives what a script parses (the shape
+// is in the README: the same names and values as the text).
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
-#include <memory>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "daemon_view.h"
 #include "dataplane/fault_injector.h"
 #include "vrnic/ctl_io.h"
 #include "vrnic/socket_path.h"
 
 namespace {
 
-int stats(int sock) {
-  int err = vrnic::ctl::send_message(sock, vrnic::ctl::Op::kStats, 0, nullptr, 0);
-  vrnic::ctl::Message m;
-  if (!err) err = vrnic::ctl::recv_message(sock, &m);
-  if (!err) err = m.header.status;
-  const auto *r = m.as<vrnic::ctl::StatsResp>();
-  if (err || !r) {
-    std::fprintf(stderr, "vrnicctl: stats failed: %s\n", std::strerror(err ? err : EPROTO));
-    return 1;
+using nlohmann::ordered_json;
+namespace view = vrnic::view;
+
+int failed(const char *what, int err) {
+  std::fprintf(stderr, "vrnicctl: %s failed: %s\n", what, std::strerror(err));
+  return 1;
+}
+
+void print_json(const ordered_json &j) {
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+int stats(int sock, bool json) {
+  vrnic::ctl::StatsResp r;
+  if (int err = view::ask_stats(sock, &r)) return failed("stats", err);
+  ordered_json j = ordered_json::object();
+  for (const view::Value &v : view::stats_values(r)) {
+    if (json) j[v.name] = v.value;
+    else std::printf("%s=%llu\n", v.name.c_str(), static_cast<unsigned long long>(v.value));
   }
-  auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
-  std::printf("sessions=%u\npds=%u\nmrs=%u\ncqs=%u\nqps=%u\nahs=%u\nchannels=%u\nsrqs=%u\nmws=%u\n",
-              r->sessions, r->pds, r->mrs, r->cqs, r->qps, r->ahs, r->channels, r->srqs, r->mws);
-  for (uint32_t i = 0; i < vrnic::kTransportCounterCount; i++)
-    std::printf("%s=%llu\n", vrnic::kTransportCounterNames[i], u(r->transport[i]));
-  for (uint32_t i = 0; i < vrnic::kPortCounterCount; i++)
-    std::printf("%s=%llu\n", vrnic::kPortCounterNames[i], u(r->port[i]));
-  const struct {
-    const char *name;
-    uint64_t value;
-  } others[] = {
-      {"faults_dropped", r->faults_dropped},
-      {"faults_duplicated", r->faults_duplicated},
-      {"faults_reordered", r->faults_reordered},
-      {"faults_corrupted", r->faults_corrupted},
-      {"faults_delayed", r->faults_delayed},
-      {"wire_link_up", r->wire_link_up},
-      {"workers", r->workers},
-      {"direct_path", r->direct_path},
-      {"selective_repeat", r->selective_repeat},
-      {"doorbell_user_look_max", r->doorbell_user_look_max},
-      {"qp_moves", r->qp_moves},
-      {"worker_stops", r->worker_stops},
-      {"grace_periods", r->grace_periods},
-      {"cm_ids", r->cm_ids},
-      {"cm_listeners", r->cm_listeners},
-      {"cm_connections", r->cm_connections},
-      {"cm_mads_sent", r->cm_mads_sent},
-      {"cm_mads_received", r->cm_mads_received},
-      {"cm_mads_dropped", r->cm_mads_dropped},
-      {"cm_mads_resent", r->cm_mads_resent},
-      {"mcast_groups", r->mcast_groups},
-      {"mcast_attached", r->mcast_attached},
-  };
-  for (const auto &c : others) std::printf("%s=%llu\n", c.name, u(c.value));
-  // The asking user's quota account (vrnicd --limits).
-  std::printf("user_uid=%llu\n", u(r->user_uid));
-  for (uint32_t i = 0; i < vrnic::kQuotaCount; i++)
-    std::printf("user_%s=%llu\n", vrnic::kQuotaKinds[i].name, u(r->user_used[i]));
-  for (uint32_t i = 0; i < vrnic::kQuotaCount; i++)
-    std::printf("limit_%s=%llu\n", vrnic::kQuotaKinds[i].name, u(r->user_limit[i]));
-  std::printf("user_quota_refusals=%llu\n", u(r->user_quota_refusals));
+  if (json) print_json(j);
   return 0;
 }
 
-}  // namespace
+// One line per QP: qpn=... type=... state=... session=... worker=... then its values.
+int list_qps(int sock, const view::QpFilter &filter, bool json) {
+  std::vector<vrnic::ctl::QpEntry> qps;
+  if (int err = view::ask_qps(sock, filter, &qps)) return failed("qps", err);
+  ordered_json all = ordered_json::array();
+  for (const vrnic::ctl::QpEntry &e : qps) {
+    if (json) {
+      ordered_json q = {{"qpn", e.qpn},         {"type", view::qp_type_name(e.type)},
+                        {"state", view::qp_state_name(e.state)},
+                        {"session", e.session}, {"worker", e.worker}};
+      for (const view::Value &v : view::qp_values(e)) q[v.name] = v.value;
+      all.push_back(std::move(q));
+      continue;
+    }
+    std::printf("qpn=0x%x type=%s state=%s session=%u worker=%u", e.qpn,
+                view::qp_type_name(e.type), view::qp_state_name(e.state), e.session, e.worker);
+    for (const view::Value &v : view::qp_values(e))
+      std::printf(" %s=%llu", v.name.c_str(), static_cast<unsigned long long>(v.value));
+    std::printf("\n");
+  }
+  if (json) print_json({{"qps", all}});
+  return 0;
+}
+
+// One line per device of the vrnicd: name, socket, node GUID, the daemon's pid and how it
+// was started.
+int list_devices(const std::string &path, bool json) {
+  vrnic::ctl::DeviceListResp r;
+  if (int err = vrnic::ctl::list_devices(path.c_str(), &r)) {
+    std::fprintf(stderr, "vrnicctl: cannot list the devices of vrnicd at %s: %s\n", path.c_str(),
+                 std::strerror(err));
+    return 1;
+  }
+  const bool autostarted = r.flags & vrnic::ctl::kDaemonAutostarted;
+  const bool activated = r.flags & vrnic::ctl::kDaemonSocketActivated;
+  ordered_json all = ordered_json::array();
+  for (uint32_t i = 0; i < r.count; i++) {
+    const vrnic::ctl::DeviceListEntry &d = r.devices[i];
+    char guid[20];
+    std::snprintf(guid, sizeof(guid), "%016llx", static_cast<unsigned long long>(d.node_guid));
+    if (json) {
+      all.push_back({{"name", d.name}, {"socket", d.socket}, {"node_guid", guid}});
+    } else {
+      std::printf("%s socket=%s node_guid=%s daemon_pid=%u%s%s\n", d.name, d.socket, guid,
+                  d.daemon_pid, autostarted ? " autostarted" : "",
+                  activated ? " socket_activated" : "");
+    }
+  }
+  if (json)
+    print_json({{"daemon",
+                 {{"pid", r.count ? r.devices[0].daemon_pid : 0},
+                  {"autostarted", autostarted},
+                  {"socket_activated", activated}}},
+                {"devices", all}});
+  return 0;
+}
 
 int set_faults(int sock, const std::string &spec) {
+  // vrnicd checks the spec too, but can answer only EINVAL: say here what is wrong with it.
+  if (absl::StatusOr<vrnic::FaultConfig> f = vrnic::FaultConfig::parse(spec); !f.ok()) {
+    std::fprintf(stderr, "vrnicctl: faults '%s': %s\n", spec.c_str(),
+                 std::string(f.status().message()).c_str());
+    return 2;
+  }
   vrnic::ctl::SetFaultsReq req{};
   if (spec.size() >= sizeof(req.spec)) {
     std::fprintf(stderr, "vrnicctl: fault spec too long\n");
@@ -91,189 +125,110 @@ int set_faults(int sock, const std::string &spec) {
   return 0;
 }
 
-int move_qp(int sock, const std::string &qpn_text, const std::string &worker_text) {
-  char *end1, *end2;
-  unsigned long qpn = std::strtoul(qpn_text.c_str(), &end1, 0);
-  unsigned long worker = std::strtoul(worker_text.c_str(), &end2, 0);
-  if (qpn_text.empty() || *end1 || worker_text.empty() || *end2 || qpn > 0xffffff) {
-    std::fprintf(stderr, "vrnicctl: move QPN WORKER: numbers, e.g. move 0x11 1\n");
-    return 2;
-  }
-  vrnic::ctl::MoveQpReq req{uint32_t(qpn), uint32_t(worker)};
+int move_qp(int sock, uint32_t qpn, uint32_t worker) {
+  vrnic::ctl::MoveQpReq req{qpn, worker};
   int err = vrnic::ctl::send_message(sock, vrnic::ctl::Op::kMoveQp, 0, &req, sizeof(req));
   vrnic::ctl::Message m;
   if (!err) err = vrnic::ctl::recv_message(sock, &m);
   if (!err) err = m.header.status;
   if (err) {
-    std::fprintf(stderr, "vrnicctl: move QP %s to worker %s: %s\n", qpn_text.c_str(),
-                 worker_text.c_str(), err == EINVAL ? "no such QP or worker" : std::strerror(err));
+    std::fprintf(stderr, "vrnicctl: move QP 0x%x to worker %u: %s\n", qpn, worker,
+                 err == EINVAL ? "no such QP or worker" : std::strerror(err));
     return 1;
   }
   return 0;
 }
 
-const char *const kQpStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
-
-// What `vrnicctl qps` lists: vrnicd filters by session and state; the limit stops the paging.
-struct QpFilter {
-  uint32_t session = 0;  // 0: any
-  uint32_t state = 0;    // enum ibv_qp_state + 1; 0: any
-  uint64_t limit = UINT64_MAX;
-};
-
-// qps [--session N] [--state NAME] [--limit N]: false (and a message) when it does not parse.
-bool parse_qp_filter(const std::vector<std::string> &args, QpFilter *f) {
-  for (size_t i = 1; i < args.size(); i += 2) {
-    if (i + 1 >= args.size()) return false;
-    const std::string &opt = args[i], &value = args[i + 1];
-    char *end = nullptr;
-    if (opt == "--session" || opt == "--limit") {
-      const unsigned long long v = std::strtoull(value.c_str(), &end, 0);
-      if (value.empty() || *end) return false;
-      if (opt == "--session") f->session = uint32_t(v);
-      else f->limit = v;
-    } else if (opt == "--state") {
-      uint32_t s = 0;
-      while (s < 7 && value != kQpStates[s]) s++;
-      if (s == 7) {
-        std::fprintf(stderr, "vrnicctl: --state takes RESET, INIT, RTR, RTS, SQD, SQE or ERR\n");
-        return false;
-      }
-      f->state = s + 1;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
-// One line per QP: qpn=... type=... state=... then its counters, key=value.
-int list_qps(int sock, const QpFilter &filter) {
-  uint32_t start = 0;
-  uint64_t listed = 0;
-  auto resp = std::make_unique<vrnic::ctl::Message>();
-  do {
-    vrnic::ctl::ListQpsReq req{start, filter.session, filter.state, 0};
-    int err = vrnic::ctl::send_message(sock, vrnic::ctl::Op::kListQps, 0, &req, sizeof(req));
-    if (!err) err = vrnic::ctl::recv_message(sock, resp.get());
-    if (!err) err = resp->header.status;
-    const auto *r = resp->as<vrnic::ctl::ListQpsResp>();
-    if (err || !r) {
-      std::fprintf(stderr, "vrnicctl: qps failed: %s\n", std::strerror(err ? err : EPROTO));
-      return 1;
-    }
-    for (uint32_t i = 0; i < r->count && listed < filter.limit; i++, listed++) {
-      const vrnic::ctl::QpEntry &e = r->entries[i];
-      static const char *kTypes[] = {"?", "?", "RC", "UC", "UD"};
-      std::printf("qpn=0x%x type=%s state=%s session=%u worker=%u", e.qpn,
-                  e.type < 5 ? kTypes[e.type] : "?", e.state < 7 ? kQpStates[e.state] : "?",
-                  e.session, e.worker);
-      const vrnic::ctl::QpTransportState &t = e.transport;
-      std::printf(
-          " sq_psn=%u acked_psn=%u rq_psn=%u window=%u wqes_started=%u wqes_unsent=%u"
-          " rd_atomic=%u responses=%u ack_timer_us=%u rnr_timer_us=%u retry_left=%u"
-          " rnr_left=%u nak_sent=%u peer_window=%u peer_in_flight=%u srtt_us=%u"
-          " probe_timer_us=%u probes=%u selective_repeat=%u ece_set=%u",
-          t.sq_psn, t.acked_psn, t.rq_psn, t.window, t.wqes_started, t.wqes_unsent, t.rd_atomic,
-          t.responses, t.ack_timer_us, t.rnr_timer_us, t.retry_left, t.rnr_left, t.nak_sent,
-          t.peer_window, t.peer_in_flight, t.srtt_us, t.probe_timer_us, t.probes,
-          t.selective_repeat, t.ece_set);
-      for (uint32_t c = 0; c < vrnic::kTransportCounterCount; c++)
-        std::printf(" %s=%llu", vrnic::kTransportCounterNames[c],
-                    static_cast<unsigned long long>(e.counters[c]));
-      std::printf("\n");
-    }
-    start = r->next;
-  } while (start && listed < filter.limit);
-  return 0;
-}
-
-// One line per device of the vrnicd: name, socket, node GUID.
-int list_devices(const std::string &path) {
+// The socket of device `device` of the vrnicd at `path` ("" : path itself), or "" after
+// saying why not.
+std::string device_socket(const std::string &path, const std::string &device) {
+  if (device.empty()) return path;
   vrnic::ctl::DeviceListResp r;
   if (int err = vrnic::ctl::list_devices(path.c_str(), &r)) {
-    std::fprintf(stderr, "vrnicctl: cannot list the devices of vrnicd at %s: %s\n", path.c_str(),
-                 std::strerror(err));
-    return 1;
+    std::fprintf(stderr, "vrnicctl: cannot reach vrnicd at %s: %s (start it with: vrnicd)\n",
+                 path.c_str(), std::strerror(err));
+    return "";
   }
   for (uint32_t i = 0; i < r.count; i++)
-    std::printf("%s socket=%s node_guid=%016llx\n", r.devices[i].name, r.devices[i].socket,
-                static_cast<unsigned long long>(r.devices[i].node_guid));
-  return 0;
+    if (device == r.devices[i].name) return r.devices[i].socket;
+  std::fprintf(stderr, "vrnicctl: vrnicd at %s has no device %s (vrnicctl devices lists them)\n",
+               path.c_str(), device.c_str());
+  return "";
 }
 
-void usage() {
-  std::fprintf(
-      stderr,
-      "usage: vrnicctl [--socket PATH] [--device NAME] stats\n"
-      "       vrnicctl [--socket PATH] [--device NAME] qps [--session N] [--state STATE]\n"
-      "                [--limit N]   (per-QP state and counters; STATE: RESET INIT RTR RTS SQD\n"
-      "                              SQE ERR; at most N lines)\n"
-      "       vrnicctl [--socket PATH] [--device NAME] faults SPEC   (e.g. loss=1,reorder=5;\n"
-      "                                                               \"\" clears)\n"
-      "       vrnicctl [--socket PATH] [--device NAME] move QPN WORKER   (run a QP on another\n"
-      "                                                                   worker)\n"
-      "       vrnicctl [--socket PATH] devices   (the vrnicd's devices)\n"
-      "  --device NAME    one of the vrnicd's devices (default: the one on PATH, vrnic0)\n");
-}
+}  // namespace
 
 int main(int argc, char **argv) {
-  std::string path = vrnic::default_socket_path();
-  std::string device;
-  std::vector<std::string> args;
-  for (int i = 1; i < argc; i++) {
-    if (!std::strcmp(argv[i], "--socket") && i + 1 < argc) {
-      path = argv[++i];
-    } else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) {
-      device = argv[++i];
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  if (args.size() == 1 && args[0] == "devices" && device.empty()) return list_devices(path);
-  QpFilter filter;
-  bool ok = (args.size() == 1 && args[0] == "stats") ||
-            (!args.empty() && args[0] == "qps" && parse_qp_filter(args, &filter)) ||
-            (args.size() == 2 && args[0] == "faults") || (args.size() == 3 && args[0] == "move");
-  if (!ok) {
-    usage();
+  CLI::App app("vrnicctl: asks vrnicd about its devices, objects, QPs and counters; sets "
+               "fault\ninjection, moves QPs.",
+               "vrnicctl");
+  app.get_formatter()->column_width(30);
+  app.set_help_flag("-h,--help", "print this help and exit");
+  app.require_subcommand(1);
+  app.fallthrough();  // the options below also after the subcommand
+  std::string path = vrnic::client_socket_path(), device;
+  bool json = false;
+  app.add_option("--socket", path,
+                 "vrnicd's socket (default: $VRNIC_SOCKET, else\n"
+                 "$XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>/vrnicd.sock;\n"
+                 "where none is, the host's: /run/vrnic/vrnicd.sock)")
+      ->type_name("PATH");
+  app.add_option("--device", device, "one of the vrnicd's devices (default: PATH's, vrnic0)")
+      ->type_name("NAME");
+  app.add_flag("--json", json, "JSON instead of text (devices, stats, qps)");
+
+  CLI::App *devices = app.add_subcommand("devices", "the vrnicd's devices and their sockets");
+  CLI::App *stats_cmd =
+      app.add_subcommand("stats", "objects, device, port, fault, CM and quota counters");
+  CLI::App *qps = app.add_subcommand("qps", "per-QP transport state, peer window, counters");
+  view::QpFilter filter;
+  qps->add_option("--session", filter.session, "only this session's QPs")->type_name("N");
+  std::string state;
+  qps->add_option("--state", state, "only QPs in this state")
+      ->type_name("STATE")
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(view::kQpStateNames),
+                                                     std::end(view::kQpStateNames))));
+  qps->add_option("--limit", filter.limit, "at most N QPs")->type_name("N");
+  CLI::App *faults = app.add_subcommand("faults", "change fault injection on the wire port");
+  std::string spec;
+  faults->add_option("SPEC", spec, "e.g. loss=1,reorder=5 (\"\" clears)")->required();
+  CLI::App *move = app.add_subcommand("move", "run a QP on another worker from now on");
+  uint32_t qpn = 0, worker = 0;
+  move->add_option("QPN", qpn, "the QP, e.g. 0x11")->required()->check(CLI::Range(0u, 0xffffffu));
+  move->add_option("WORKER", worker, "the worker, from 0")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp &) {
+    std::fputs(app.help("", CLI::AppFormatMode::All).c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError &e) {
+    const std::vector<std::string> left = app.remaining();
+    std::fprintf(stderr, "vrnicctl: %s\nvrnicctl --help lists the commands and options.\n",
+                 left.empty() ? e.what() : ("unknown command or argument '" + left[0] + "'").c_str());
     return 2;
   }
-  // vrnicd checks the spec too, but can answer only EINVAL: say here what is wrong with it.
-  if (args[0] == "faults") {
-    if (absl::StatusOr<vrnic::FaultConfig> f = vrnic::FaultConfig::parse(args[1]); !f.ok()) {
-      std::fprintf(stderr, "vrnicctl: faults '%s': %s\n", args[1].c_str(),
-                   std::string(f.status().message()).c_str());
+  if (devices->parsed()) {
+    if (!device.empty()) {
+      std::fprintf(stderr, "vrnicctl: devices lists every device: --device is not for it\n");
       return 2;
     }
+    return list_devices(path, json);
   }
-  if (!device.empty()) {
-    vrnic::ctl::DeviceListResp r;
-    if (int err = vrnic::ctl::list_devices(path.c_str(), &r)) {
-      std::fprintf(stderr, "vrnicctl: cannot reach vrnicd at %s: %s (start it with: vrnicd)\n",
-                   path.c_str(), std::strerror(err));
-      return 1;
-    }
-    uint32_t i = 0;
-    while (i < r.count && device != r.devices[i].name) i++;
-    if (i == r.count) {
-      std::fprintf(stderr,
-                   "vrnicctl: vrnicd at %s has no device %s (vrnicctl devices lists them)\n",
-                   path.c_str(), device.c_str());
-      return 1;
-    }
-    path = r.devices[i].socket;
-  }
+  for (uint32_t s = 0; s < 7; s++)
+    if (state == view::kQpStateNames[s]) filter.state = s + 1;
+  path = device_socket(path, device);
+  if (path.empty()) return 1;
   int sock = vrnic::ctl::connect_daemon(path.c_str());
   if (sock < 0) {
     std::fprintf(stderr, "vrnicctl: cannot reach vrnicd at %s: %s (start it with: vrnicd)\n",
                  path.c_str(), std::strerror(-sock));
     return 1;
   }
-  int rc = args[0] == "stats"  ? stats(sock)
-           : args[0] == "qps"  ? list_qps(sock, filter)
-           : args[0] == "move" ? move_qp(sock, args[1], args[2])
-                               : set_faults(sock, args[1]);
+  int rc = stats_cmd->parsed() ? stats(sock, json)
+           : qps->parsed()     ? list_qps(sock, filter, json)
+           : move->parsed()    ? move_qp(sock, qpn, worker)
+                               : set_faults(sock, spec);
   ::close(sock);
   return rc;
 }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "dpdk_port.h"
+#include "vrnic/install_paths.h"
 
 namespace vrnic {
 namespace {
@@ -18,9 +19,12 @@ std::string module_path() {
   if (n <= 0) return "vrnic_port_dpdk.so";
   std::string dir(exe, size_t(n));
   dir.resize(dir.rfind('/') + 1);
-  // In the build tree the module sits in dataplane/dpdk/, next to control/ where vrnicd is.
-  for (const char *candidate : {"vrnic_port_dpdk.so", "../dataplane/dpdk/vrnic_port_dpdk.so"}) {
-    std::string path = dir + candidate;
+  // In the build tree the module sits in dataplane/dpdk/, next to control/ where vrnicd is;
+  // installed, in vrnic's library directory.
+  const std::string installed = VRNIC_LIB_FROM_BIN "/vrnic_port_dpdk.so";
+  for (const std::string &candidate :
+       {std::string("../dataplane/dpdk/vrnic_port_dpdk.so"), installed}) {
+    std::string path = candidate[0] == '/' ? candidate : dir + candidate;
     if (::access(path.c_str(), R_OK) == 0) return path;
   }
   return dir + "vrnic_port_dpdk.so";

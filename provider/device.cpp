@@ -14,6 +14,7 @@
 #include <string>
 
 #include "internal.h"
+#include "vrnic/autostart.h"
 #include "vrnic/socket_path.h"
 
 #undef ibv_get_device_list
@@ -265,9 +266,9 @@ extern "C" {
 VRNIC_EXPORT ibv_device **ibv_get_device_list(int *num_devices) {
   auto **list = static_cast<ibv_device **>(std::calloc(ctl::kMaxDevices + 1, sizeof(ibv_device *)));
   if (!list) return fail_null<ibv_device *>(ENOMEM);
-  std::string path = default_socket_path();
+  std::string path;
   auto found = std::make_unique<ctl::DeviceListResp>();
-  int err = ctl::list_devices(path.c_str(), found.get());
+  int err = ctl::find_devices(&path, found.get());
   int n = 0;
   if (err) {
     std::fprintf(stderr, "vrnic: no vrnicd at %s (%s); start it with: vrnicd --socket %s\n",

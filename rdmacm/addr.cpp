@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "internal.h"
+#include "vrnic/autostart.h"
 #include "vrnic/ctl_io.h"
 #include "vrnic/socket_path.h"
 
@@ -26,7 +27,8 @@ void look_for_devices() {
   if (g_looked) return;
   g_looked = true;
   auto found = std::make_unique<ctl::DeviceListResp>();
-  if (ctl::list_devices(default_socket_path().c_str(), found.get()) != 0) return;
+  std::string path;
+  if (ctl::find_devices(&path, found.get()) != 0) return;
   int n = 0;
   ibv_device **list = ibv_get_device_list(&n);
   if (!list) return;

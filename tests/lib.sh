@@ -34,11 +34,12 @@ export VRNIC_ROOT VRNIC_BUILD_DIR VRNICD VRNICCTL VRNIC_PROVIDER_DIR
 # Debian packages. Build: what meson needs plus the real verbs clients the demo runs.
 # shellcheck disable=SC2034 # used by the scripts that source this file
 VRNIC_BUILD_PACKAGES=(build-essential g++ meson ninja-build pkg-config libibverbs-dev librdmacm-dev
-  liburing-dev libabsl-dev libisal-dev catch2 perftest ibverbs-utils iproute2 libdpdk-dev)
+  liburing-dev libabsl-dev libisal-dev libcli11-dev nlohmann-json3-dev catch2 perftest
+  ibverbs-utils iproute2 libdpdk-dev)
 # Extra packages the test suite uses.
 # shellcheck disable=SC2034
 VRNIC_TEST_PACKAGES=(python3-pyverbs tshark python3-scapy ucx-utils openmpi-bin libopenmpi-dev
-  rdmacm-utils libfabric-bin iperf)
+  rdmacm-utils libfabric-bin iperf systemd curl prometheus)
 
 # ---------------------------------------------------------------------------------------------
 # Small utilities
@@ -248,9 +249,11 @@ vrnic_packages_stamp() {
 
 # vrnic_build: meson setup (if not configured, or reconfigure a half-configured dir, or one
 # configured before the packages changed: perf/demo.sh configures before tests/run.sh installs
-# the test packages) and ninja. Output goes to a log; its tail is shown when something fails.
+# the test packages) and ninja, of every target or only the TARGETs given (build-dir relative
+# paths, e.g. control/vrnicd: perf/demo.sh builds only what it runs). Output goes to a log; its
+# tail is shown when something fails, ninja's progress every 10 s while it runs.
 vrnic_build() {
-  local log rc start stamp_file=$VRNIC_BUILD_DIR/vrnic-packages.stamp stamp
+  local log rc start stamp_file=$VRNIC_BUILD_DIR/vrnic-packages.stamp stamp ninja_pid
   log=$(mktemp "${TMPDIR:-/tmp}/vrnic-build.XXXXXX")
   start=$(vrnic_now_us)
   rc=0
@@ -272,9 +275,15 @@ vrnic_build() {
     fi
     printf '%s\n' "$stamp" >"$stamp_file"
   fi
-  echo "build: ninja -C ${VRNIC_BUILD_DIR#"$VRNIC_ROOT"/}"
+  echo "build: ninja -C ${VRNIC_BUILD_DIR#"$VRNIC_ROOT"/}${*:+ $*}"
   # ninja re-runs meson by itself when a meson.build changed.
-  ninja -C "$VRNIC_BUILD_DIR" >>"$log" 2>&1 || rc=$?
+  ninja -C "$VRNIC_BUILD_DIR" "$@" >>"$log" 2>&1 &
+  ninja_pid=$!
+  while ! vrnic_wait_exit "$ninja_pid" 10; do
+    # ninja's last "[done/total]"
+    echo "build: $(grep -o '^\[[0-9]*/[0-9]*\]' "$log" | tail -n 1) $(vrnic_elapsed "$start")s"
+  done
+  rc=$VRNIC_RC
   if ((rc != 0)); then
     echo "vrnic: build failed (ninja status $rc); last lines of its output:" >&2
     vrnic_tail "$log" 40 >&2

@@ -13,7 +13,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 19;
+inline constexpr uint32_t kProtocolVersion = 20;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -436,12 +436,15 @@ inline constexpr size_t kSocketPathBytes = 108;  // sockaddr_un's sun_path
 struct DeviceListEntry {
   char name[64];
   char socket[kSocketPathBytes];
-  uint32_t reserved;
+  uint32_t daemon_pid;
   uint64_t node_guid;
 };
+// DeviceListResp::flags
+inline constexpr uint32_t kDaemonAutostarted = 1;      // a client library started it
+inline constexpr uint32_t kDaemonSocketActivated = 2;  // systemd passed it its socket
 struct DeviceListResp {
   uint32_t count;
-  uint32_t reserved;
+  uint32_t flags;
   DeviceListEntry devices[kMaxDevices];
 };
 

@@ -1,5 +1,6 @@
 // Where vrnicd listens and clients connect: --socket, else $VRNIC_SOCKET, else
-// $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>/vrnicd.sock. The last is in a
+// $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>/vrnicd.sock; a client with none of
+// its user's there uses the host's (/run/vrnic/vrnicd.sock, systemd). The last is in a
 // directory of the user's own (0700, made by vrnicd) rather than in /tmp itself, where
 // another user could take the name first (issue 17, row 13); clients also check who the
 // daemon they reach is (ctl::connect_daemon).
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace vrnic {
@@ -24,6 +26,19 @@ inline std::string default_socket_path() {
   if (const char *dir = std::getenv("XDG_RUNTIME_DIR"); dir && *dir)
     return std::string(dir) + "/vrnicd.sock";
   return private_socket_dir() + "/vrnicd.sock";
+}
+
+// The host's vrnicd, as vrnicd.socket (systemd) makes it.
+inline constexpr const char *kHostSocketPath = "/run/vrnic/vrnicd.sock";
+
+// Where a client looks: $VRNIC_SOCKET; else the user's own vrnicd's socket if there is one;
+// else the host's if there is one; else the user's own (where auto-start puts a vrnicd).
+inline std::string client_socket_path() {
+  const std::string own = default_socket_path();
+  struct stat st;
+  if (std::getenv("VRNIC_SOCKET") || ::stat(own.c_str(), &st) == 0) return own;
+  if (::stat(kHostSocketPath, &st) == 0 && S_ISSOCK(st.st_mode)) return kHostSocketPath;
+  return own;
 }
 
 // The name a device gives as ibv_device.dev_name, and of the node vrnicd makes for it in

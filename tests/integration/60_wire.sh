@@ -351,7 +351,7 @@ udp_buffer_option() {
 --udp 127.0.0.3 --udp-buffer 4095|--udp-buffer: a number of bytes from 4096
 --udp 127.0.0.3 --udp-buffer 1073741825|--udp-buffer: a number of bytes from 4096
 --udp 127.0.0.3 --udp-buffer 64k|--udp-buffer: a number of bytes from 4096
---udp 127.0.0.3 --udp-buffer|--udp-buffer needs a value
+--udp 127.0.0.3 --udp-buffer|--udp-buffer: 1 required BYTES missing
 --udp-buffer 212992|--udp-buffer is for the udp port
 EOT
   return "$ok"

@@ -1,0 +1,153 @@
+// The /metrics endpoint (metrics_server.h): a minimal HTTP/1.0 server, one request per
+// connection, answered in turn (a scrape every few seconds is its load).
+#include "metrics_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "daemon_view.h"
+#include "vrnic/ctl_io.h"
+
+namespace vrnic {
+namespace {
+
+// "a.b.c.d:PORT" or "[v6]:PORT" into a socket address; false when it is neither.
+bool parse_address(const std::string &text, sockaddr_storage *out, socklen_t *len) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = text.substr(0, colon), port_text = text.substr(colon + 1);
+  char *end;
+  const unsigned long port = std::strtoul(port_text.c_str(), &end, 10);
+  if (port_text.empty() || *end || port > 65535) return false;
+  *out = {};
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    auto *a = reinterpret_cast<sockaddr_in6 *>(out);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(uint16_t(port));
+    *len = sizeof(*a);
+    return inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a->sin6_addr) == 1;
+  }
+  auto *a = reinterpret_cast<sockaddr_in *>(out);
+  a->sin_family = AF_INET;
+  a->sin_port = htons(uint16_t(port));
+  *len = sizeof(*a);
+  return inet_pton(AF_INET, host.c_str(), &a->sin_addr) == 1;
+}
+
+bool is_loopback(const sockaddr_storage &a) {
+  if (a.ss_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in &>(a).sin_addr.s_addr) >> 24) == 127;
+  return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6 &>(a).sin6_addr);
+}
+
+void write_all(int fd, const std::string &data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    done += size_t(n);
+  }
+}
+
+}  // namespace
+
+MetricsServer::~MetricsServer() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+absl::Status MetricsServer::check_address(const std::string &address, bool any_address) {
+  sockaddr_storage addr;
+  socklen_t len;
+  if (!parse_address(address, &addr, &len))
+    return absl::InvalidArgumentError("--metrics " + address +
+                                      ": want IPv4:PORT or [IPv6]:PORT, e.g. 127.0.0.1:9464");
+  if (!any_address && !is_loopback(addr))
+    return absl::InvalidArgumentError("--metrics " + address +
+                                      ": not a loopback address (--metrics-any-address allows it)");
+  return absl::OkStatus();
+}
+
+absl::Status MetricsServer::start(const std::string &address, bool any_address,
+                                  std::vector<Device> devices) {
+  if (absl::Status st = check_address(address, any_address); !st.ok()) return st;
+  sockaddr_storage addr;
+  socklen_t len;
+  parse_address(address, &addr, &len);
+  listen_fd_ = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  if (listen_fd_ < 0 || ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+      ::bind(listen_fd_, reinterpret_cast<sockaddr *>(&addr), len) < 0 ||
+      ::listen(listen_fd_, 16) < 0)
+    return absl::ErrnoToStatus(errno, "--metrics " + address);
+  devices_ = std::move(devices);
+  where_ = address;
+  thread_ = std::thread([this] { serve(); });
+  return absl::OkStatus();
+}
+
+void MetricsServer::serve() {
+  while (!stop_.load()) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    answer(fd);
+    ::close(fd);
+  }
+}
+
+// Reads the request head (2 s at most) and answers GET /metrics; anything else is 404 or 405.
+void MetricsServer::answer(int fd) {
+  std::string head;
+  char buf[1024];
+  while (head.find("\r\n\r\n") == std::string::npos && head.size() < 8192) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 2000) <= 0) return;
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return;
+    head.append(buf, size_t(n));
+  }
+  const std::string line = head.substr(0, head.find("\r\n"));
+  const bool get = line.rfind("GET ", 0) == 0, head_only = line.rfind("HEAD ", 0) == 0;
+  const size_t path_at = line.find(' ') + 1;
+  const std::string path = line.substr(path_at, line.find(' ', path_at) - path_at);
+  std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
+  if (!get && !head_only) {
+    status = "405 Method Not Allowed";
+    type = "text/plain";
+    body = "GET /metrics\n";
+  } else if (path != "/metrics" && path.rfind("/metrics?", 0) != 0) {
+    status = "404 Not Found";
+    type = "text/plain";
+    body = "vrnicd serves /metrics\n";
+  } else {
+    body = scrape();
+  }
+  write_all(fd, "HTTP/1.0 " + status + "\r\nContent-Type: " + type +
+                    "\r\nContent-Length: " + std::to_string(body.size()) +
+                    "\r\nConnection: close\r\n\r\n" + (head_only ? "" : body));
+}
+
+std::string MetricsServer::scrape() {
+  std::vector<view::DeviceSnapshot> snaps;
+  for (const Device &d : devices_) {
+    int sock = ctl::connect_daemon(d.socket.c_str());
+    if (sock < 0) continue;
+    view::DeviceSnapshot s{d.name, {}, {}};
+    if (!view::ask_stats(sock, &s.stats) && !view::ask_qps(sock, {}, &s.qps))
+      snaps.push_back(std::move(s));
+    ::close(sock);
+  }
+  return view::prometheus_text(snaps);
+}
+
+}  // namespace vrnic
