@@ -114,6 +114,8 @@ const Server::Command *Server::command(ctl::Op op) {
       {kListDevices, W::kAnyone, false, call<&Server::list_devices>},
       {kSetFaults, W::kAdmin, false, call<&Server::set_faults>},
       {kMoveQp, W::kAdmin, false, call<&Server::move_qp>},
+      {kCaptureStart, W::kAdmin, false, call<&Server::start_capture>},
+      {kCaptureStop, W::kAdmin, false, call<&Server::stop_capture>},
       {kCmCreateChannel, W::kConnection, false, call<&CmService::create_channel>},
       {kCmDestroyChannel, W::kConnection, false, call<&CmService::destroy_channel>},
       {kCmCreateId, W::kConnection, false, call<&CmService::create_id>},

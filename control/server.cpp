@@ -93,6 +93,7 @@ int Server::step_cm_qp(Session &caller, const ctl::CmQpSteps &steps) {
 }
 
 Server::~Server() {
+  end_capture();
   while (!sessions_.empty()) close_session(sessions_.begin()->first);
   cm_.stop();  // QP1 leaves the device while the workers still run
   workers_.stop();
@@ -522,10 +523,8 @@ int Server::set_faults(Session &, const ctl::SetFaultsReq &req) {
   absl::StatusOr<FaultConfig> cfg = FaultConfig::parse(spec);
   if (!cfg.ok()) return EINVAL;
   if (int err = workers_.set_faults(*cfg)) return err;
-  // Faults are met by packets through the port: while any are set, the providers send every
-  // WR through it.
-  daemon_shm_->direct_path.store(cfg_.direct_path && !cfg->any() ? 1 : 0,
-                                 std::memory_order_relaxed);
+  faults_on_ = cfg->any();
+  update_direct_path();
   // In the log, so that what a run's packets went through is on record.
   std::fprintf(stderr, "vrnicd: vrnic%u: faults %s\n", cfg_.device_index,
                cfg->any() ? cfg->to_string().c_str() : "off");
@@ -542,6 +541,7 @@ void Server::close_session(uint32_t id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
   Session &s = *it->second;
+  if (capture_session_ == id) end_capture();
   // The connections that speak for it end with it (their contexts' calls then fail with EIO,
   // as an imported context's would once its uverbs file is gone).
   while (!s.importers.empty()) close_session(*s.importers.begin());

@@ -27,6 +27,7 @@
 #include "queue_objects.h"
 #include "quota.h"
 #include "session.h"
+#include "shared_region.h"
 #include "server_config.h"
 #include "worker_group.h"
 #include "vrnic/ctl_io.h"
@@ -105,6 +106,10 @@ class Server {
   int stats(Session &s, ctl::StatsResp &resp);
   int list_devices(Session &s, ctl::DeviceListResp &resp);
   int set_faults(Session &s, const ctl::SetFaultsReq &req);
+  // vrnicctl capture (capture_control.cpp).
+  int start_capture(Session &s, const ctl::CaptureReq &req, ctl::CaptureResp &resp,
+                    std::vector<int> &fds);
+  int stop_capture(Session &s);
   // Every QP for an admin, a user's own otherwise.
   int list_qps(Session &s, const ctl::ListQpsReq &req, ctl::ListQpsResp &resp);
   int move_qp(Session &s, const ctl::MoveQpReq &req);
@@ -125,6 +130,15 @@ class Server {
   std::string path_;
   int listen_fd_ = -1;
   bool bound_ = false;
+  // The clients' direct path is on unless --no-direct-path, faults or a capture (which must
+  // see every packet) say otherwise.
+  void update_direct_path();
+  bool faults_on_ = false;
+  // The running capture: its rings, its tap (Device::capture) and whose it is.
+  SharedRegion capture_region_;
+  std::unique_ptr<CaptureTap> capture_tap_;
+  uint32_t capture_session_ = 0;
+  void end_capture();
   int daemon_shm_fd_ = -1;
   shm::DaemonShared *daemon_shm_ = nullptr;
   Device dev_;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "capture_client.h"
 #include "daemon_view.h"
 #include "dataplane/fault_injector.h"
 #include "vrnic/ctl_io.h"
@@ -160,7 +161,7 @@ std::string device_socket(const std::string &path, const std::string &device) {
 
 int main(int argc, char **argv) {
   CLI::App app("vrnicctl: asks vrnicd about its devices, objects, QPs and counters; sets "
-               "fault\ninjection, moves QPs.",
+               "fault\ninjection, moves QPs, captures packets.",
                "vrnicctl");
   app.get_formatter()->column_width(30);
   app.set_help_flag("-h,--help", "print this help and exit");
@@ -192,6 +193,8 @@ int main(int argc, char **argv) {
   CLI::App *faults = app.add_subcommand("faults", "change fault injection on the wire port");
   std::string spec;
   faults->add_option("SPEC", spec, "e.g. loss=1,reorder=5 (\"\" clears)")->required();
+  vrnic::capture::Options capture_opts;
+  CLI::App *capture = vrnic::capture::add_subcommand(app, capture_opts);
   CLI::App *move = app.add_subcommand("move", "run a QP on another worker from now on");
   uint32_t qpn = 0, worker = 0;
   move->add_option("QPN", qpn, "the QP, e.g. 0x11")->required()->check(CLI::Range(0u, 0xffffffu));
@@ -219,6 +222,7 @@ int main(int argc, char **argv) {
     if (state == view::kQpStateNames[s]) filter.state = s + 1;
   path = device_socket(path, device);
   if (path.empty()) return 1;
+  if (capture->parsed()) return vrnic::capture::run(path, capture_opts);
   int sock = vrnic::ctl::connect_daemon(path.c_str());
   if (sock < 0) {
     std::fprintf(stderr, "vrnicctl: cannot reach vrnicd at %s: %s (start it with: vrnicd)\n",

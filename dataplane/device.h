@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "capture_tap.h"
 #include "completion_queue.h"
 #include "memory_region.h"
 #include "memory_window.h"
@@ -65,6 +66,9 @@ class Device {
   // Who is attached to which multicast GID (multicast.h): replaced whole by the control side,
   // the old one freed after a grace period.
   std::atomic<const MulticastGroups *> multicast{nullptr};
+  // The running packet capture (vrnicctl capture), or nullptr: replaced by the control
+  // thread, freed after a grace period.
+  std::atomic<const CaptureTap *> capture{nullptr};
 
   MemoryRegion *mr_by_key(uint32_t key) const {
     if (key == kGsiMrKey) return gsi_mr;

@@ -219,6 +219,8 @@ void Worker::flush_tx() {
 // A port that cannot take a packet drops it: a lost packet, which the transport recovers from.
 // (The loop port always takes all: the pool holds no more packets than it can queue.)
 void Worker::flush(Port &port, TxBatch &batch) {
+  if (const CaptureTap *tap = dev.capture.load(std::memory_order_acquire))
+    tap->record(index_, batch.pkts, batch.n, false);
   uint16_t sent = port.tx_burst(batch.pkts, batch.n);
   counters[kPacketsSent] += sent;
   for (uint16_t i = sent; i < batch.n; i++) {
@@ -284,6 +286,10 @@ bool Worker::receive() {
   uint16_t n = loop_->rx_burst(pkts, kBurst);
   const uint16_t from_loop = n;
   if (wire_ && n < kBurst) n += wire_->rx_burst(pkts + n, uint16_t(kBurst - n));
+  if (n > from_loop) {
+    if (const CaptureTap *tap = dev.capture.load(std::memory_order_acquire))
+      tap->record(index_, pkts + from_loop, uint16_t(n - from_loop), true);
+  }
   for (uint16_t i = 0; i < n; i++) {
     Packet *pkt = pkts[i];
     // vrnicd sends to its own addresses through the loop port, never the wire: from the wire,

@@ -34,7 +34,7 @@ export VRNIC_ROOT VRNIC_BUILD_DIR VRNICD VRNICCTL VRNIC_PROVIDER_DIR
 # Debian packages. Build: what meson needs plus the real verbs clients the demo runs.
 # shellcheck disable=SC2034 # used by the scripts that source this file
 VRNIC_BUILD_PACKAGES=(build-essential g++ meson ninja-build pkg-config libibverbs-dev librdmacm-dev
-  liburing-dev libabsl-dev libisal-dev libcli11-dev nlohmann-json3-dev catch2 perftest
+  liburing-dev libabsl-dev libisal-dev libcli11-dev nlohmann-json3-dev libpcap-dev catch2 perftest
   ibverbs-utils iproute2 libdpdk-dev)
 # Extra packages the test suite uses.
 # shellcheck disable=SC2034

@@ -78,9 +78,13 @@ enum class Op : uint16_t {
   kImportPd,
   kImportMr,
   kImportDm,  // ibv_import_dm: a HandleReq, answered with an ImportDmResp and the DM's memfd
+  // vrnicctl capture: a CaptureReq, answered with a CaptureResp and the rings' memfd
+  // (vrnic/capture_ring.h); the capture runs until kCaptureStop or the connection closes.
+  kCaptureStart,
+  kCaptureStop,
 };
 // The last op (tests/fuzz/ctl_fuzz.cpp sends every op up to it).
-inline constexpr Op kLastOp = Op::kImportDm;
+inline constexpr Op kLastOp = Op::kCaptureStop;
 
 struct MsgHeader {
   uint32_t magic;
@@ -494,6 +498,19 @@ struct StatsResp {
   // Multicast (control/multicast.cpp): groups with a QP attached, and attachments.
   uint64_t mcast_groups;
   uint64_t mcast_attached;
+};
+
+// vrnicctl capture (kCaptureStart): one at a time per device (EBUSY), vrnicd's own user and
+// root only (it shows everyone's data).
+inline constexpr uint32_t kCaptureAnyQp = ~0u;
+struct CaptureReq {
+  uint32_t qpn;  // only this QP's packets, sent or received (kCaptureAnyQp: all)
+  uint32_t reserved;
+};
+struct CaptureResp {
+  uint32_t workers;     // rings in the region, one per worker
+  uint32_t ring_bytes;  // capture::kRingBytes, as vrnicd has it
+  uint64_t region_bytes;
 };
 
 // Per-QP state and counters, a page at a time (vrnicctl qps).

@@ -292,6 +292,132 @@ EOF
 check "Prometheus scrapes vrnicd --metrics; its query API shows vrnic_bytes_sent_total grow" \
   prometheus_scrape
 
+# vrnicctl capture while an ib_write_bw pair runs: on the loop port (one vrnicd) or across the
+# udp port (two): tshark decodes every frame as RoCEv2 (InfiniBand), none malformed, and the
+# frames are what the device sent plus what it took from the wire (vrnicctl stats).
+sent_plus_received() {
+  local out
+  out=$(vrnicctl_stats "$1") || return 1
+  awk -F= '$1 == "packets_sent" || $1 == "wire_rx_packets" { n += $2 } END { print n }' <<<"$out"
+}
+capture_pair() {
+  local mode=$1 ok=0 pcap=$VRNIC_TMP/capture-$1.pcap log=$VRNIC_TMP/capture-$1.log cpid
+  local before after port frames n
+  if [[ $mode == udp ]]; then
+    start_udp_pair || return 1
+    local -x VRNIC_CLIENT_ENV=VRNIC_SOCKET=$PAIR_B
+  else
+    start_vrnicd || return 1
+  fi
+  echo "+ vrnicctl capture -w $pcap &"
+  "$VRNICCTL" capture -w "$pcap" >"$log" 2>&1 </dev/null &
+  cpid=$!
+  _vrnic_track "$cpid"
+  wait_for 10 "the capture" grep -q capturing "$log" || return 1
+  before=$(sent_plus_received "$VRNIC_SOCKET")
+  port=$(next_port)
+  verbs_pair "capture-$mode" "$port" ib_write_bw -d vrnic0 -x 0 -F -s 65536 -n 300 || ok=1
+  wait_for 10 "the counters to settle" counter_settled packets_sent || ok=1
+  after=$(sent_plus_received "$VRNIC_SOCKET")
+  kill -INT "$cpid"
+  vrnic_wait_exit "$cpid" 10 && ((VRNIC_RC == 0)) || { echo "FAIL: vrnicctl capture's exit"; ok=1; }
+  cat "$log"
+  grep -q ' 0 dropped' "$log" || { echo "FAIL: frames dropped"; ok=1; }
+  frames=$(tshark -r "$pcap" 2>/dev/null | wc -l)
+  n=$(tshark -r "$pcap" -T fields -e frame.protocols 2>/dev/null | grep -c ':udp:infiniband')
+  echo "tshark: $frames frames, $n of them RoCEv2 (InfiniBand in UDP);" \
+    "vrnicd: $((after - before)) packets sent and received from the wire"
+  tshark -r "$pcap" 2>/dev/null | awk '{ $1 = $2 = ""; print }' | sed -E 's/ QP=.*//' | sort |
+    uniq -c | sort -rn | head -n 6
+  ((frames > 0 && n == frames)) || { echo "FAIL: not every frame is RoCEv2"; ok=1; }
+  ((frames == after - before)) || { echo "FAIL: the capture has $frames frames, want $((after - before))"; ok=1; }
+  n=$(tshark -r "$pcap" -Y '_ws.malformed' 2>/dev/null | wc -l)
+  ((n == 0)) || { echo "FAIL: $n malformed frames"; ok=1; }
+  if [[ $mode == udp ]]; then
+    kill -TERM "$PEER_PID"
+    vrnic_wait_exit "$PEER_PID" 10 || ok=1
+  fi
+  stop_vrnicd TERM || ok=1
+  return "$ok"
+}
+check "vrnicctl capture, loop port: an ib_write_bw pair, every frame RoCEv2 and none malformed; as many as vrnicd counted" \
+  capture_pair loop
+check "vrnicctl capture, udp port (two vrnicds): every frame RoCEv2, none malformed; as many as vrnicd sent and received" \
+  capture_pair udp
+
+# --qp: with two QPs a side, a capture of one (through a pipe into tshark) has only its
+# packets: those it sends (to its peer) and those sent to it.
+capture_one_qp() {
+  local ok=0 port qpn dests cpid
+  start_vrnicd || return 1
+  port=$(next_port)
+  start_server qp-filter "$port" ib_write_bw -d vrnic0 -x 0 -F -s 4096 -q 2 -D 5 -p "$port" ||
+    return 1
+  "${VRUN[@]}" timeout -k 5 60 ib_write_bw -d vrnic0 -x 0 -F -s 4096 -q 2 -D 5 -p "$port" \
+    127.0.0.1 >"$VRNIC_TMP/qp-filter.client.log" 2>&1 </dev/null &
+  cpid=$!
+  _vrnic_track "$cpid"
+  # The client's QPs in RTS, the server's in RTR (ib_write_bw's server only receives).
+  wait_for 15 "two QPs in RTS" sh -c "[ \$('$VRNICCTL' qps --state RTS | wc -l) = 2 ]" || return 1
+  "$VRNICCTL" qps | awk '{ print $1, $2, $3 }'
+  [[ $("$VRNICCTL" qps | wc -l) == 4 ]] || { echo "FAIL: want four QPs"; ok=1; }
+  qpn=$("$VRNICCTL" qps --state RTS | head -n 1 | sed -E 's/^qpn=(0x[0-9a-f]+).*/\1/')
+  echo "+ vrnicctl capture --qp $qpn -c 200 -w - | tshark -r - -T fields -e infiniband.bth.destqp"
+  dests=$("$VRNICCTL" capture --qp "$qpn" -c 200 -w - 2>"$VRNIC_TMP/qp-filter.log" |
+    tshark -r - -T fields -e infiniband.bth.destqp 2>/dev/null | sort | uniq -c)
+  cat "$VRNIC_TMP/qp-filter.log"
+  echo "$dests"
+  [[ $(awk '{ n += $1 } END { print n }' <<<"$dests") == 200 ]] || { echo "FAIL: want 200 frames"; ok=1; }
+  [[ $(wc -l <<<"$dests") == 2 ]] || { echo "FAIL: want the packets of one QP and its peer's"; ok=1; }
+  grep -q " $qpn\$" <<<"$dests" || { echo "FAIL: nothing sent to $qpn"; ok=1; }
+  vrnic_wait_exit "$cpid" 30 && ((VRNIC_RC == 0)) || { echo "FAIL: client"; ok=1; }
+  finish_server
+  ((VRNIC_RC == 0)) || { echo "FAIL: server"; ok=1; }
+  stop_vrnicd TERM || ok=1
+  return "$ok"
+}
+check "vrnicctl capture --qp through a pipe (-w -): only that QP's packets, with two QPs a side" \
+  capture_one_qp
+
+# One capture at a time; a bad --qp or file; a capture whose vrnicd dies ends (status 1) with
+# what it had written readable.
+capture_errors() {
+  local ok=0 pcap=$VRNIC_TMP/dying.pcap log=$VRNIC_TMP/dying.log cpid out
+  start_vrnicd || return 1
+  "$VRNICCTL" capture -w "$pcap" >"$log" 2>&1 </dev/null &
+  cpid=$!
+  _vrnic_track "$cpid"
+  wait_for 10 "the capture" grep -q capturing "$log" || return 1
+  while IFS='|' read -r args status want; do
+    # shellcheck disable=SC2086 # args are words
+    out=$("$VRNICCTL" capture $args 2>&1)
+    local rc=$?
+    echo "+ vrnicctl capture $args -> exit $rc: $out"
+    [[ $rc == "$status" && $out == *"$want"* ]] || { echo "FAIL: want exit $status and '$want'"; ok=1; }
+  done <<EOF
+-w $VRNIC_TMP/second.pcap|1|another capture runs on this device
+--qp zebra -w $VRNIC_TMP/x.pcap|2|is not a QP number
+-w $VRNIC_TMP/no/such/dir/x.pcap|1|no/such/dir/x.pcap
+-c 5|2|--write is required
+EOF
+  local port
+  port=$(next_port)
+  verbs_pair dying "$port" ib_write_bw -d vrnic0 -x 0 -F -s 4096 -n 100 || ok=1
+  echo "+ kill -KILL vrnicd"
+  kill -KILL "$VRNICD_PID"
+  vrnic_wait_exit "$VRNICD_PID" 10
+  VRNICD_PID=
+  vrnic_wait_exit "$cpid" 10 || { echo "FAIL: the capture outlived vrnicd"; return 1; }
+  cat "$log"
+  ((VRNIC_RC == 1)) && grep -q 'vrnicd went away' "$log" || { echo "FAIL: want status 1, 'vrnicd went away'"; ok=1; }
+  out=$(tshark -r "$pcap" 2>/dev/null | wc -l)
+  echo "tshark reads $out frames"
+  ((out > 0)) || { echo "FAIL: the pcap written before vrnicd died is unreadable or empty"; ok=1; }
+  return "$ok"
+}
+check "vrnicctl capture: one at a time (another gets EBUSY), bad arguments, vrnicd killed during a capture" \
+  capture_errors
+
 # --help exits 0 for every program; a wrong option exits 2 naming it; the README's synopsis
 # has every option --help lists.
 options() {

@@ -1,0 +1,40 @@
+// A packet capture's tap in the dataplane (vrnicctl capture): while one runs, each worker
+// writes the packets it hands its ports and those it takes from the wire into its ring
+// (vrnic/capture_ring.h) as the Ethernet frames they are or would be on a wire. When none runs
+// the workers pay one load of Device::capture per burst.
+#pragma once
+
+#include <cstdint>
+
+#include "packet.h"
+
+namespace vrnic {
+
+class CaptureTap {
+ public:
+  static constexpr uint32_t kAnyQp = ~0u;
+  // region: capture::region_bytes(workers) of shared memory, zeroed. qpn: only the packets
+  // this QP sends or is sent (kAnyQp: all).
+  CaptureTap(void *region, uint32_t workers, uint32_t qpn) :
+      region_(region), workers_(workers), qpn_(qpn) {}
+
+  // On worker `worker`: its packets of one burst, sent (to any port) or received (from the
+  // wire: those of the loop port were recorded when sent).
+  void record(uint32_t worker, Packet *const *pkts, uint16_t n, bool received) const {
+    if (worker >= workers_) return;
+    for (uint16_t i = 0; i < n; i++)
+      if (wanted(*pkts[i])) write(worker, *pkts[i], received);
+  }
+
+ private:
+  bool wanted(const Packet &p) const {
+    return qpn_ == kAnyQp || p.src_qpn == qpn_ || p.bth().dest_qp() == qpn_;
+  }
+  void write(uint32_t worker, const Packet &p, bool received) const;
+
+  void *region_;
+  uint32_t workers_;
+  uint32_t qpn_;
+};
+
+}  // namespace vrnic
