@@ -79,7 +79,7 @@ int spawn_vrnicd(const std::string &vrnicd, const std::string &path) {
     ::setsid();
     if (::fork() != 0) ::_exit(0);
     int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (in >= 0) ::dup2(in, 0);
     if (out >= 0) {
       ::dup2(out, 1);
@@ -128,10 +128,17 @@ int find_devices(std::string *path, DeviceListResp *out) {
   int err = list_devices(path->c_str(), out);
   if (err == 0 || !autostart_allowed(*path, err)) return err;
   // The default directory /tmp/vrnicd-<uid> is vrnicd's to make, private; made here first
-  // for the lock, the same way.
+  // for the lock, the same way, and not used unless it is ours alone (in /tmp another user
+  // could have made it first, with a link where the lock goes).
   const std::string dir = path->substr(0, path->rfind('/'));
-  if (dir == private_socket_dir()) ::mkdir(dir.c_str(), 0700);
-  int lock = ::open((*path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (dir == private_socket_dir()) {
+    ::mkdir(dir.c_str(), 0700);
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
+        (st.st_mode & 077))
+      return err;
+  }
+  int lock = ::open((*path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (lock < 0) return err;
   while (::flock(lock, LOCK_EX) < 0 && errno == EINTR) {
   }
