@@ -85,6 +85,8 @@ int spawn_vrnicd(const std::string &vrnicd, const std::string &path) {
       ::dup2(out, 1);
       ::dup2(out, 2);
     }
+    // Nothing of the program's: a socket it left inheritable would stay open in vrnicd.
+    ::close_range(3, ~0u, 0);
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }

@@ -246,6 +246,14 @@ json_and_metrics() {
   echo "+ curl http://127.0.0.1:$METRICS_PORT/other"
   [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$METRICS_PORT/other") == 404 ]] ||
     { echo "FAIL: want 404 for another path"; ok=1; }
+  [[ $(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$METRICS_PORT/metrics") == 405 ]] ||
+    { echo "FAIL: want 405 for POST"; ok=1; }
+  # A client that connects and says nothing holds the endpoint 2 s at most.
+  echo "+ a silent connection, then curl /metrics"
+  exec 7<>"/dev/tcp/127.0.0.1/$METRICS_PORT"
+  curl -sf -m 10 "http://127.0.0.1:$METRICS_PORT/metrics" | grep -q '^vrnic_sessions' ||
+    { echo "FAIL: no answer behind a silent connection"; ok=1; }
+  exec 7>&-
   return "$ok"
 }
 counter_positive() { (($(vrnic_stat "$1") > 0)); }
