@@ -16,7 +16,9 @@
 //
 // The descriptor an rsocket gets is its event channel's fd: a real one, so that its number is
 // no other descriptor's; rpoll waits on it and on the CQ's completion channel. SOCK_DGRAM
-// rsockets are rsocket_dgram.cpp's; each call here hands them over.
+// rsockets are rsocket_dgram.cpp's; each call here hands them over. rpoll and rselect are in
+// rsocket_poll.cpp, the names, options and rfcntl in rsocket_options.cpp, riomap and riowrite
+// in rsocket_iomap.cpp; what they share of the stream, rsocket_stream.h.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -42,60 +44,9 @@
 
 #include "internal.h"
 #include "rsocket_dgram.h"
+#include "rsocket_stream.h"
 
-namespace {
-
-constexpr int kSlots = 16;
-constexpr uint32_t kSlotBytes = 64 * 1024;
-constexpr uint32_t kFin = 1;    // the immediate data of an end of stream
-constexpr uint32_t kIoMap = 2;  // ... of a riomap's mapping, told to the peer
-constexpr uint64_t kFinWrId = ~0ull;
-
-enum class State { kIdle, kListening, kConnecting, kConnected, kFailed };
-
-// A riomap'ed region as the peer is told it (big-endian on the wire).
-struct IoMapMsg {
-  uint64_t offset;  // where riowrite's offsets start in it
-  uint64_t addr;
-  uint64_t len;
-  uint32_t rkey;
-  uint32_t reserved;
-};
-
-// One rsocket.
-struct Rs {
-  rdma_event_channel *channel = nullptr;
-  rdma_cm_id *id = nullptr;
-  State state = State::kIdle;
-  bool nonblocking = false;
-  int error = 0;           // a failed connection's errno (SO_ERROR), kept for the stream too
-  bool peer_done = false;  // the peer's end of stream (or its disconnect) came
-  bool shut_wr = false;
-  ibv_comp_channel *cc = nullptr;
-  ibv_cq *cq = nullptr;
-  ibv_mr *mr = nullptr;
-  uint8_t *buf = nullptr;  // kSlots receive slots, then kSlots send slots
-  struct Received {
-    int slot;
-    uint32_t offset, len;
-  };
-  std::deque<Received> received;      // in order, the data not read yet
-  std::vector<int> free_send;         // send slots not in flight
-  std::deque<rdma_cm_id *> requests;  // a listener's connections not accepted yet
-  struct LocalMap {
-    void *buf;
-    size_t len;
-    ibv_mr *mr;
-  };
-  std::vector<LocalMap> local_maps;   // ours (riomap), until riounmap
-  std::vector<IoMapMsg> remote_maps;  // the peer's, host order
-  int sndbuf = kSlots * int(kSlotBytes), rcvbuf = kSlots * int(kSlotBytes);
-
-  uint8_t *recv_slot(int i) { return buf + size_t(i) * kSlotBytes; }
-  uint8_t *send_slot(int i) { return buf + size_t(kSlots + i) * kSlotBytes; }
-  int fd() const { return channel->fd; }
-};
-
+namespace vrnic::rdmacm::stream {
 std::mutex g_mu;
 std::map<int, Rs *> g_sockets;
 
@@ -307,27 +258,10 @@ void wait_on(Rs *rs, int ms) {
   }
 }
 
-using Clock = std::chrono::steady_clock;
-constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
-
-// Waits until `ready` holds (0), or says EAGAIN at once when non-blocking, or ETIMEDOUT after
-// `ms` (< 0: no limit).
-template <typename Ready>
-int block_until(Rs *rs, bool nonblocking, Ready ready, int ms = -1) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
-  for (;;) {
-    progress(rs);
-    if (ready()) return 0;
-    if (nonblocking) return EAGAIN;
-    if (ms >= 0 && Clock::now() >= deadline) return ETIMEDOUT;
-    wait_on(rs, 100);
-  }
-}
-
 // A send buffer's worth: a SEND of the stream (imm 0: without immediate data), or an RDMA
 // WRITE into the peer's memory (rkey != 0).
-int send_chunk(Rs *rs, const uint8_t *data, uint32_t len, uint32_t imm = 0, uint64_t remote = 0,
-               uint32_t rkey = 0) {
+int send_chunk(Rs *rs, const uint8_t *data, uint32_t len, uint32_t imm, uint64_t remote,
+               uint32_t rkey) {
   const int slot = rs->free_send.back();
   rs->free_send.pop_back();
   std::memcpy(rs->send_slot(slot), data, len);
@@ -435,7 +369,9 @@ int copy_address(const sockaddr *from, sockaddr *to, socklen_t *len) {
   return 0;
 }
 
-}  // namespace
+}  // namespace vrnic::rdmacm::stream
+
+using namespace vrnic::rdmacm::stream;
 
 extern "C" {
 
@@ -621,284 +557,6 @@ RDMACM_EXPORT ssize_t rwritev(int socket, const struct iovec *iov, int iovcnt) {
   Rs *rs = find(socket);
   if (!rs) return fail(ENOTSOCK);
   return stream_write(rs, iov, iovcnt, 0);
-}
-
-// Ordinary descriptors as poll() has them, rsockets by their state; waits on all at once (a
-// stream rsocket through its event channel and its CQ's completion channel, a datagram one
-// through what rsocket_dgram.cpp names).
-RDMACM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout) {
-  std::vector<Rs *> socks(nfds);
-  std::vector<dgram::Ds *> dgrams(nfds);
-  bool any = false;
-  for (nfds_t i = 0; i < nfds; i++) {
-    any |= (socks[i] = find(fds[i].fd)) != nullptr;
-    if (!socks[i]) any |= (dgrams[i] = dgram::find(fds[i].fd)) != nullptr;
-  }
-  if (!any) return poll(fds, nfds, timeout);
-  const auto start = Clock::now();
-  const auto deadline = start + std::chrono::milliseconds(std::max(timeout, 0));
-  std::vector<pollfd> wait;
-  std::vector<size_t> first(nfds);  // where each one's descriptors start in `wait`
-  for (;;) {
-    wait.clear();
-    for (nfds_t i = 0; i < nfds; i++) {
-      first[i] = wait.size();
-      if (Rs *rs = socks[i]) {
-        if (rs->cq) ibv_req_notify_cq(rs->cq, 0);  // armed before the look: nothing is missed
-        wait.push_back({rs->fd(), POLLIN, 0});
-        wait.push_back({rs->cc ? rs->cc->fd : -1, POLLIN, 0});
-      } else if (dgrams[i]) {
-        dgram::wait_fds(dgrams[i], wait);
-      } else {
-        wait.push_back({fds[i].fd, fds[i].events, 0});
-      }
-    }
-    if (poll(wait.data(), wait.size(), 0) < 0) return -1;
-    int ready = 0;
-    for (size_t i = 0; i < nfds; i++) {
-      if (socks[i])
-        fds[i].revents = readiness(socks[i], fds[i].events);
-      else if (dgrams[i])
-        fds[i].revents = dgram::readiness(dgrams[i], fds[i].events);
-      else
-        fds[i].revents = wait[first[i]].revents;
-      ready += fds[i].revents != 0;
-    }
-    if (ready || timeout == 0 || (timeout > 0 && Clock::now() >= deadline)) return ready;
-    // Looked at again for a while before sleeping: an answer mostly comes within tens of
-    // microseconds, and a thread asleep takes about as long again to wake (udpong's 1 ms
-    // echo timeout was missed often enough that its resent messages multiplied).
-    if (Clock::now() - start < kSpinBeforeSleep) {
-      sched_yield();
-      continue;
-    }
-    int slice = 100;
-    if (timeout > 0) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      slice = int(std::clamp<long long>(left.count(), 0, 100));
-    }
-    if (poll(wait.data(), wait.size(), slice) < 0) return -1;
-    for (size_t i = 0; i < nfds; i++) {  // take the CQ events that woke us
-      if (Rs *rs = socks[i]; rs && rs->cc && (wait[first[i] + 1].revents & POLLIN)) {
-        ibv_cq *cq;
-        void *ctx;
-        if (ibv_get_cq_event(rs->cc, &cq, &ctx) == 0) ibv_ack_cq_events(cq, 1);
-      } else if (dgrams[i]) {
-        dgram::take_wakeups(dgrams[i], &wait[first[i]]);
-      }
-    }
-  }
-}
-
-RDMACM_EXPORT int rselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
-                          struct timeval *timeout) {
-  std::vector<pollfd> p;
-  for (int fd = 0; fd < nfds; fd++) {
-    short ev = 0;
-    if (readfds && FD_ISSET(fd, readfds)) ev |= POLLIN;
-    if (writefds && FD_ISSET(fd, writefds)) ev |= POLLOUT;
-    if (exceptfds && FD_ISSET(fd, exceptfds)) ev |= POLLPRI;
-    if (ev) p.push_back({fd, ev, 0});
-  }
-  const int ms = timeout ? int(timeout->tv_sec * 1000 + timeout->tv_usec / 1000) : -1;
-  int n = rpoll(p.data(), p.size(), ms);
-  if (n < 0) return -1;
-  if (readfds) FD_ZERO(readfds);
-  if (writefds) FD_ZERO(writefds);
-  if (exceptfds) FD_ZERO(exceptfds);
-  int count = 0;
-  for (const pollfd &q : p) {
-    if (readfds && (q.revents & (POLLIN | POLLHUP | POLLERR)) && (q.events & POLLIN))
-      FD_SET(q.fd, readfds), count++;
-    if (writefds && (q.revents & (POLLOUT | POLLERR)) && (q.events & POLLOUT))
-      FD_SET(q.fd, writefds), count++;
-    if (exceptfds && (q.revents & POLLPRI)) FD_SET(q.fd, exceptfds), count++;
-  }
-  return count;
-}
-
-RDMACM_EXPORT int rgetpeername(int socket, struct sockaddr *addr, socklen_t *addrlen) {
-  if (dgram::Ds *ds = dgram::find(socket)) return dgram::getpeername(ds, addr, addrlen);
-  Rs *rs = find(socket);
-  if (!rs) return fail(ENOTSOCK);
-  if (rs->state != State::kConnected) return fail(ENOTCONN);
-  return copy_address(rdma_get_peer_addr(rs->id), addr, addrlen);
-}
-
-RDMACM_EXPORT int rgetsockname(int socket, struct sockaddr *addr, socklen_t *addrlen) {
-  if (dgram::Ds *ds = dgram::find(socket)) return dgram::getsockname(ds, addr, addrlen);
-  Rs *rs = find(socket);
-  if (!rs) return fail(ENOTSOCK);
-  return copy_address(local_of(rs), addr, addrlen);
-}
-
-// The options a stream socket's users set: kept or taken as hints (the transport is the
-// RC QP's); anything else ENOPROTOOPT.
-RDMACM_EXPORT int rsetsockopt(int socket, int level, int optname, const void *optval,
-                              socklen_t optlen) {
-  if (dgram::Ds *ds = dgram::find(socket))
-    return dgram::setsockopt(ds, level, optname, optval, optlen);
-  Rs *rs = find(socket);
-  if (!rs) return fail(ENOTSOCK);
-  if (!optval || optlen < sizeof(int)) return fail(EINVAL);
-  const int v = *static_cast<const int *>(optval);
-  if (level == SOL_SOCKET) {
-    switch (optname) {
-      case SO_REUSEADDR:
-        return rdma_set_option(rs->id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR,
-                               const_cast<int *>(&v), sizeof(v));
-      case SO_SNDBUF:
-        rs->sndbuf = v;
-        return 0;
-      case SO_RCVBUF:
-        rs->rcvbuf = v;
-        return 0;
-      case SO_KEEPALIVE:
-      case SO_LINGER:
-      case SO_OOBINLINE:
-        return 0;  // the CM's and the QP's timers stand for them
-    }
-  } else if (level == IPPROTO_TCP && (optname == TCP_NODELAY || optname == TCP_MAXSEG)) {
-    return 0;  // every write leaves at once, in SENDs of at most 64 KiB
-  } else if (level == IPPROTO_IPV6 && optname == IPV6_V6ONLY) {
-    return rdma_set_option(rs->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, const_cast<int *>(&v),
-                           sizeof(v));
-  } else if (level == SOL_RDMA) {
-    return 0;  // queue sizes, inline size, iomap size: this implementation's own
-  }
-  return fail(ENOPROTOOPT);
-}
-
-RDMACM_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval, socklen_t *optlen) {
-  if (dgram::Ds *ds = dgram::find(socket))
-    return dgram::getsockopt(ds, level, optname, optval, optlen);
-  Rs *rs = find(socket);
-  if (!rs) return fail(ENOTSOCK);
-  if (!optval || !optlen || *optlen < sizeof(int)) return fail(EINVAL);
-  int v = 0;
-  if (level == SOL_SOCKET) {
-    switch (optname) {
-      case SO_ERROR:
-        v = rs->state == State::kFailed ? rs->error : 0;
-        if (rs->state == State::kFailed) rs->error = 0;
-        break;
-      case SO_SNDBUF:
-        v = rs->sndbuf;
-        break;
-      case SO_RCVBUF:
-        v = rs->rcvbuf;
-        break;
-      case SO_TYPE:
-        v = SOCK_STREAM;
-        break;
-      case SO_REUSEADDR:
-      case SO_KEEPALIVE:
-      case SO_OOBINLINE:
-        break;
-      default:
-        return fail(ENOPROTOOPT);
-    }
-  } else if (level == IPPROTO_TCP && (optname == TCP_NODELAY || optname == TCP_MAXSEG)) {
-    v = optname == TCP_NODELAY ? 1 : int(kSlotBytes);
-  } else {
-    return fail(ENOPROTOOPT);
-  }
-  std::memcpy(optval, &v, sizeof(v));
-  *optlen = sizeof(v);
-  return 0;
-}
-
-RDMACM_EXPORT int rfcntl(int socket, int cmd, ...) {
-  Rs *rs = find(socket);
-  dgram::Ds *ds = rs ? nullptr : dgram::find(socket);
-  if (!rs && !ds) return fail(ENOTSOCK);
-  va_list ap;
-  va_start(ap, cmd);
-  const long arg = cmd == F_SETFL ? va_arg(ap, long) : 0;
-  va_end(ap);
-  switch (cmd) {
-    case F_GETFL:
-      return O_RDWR | ((rs ? rs->nonblocking : dgram::nonblocking(ds)) ? O_NONBLOCK : 0);
-    case F_SETFL:
-      if (rs)
-        rs->nonblocking = arg & O_NONBLOCK;
-      else
-        dgram::set_nonblocking(ds, arg & O_NONBLOCK);
-      return 0;
-  }
-  return fail(EINVAL);
-}
-
-// As rdma-core's: a connected socket, PROT_WRITE (or PROT_NONE: registered, not writable by
-// the peer), no flags; offset -1 lets the library choose (the buffer's address).
-RDMACM_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset) {
-  if (dgram::find(socket)) return fail(EOPNOTSUPP);  // streams only, as rdma-core's
-  Rs *rs = find(socket);
-  if (!rs) return fail(ENOTSOCK);
-  if (rs->state != State::kConnected || !buf || !len || flags || (prot & ~PROT_WRITE) ||
-      offset < -1)
-    return fail(EINVAL);
-  const int access = IBV_ACCESS_LOCAL_WRITE | ((prot & PROT_WRITE) ? IBV_ACCESS_REMOTE_WRITE : 0);
-  ibv_mr *mr = ibv_reg_mr(rs->id->qp->pd, buf, len, access);
-  if (!mr) return -1;
-  if (offset == -1) offset = off_t(reinterpret_cast<uintptr_t>(buf));
-  const IoMapMsg m{htobe64(uint64_t(offset)), htobe64(reinterpret_cast<uintptr_t>(buf)),
-                   htobe64(len), htonl((prot & PROT_WRITE) ? mr->rkey : 0), 0};
-  int err = block_until(rs, false, [&] { return !rs->free_send.empty() || rs->peer_done; });
-  if (!err && rs->peer_done) err = rs->error ? rs->error : EPIPE;
-  if (!err && send_chunk(rs, reinterpret_cast<const uint8_t *>(&m), sizeof(m), kIoMap) != 0)
-    err = EIO;
-  if (err) {
-    ibv_dereg_mr(mr);
-    return fail(err);
-  }
-  rs->local_maps.push_back({buf, len, mr});
-  return offset;
-}
-
-// Ours only: the peer is not told, and a riowrite of its into it then fails its connection,
-// as with rdma-core's.
-RDMACM_EXPORT int riounmap(int socket, void *buf, size_t len) {
-  Rs *rs = find(socket);
-  if (!rs) return fail(ENOTSOCK);
-  for (auto it = rs->local_maps.begin(); it != rs->local_maps.end(); ++it) {
-    if (it->buf != buf || it->len != len) continue;
-    ibv_dereg_mr(it->mr);
-    rs->local_maps.erase(it);
-    return 0;
-  }
-  return fail(EINVAL);
-}
-
-// count bytes at `offset` of the peer's riomap'ed memory; what was written, or -1 (as
-// size_t) and errno: EINVAL when no mapping of the peer's covers the offset (or is writable).
-RDMACM_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offset, int flags) {
-  if (dgram::find(socket)) return size_t(fail(EOPNOTSUPP));
-  Rs *rs = find(socket);
-  if (!rs) return size_t(fail(ENOTSOCK));
-  if (rs->state != State::kConnected)
-    return size_t(fail(rs->state == State::kFailed ? rs->error : ENOTCONN));
-  if (rs->shut_wr) return size_t(fail(EPIPE));
-  const bool nb = rs->nonblocking || (flags & MSG_DONTWAIT);
-  const auto *p = static_cast<const uint8_t *>(buf);
-  size_t done = 0;
-  while (done < count) {
-    int err = block_until(rs, nb, [&] { return !rs->free_send.empty() || rs->peer_done; });
-    if (rs->peer_done) err = rs->error ? rs->error : EPIPE;
-    const uint64_t at = uint64_t(offset) + done;
-    const IoMapMsg *map = nullptr;
-    for (const IoMapMsg &m : rs->remote_maps)
-      if (m.rkey && at >= m.offset && at - m.offset < m.len) map = &m;
-    if (!err && !map) err = EINVAL;
-    if (err) return done ? done : size_t(fail(err));
-    const uint32_t n = uint32_t(
-        std::min<uint64_t>({count - done, uint64_t(kSlotBytes), map->len - (at - map->offset)}));
-    if (send_chunk(rs, p + done, n, 0, map->addr + (at - map->offset), map->rkey) != 0)
-      return done ? done : size_t(fail(EIO));
-    done += n;
-  }
-  return done;
 }
 
 }  // extern "C"
