@@ -12,7 +12,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 # shellcheck source=tests/lib.sh
 source tests/lib.sh
 
-say() { printf '\n== %s\n' "$*"; }
+DEMO_START=$(vrnic_now_us)
+# Each step with the seconds since the demo started.
+say() { printf '\n== %s  (at %s s)\n' "$*" "$(vrnic_elapsed "$DEMO_START")"; }
 
 vrnic_tmp_init || exit 1
 : "${VRNIC_TEST_TIMEOUT:=300}" # per perftest process; extra options may ask for long runs
@@ -50,6 +52,7 @@ else
   echo
   run_client demo "${args[@]}" 127.0.0.1
   cat "$CLIENT_LOG"
+  echo "(the bandwidth table at $(vrnic_elapsed "$DEMO_START") s since the demo started)"
   finish_server
   srv=$VRNIC_RC
   if ((CLIENT_RC != 0 || srv != 0)); then
