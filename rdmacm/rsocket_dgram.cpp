@@ -36,7 +36,7 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <string>
+#include <compare>
 #include <thread>
 
 #include "internal.h"
@@ -56,6 +56,15 @@ struct DgramHeader {
   uint8_t version;
   uint8_t reserved;
   uint16_t port;  // the sender's, network order
+};
+
+// An address as the table of destinations keys it: family, port and address bytes, with no
+// allocation (a lookup per datagram sent and received).
+struct AddrKey {
+  uint16_t family = 0;
+  uint16_t port = 0;  // network order
+  uint8_t addr[16] = {};
+  auto operator<=>(const AddrKey &) const = default;
 };
 
 // Where datagrams to one address go: its QP, by an address handle of ours.
@@ -88,7 +97,7 @@ struct Ds {
   };
   std::deque<Received> received;
   std::vector<int> free_send;
-  std::map<std::string, Dest> dests;  // by address (sockaddr_in/_in6 bytes, port included)
+  std::map<AddrKey, Dest> dests;
   bool connected = false;
   sockaddr_storage peer{};
   int sndbuf = kSendSlots * int(kSlotBytes), rcvbuf = kRecvSlots * int(kSlotBytes);
@@ -147,22 +156,20 @@ socklen_t length_of(const sockaddr *sa) {
   return sa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
 }
 
-std::string key_of(const sockaddr *sa) {
-  sockaddr_storage s{};
+AddrKey key_of(const sockaddr *sa) {
+  AddrKey k;
+  k.family = sa->sa_family;
   if (sa->sa_family == AF_INET6) {
     auto *in = reinterpret_cast<const sockaddr_in6 *>(sa);
-    auto *out = reinterpret_cast<sockaddr_in6 *>(&s);
-    out->sin6_family = AF_INET6;
-    out->sin6_port = in->sin6_port;
-    out->sin6_addr = in->sin6_addr;
+    k.port = in->sin6_port;
+    std::memcpy(k.addr, &in->sin6_addr, 16);
   } else {
     auto *in = reinterpret_cast<const sockaddr_in *>(sa);
-    auto *out = reinterpret_cast<sockaddr_in *>(&s);
-    out->sin_family = AF_INET;
-    out->sin_port = in->sin_port;
-    out->sin_addr = in->sin_addr;
+    k.family = AF_INET;
+    k.port = in->sin_port;
+    std::memcpy(k.addr, &in->sin_addr, 4);
   }
-  return std::string(reinterpret_cast<const char *>(&s), length_of(sa));
+  return k;
 }
 
 // The address a datagram came from, in the socket's family: a GID and a port.
@@ -383,7 +390,7 @@ int resolve(Ds *ds, const sockaddr *to, Dest *out) {
 }
 
 Dest *dest_for(Ds *ds, const sockaddr *to, int *err) {
-  const std::string key = key_of(to);
+  const AddrKey key = key_of(to);
   auto it = ds->dests.find(key);
   if (it != ds->dests.end()) return &it->second;
   Dest d;
