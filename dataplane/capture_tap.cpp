@@ -25,7 +25,16 @@ MacAddress mac_of(const uint8_t gid[16]) {
 
 }  // namespace
 
-void CaptureTap::write(uint32_t worker, const Packet &p, bool received) const {
+void CaptureTap::record(uint32_t worker, Packet *const *pkts, uint16_t n, bool received) const {
+  if (worker >= workers_) return;
+  timespec now;  // one clock read per burst
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const uint64_t time_ns = uint64_t(now.tv_sec) * 1'000'000'000 + uint64_t(now.tv_nsec);
+  for (uint16_t i = 0; i < n; i++)
+    if (wanted(*pkts[i])) write(worker, *pkts[i], received, time_ns);
+}
+
+void CaptureTap::write(uint32_t worker, const Packet &p, bool received, uint64_t time_ns) const {
   capture::RingHeader &ring = *capture::ring_header(region_, worker);
   uint8_t *data = capture::ring_data(region_, worker);
   const bool v4 = gid_is_ipv4(p.src_gid) && gid_is_ipv4(p.dst_gid);
@@ -50,11 +59,9 @@ void CaptureTap::write(uint32_t worker, const Packet &p, bool received) const {
   uint8_t *out = data + (at + skip) % capture::kRingBytes;
 
   auto *rh = reinterpret_cast<capture::RecordHeader *>(out);
-  timespec now;
-  ::clock_gettime(CLOCK_REALTIME, &now);
   rh->frame_len = frame_len;
   rh->received = received ? 1 : 0;
-  rh->time_ns = uint64_t(now.tv_sec) * 1'000'000'000 + uint64_t(now.tv_nsec);
+  rh->time_ns = time_ns;
 
   uint8_t *frame = out + sizeof(capture::RecordHeader);
   uint8_t *ip = frame + build_eth(frame, mac_of(p.dst_gid), mac_of(p.src_gid),
@@ -73,8 +80,8 @@ void CaptureTap::write(uint32_t worker, const Packet &p, bool received) const {
   if (!v4) {
     // IPv6 wants a UDP checksum (RFC 8200), over the ICRC too.
     const iovec parts[2] = {{udp, kUdpHeaderBytes}, {bth, transport + 4}};
-    build_udp(udp, sport, wire::kRoceUdpPort, uint16_t(udp_len),
-              ipv6_upper_checksum(p.src_gid, p.dst_gid, kIpProtocolUdp, parts, 2));
+    const uint16_t sum = ipv6_upper_checksum(p.src_gid, p.dst_gid, kIpProtocolUdp, parts, 2);
+    build_udp(udp, sport, wire::kRoceUdpPort, uint16_t(udp_len), sum ? sum : 0xffff);
   }
   ring.written.fetch_add(1, std::memory_order_relaxed);
   ring.head.store(head + skip + rec, std::memory_order_release);

@@ -20,17 +20,13 @@ class CaptureTap {
 
   // On worker `worker`: its packets of one burst, sent (to any port) or received (from the
   // wire: those of the loop port were recorded when sent).
-  void record(uint32_t worker, Packet *const *pkts, uint16_t n, bool received) const {
-    if (worker >= workers_) return;
-    for (uint16_t i = 0; i < n; i++)
-      if (wanted(*pkts[i])) write(worker, *pkts[i], received);
-  }
+  void record(uint32_t worker, Packet *const *pkts, uint16_t n, bool received) const;
 
  private:
   bool wanted(const Packet &p) const {
     return qpn_ == kAnyQp || p.src_qpn == qpn_ || p.bth().dest_qp() == qpn_;
   }
-  void write(uint32_t worker, const Packet &p, bool received) const;
+  void write(uint32_t worker, const Packet &p, bool received, uint64_t time_ns) const;
 
   void *region_;
   uint32_t workers_;
