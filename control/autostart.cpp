@@ -129,17 +129,10 @@ int find_devices(std::string *path, DeviceListResp *out) {
   *path = client_socket_path();
   int err = list_devices(path->c_str(), out);
   if (err == 0 || !autostart_allowed(*path, err)) return err;
-  // The default directory /tmp/vrnicd-<uid> is vrnicd's to make, private; made here first
-  // for the lock, the same way, and not used unless it is ours alone (in /tmp another user
-  // could have made it first, with a link where the lock goes).
+  // The default directory in /tmp (socket_path.h) is made private, and not used unless it is
+  // ours alone (another user could have made it first, with a link where the lock goes).
   const std::string dir = path->substr(0, path->rfind('/'));
-  if (dir == private_socket_dir()) {
-    ::mkdir(dir.c_str(), 0700);
-    struct stat st;
-    if (::lstat(dir.c_str(), &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
-        (st.st_mode & 077))
-      return err;
-  }
+  if (dir == private_socket_dir() && !is_private_dir(dir)) return err;
   int lock = ::open((*path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (lock < 0) return err;
   while (::flock(lock, LOCK_EX) < 0 && errno == EINTR) {

@@ -126,12 +126,13 @@ CmService::Id *CmService::owned(Session &s, uint32_t handle) {
 int CmService::create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp) {
   if (m.fds.size() != 1) return EINVAL;
   // An fd in vrnicd, as a completion channel is: the same quota (issue 28, row 5).
-  QuotaCharge charge(quotas_, s.uid, Quota::kChannels);
-  if (charge.status()) return charge.status();
+  QuotaCharge charge(quotas_, s.uid, Quota::kChannels), fd_charge(quotas_, s.uid, Quota::kFds);
+  if (charge.status() || fd_charge.status()) return ENOMEM;
   // Written only with non-blocking sends: a client that reads nothing must not block vrnicd.
   int fd = take_event_channel(m.fds[0], s.uid);
   if (fd < 0) return -fd;
   charge.keep();
+  fd_charge.keep();
   const uint32_t h = next_handle_++;
   channels_[h] = std::unique_ptr<Channel>(new Channel{s.id, s.uid, fd, {}});
   resp.handle = h;
@@ -144,6 +145,7 @@ int CmService::destroy_channel(Session &s, uint32_t handle) {
   for (const auto &[h, id] : ids_)
     if (id.channel == handle) return EBUSY;  // rdma_destroy_event_channel: ids first
   quotas_.release(s.uid, Quota::kChannels);
+  quotas_.release(s.uid, Quota::kFds);
   channels_.erase(it);
   return 0;
 }
@@ -408,8 +410,10 @@ void CmService::release(Session &s) {
   for (const auto &[h, id] : ids_)
     if (id.session == s.id) gone.push_back(h);
   for (uint32_t h : gone) drop_id(h);
-  quotas_.release(s.uid, Quota::kChannels,
-                  std::erase_if(channels_, [&](const auto &kv) { return kv.second->session == s.id; }));
+  const size_t channels =
+      std::erase_if(channels_, [&](const auto &kv) { return kv.second->session == s.id; });
+  quotas_.release(s.uid, Quota::kChannels, channels);
+  quotas_.release(s.uid, Quota::kFds, channels);
 }
 
 ctl::CmEventRecord CmService::record(uint32_t event, uint32_t handle, const Id &id) const {

@@ -38,9 +38,10 @@ int MemoryObjects::alloc_dm(Session &s, const ctl::AllocDmReq &req, ctl::AllocDm
     return EINVAL;
   if (req.length > dev_.info.max_dm_size) return ENOMEM;
   const uint64_t bytes = (req.length + page - 1) & ~(page - 1);
-  QuotaCharge byte_charge(quotas_, s.uid, Quota::kMrBytes, bytes);
-  QuotaCharge map_charge(quotas_, s.uid, Quota::kMappings);
-  if (byte_charge.status() || map_charge.status()) return ENOMEM;
+  QuotaCharge byte_charge = s.pay(quotas_, Quota::kMrBytes, bytes);
+  QuotaCharge map_charge = s.pay(quotas_, Quota::kMappings);
+  QuotaCharge fd_charge = s.pay(quotas_, Quota::kFds);  // the memfd, kept
+  if (byte_charge.status() || map_charge.status() || fd_charge.status()) return ENOMEM;
   absl::StatusOr<SharedRegion> region = make_shared_region("vrnic-dm", bytes);
   if (!region.ok()) return errno_of(region.status());
   // vrnicd keeps the memfd (its MRs map it), not a mapping: what it reads and writes of it
@@ -53,6 +54,7 @@ int MemoryObjects::alloc_dm(Session &s, const ctl::AllocDmReq &req, ctl::AllocDm
   }
   auto dm = std::make_unique<DeviceMemoryBlock>();
   dm->session = s.id;
+  dm->payer = s.payer();
   dm->fd = kept;
   dm->length = req.length;
   dm->map_length = bytes;
@@ -63,6 +65,7 @@ int MemoryObjects::alloc_dm(Session &s, const ctl::AllocDmReq &req, ctl::AllocDm
   }
   byte_charge.keep();
   map_charge.keep();
+  fd_charge.keep();
   s.dms.insert(handle);
   resp.handle = handle;
   resp.map_length = bytes;
@@ -88,20 +91,18 @@ int MemoryObjects::free_dm(Session &s, uint32_t handle) {
   if (!s.dms.contains(handle)) return EINVAL;
   DeviceMemoryBlock *dm = dms_.get(handle);
   if (dm->refs) return EBUSY;  // MRs are registered on it
-  quotas_.release(s.uid, Quota::kMrBytes, dm->map_length);
-  quotas_.release(s.uid, Quota::kMappings);
+  s.refund(quotas_, dm->payer, Quota::kMrBytes, dm->map_length);
+  s.refund(quotas_, dm->payer, Quota::kMappings);
+  s.refund(quotas_, dm->payer, Quota::kFds);
   dms_.remove(handle);
   s.dms.erase(handle);
   return 0;
 }
 
 void MemoryObjects::release_dms(Session &s) {
-  // Its MRs are out of the key table, each with its own mapping: the memfds can go.
-  for (uint32_t h : s.dms)
-    if (std::unique_ptr<DeviceMemoryBlock> dm = dms_.remove(h)) {
-      quotas_.release(s.uid, Quota::kMrBytes, dm->map_length);
-      quotas_.release(s.uid, Quota::kMappings);
-    }
+  // Its MRs are out of the key table, each with its own mapping: the memfds can go (their
+  // quotas go back with the session's ledger).
+  for (uint32_t h : s.dms) dms_.remove(h);
   s.dms.clear();
 }
 
@@ -118,27 +119,27 @@ int MemoryObjects::reg_dm_mr(Session &s, const ctl::RegDmMrReq &req, ctl::RegMrR
     return EINVAL;
   if (dev_.mrs.size() >= dev_.capacity.mrs) return ENOMEM;
   const uint64_t maps = req.length ? 1 : 0;
-  QuotaCharge map_charge(quotas_, s.uid, Quota::kMappings, maps);
+  QuotaCharge map_charge = s.pay(quotas_, Quota::kMappings, maps);
   if (map_charge.status()) return map_charge.status();
   auto mr = std::make_unique<MemoryRegion>();
   mr->pd = req.pd;
   mr->access = req.access & ~uint32_t(IBV_ACCESS_RELAXED_ORDERING);
   mr->session = s.id;
+  mr->payer = s.payer();
   mr->length = req.length;
   mr->dm = req.dm;
   MrPieceMap piece{0, req.length, nullptr};  // the region's addresses are its IOVAs
-  uint64_t inode = 0;
+  struct stat file {};
   if (maps) {
-    if (int err = map_memfd(dm->fd, req.offset, req.length, *mr, piece, &inode)) return err;
+    if (int err = map_memfd(dm->fd, req.offset, req.length, *mr, piece, &file)) return err;
     mr->pieces.push_back(piece);
   }
-  if (maps && req.client_fd >= 0 && s.directory)
-    mr->direct.reset(new shm::DirectoryMr{0, req.pd, mr->access, uint32_t(s.pid),
-                                          uint32_t(req.client_fd), 0, inode, req.offset, 0,
-                                          req.length});
+  if (maps && req.client_fd >= 0 && publishes_direct(s))
+    mr->direct.reset(new shm::DirectoryMr{0, req.pd, mr->access, uint32_t(s.caller->pid),
+                                          uint32_t(req.client_fd), 0, uint64_t(file.st_ino),
+                                          uint64_t(file.st_dev), req.offset, 0, req.length});
   if (int err = insert_mr(s, std::move(mr), resp)) return err;
   map_charge.keep();
-  s.mr_mappings += maps;
   dm->refs++;
   return 0;
 }

@@ -30,13 +30,14 @@ uint8_t random_key_step() {
 }  // namespace
 
 // Maps [fd_offset, fd_offset + length) of a memfd into `mr` (one of its mappings) and points
-// `piece` at it; its inode in *inode. Only a memfd sealed against shrinking: vrnicd's access
-// to a page cut off would die of SIGBUS (issue 17, row 4). Other files have no seals at all.
+// `piece` at it; what fstat says of it in *file. Only a memfd sealed against shrinking:
+// vrnicd's access to a page cut off would die of SIGBUS (issue 17, row 4). Other files have
+// no seals at all.
 int MemoryObjects::map_memfd(int fd, uint64_t fd_offset, uint64_t length, MemoryRegion &mr,
-                             MrPieceMap &piece, uint64_t *inode) {
+                             MrPieceMap &piece, struct stat *file) {
   int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0 || !(seals & F_SEAL_SHRINK)) return EINVAL;
-  struct stat st;
+  struct stat &st = *file;
   if (::fstat(fd, &st) < 0 || fd_offset + length > uint64_t(st.st_size) ||
       fd_offset + length < fd_offset)
     return EINVAL;
@@ -47,15 +48,14 @@ int MemoryObjects::map_memfd(int fd, uint64_t fd_offset, uint64_t length, Memory
   if (map == MAP_FAILED) return errno;
   mr.mappings.push_back({map, len});
   piece.local = static_cast<uint8_t *>(map) + (fd_offset - base);
-  *inode = uint64_t(st.st_ino);
   return 0;
 }
 
 int MemoryObjects::alloc_pd(Session &s, ctl::HandleResp &resp) {
   if (pds_.size() >= dev_.capacity.pds) return ENOMEM;
-  QuotaCharge charge(quotas_, s.uid, Quota::kPds);
+  QuotaCharge charge = s.pay(quotas_, Quota::kPds);
   if (charge.status()) return charge.status();
-  uint32_t h = pds_.insert(std::make_unique<ProtectionDomain>(ProtectionDomain{s.id}));
+  uint32_t h = pds_.insert(std::make_unique<ProtectionDomain>(ProtectionDomain{s.id, s.payer()}));
   if (!h) return ENOMEM;
   charge.keep();
   s.pds.insert(h);
@@ -67,9 +67,9 @@ int MemoryObjects::dealloc_pd(Session &s, uint32_t handle) {
   ProtectionDomain *pd = pds_.get(handle);
   if (!pd || pd->session != s.id) return EINVAL;
   if (pd->refs) return EBUSY;
+  s.refund(quotas_, pd->payer, Quota::kPds);
   pds_.remove(handle);
   s.pds.erase(handle);
-  quotas_.release(s.uid, Quota::kPds);
   return 0;
 }
 
@@ -92,9 +92,10 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
   // implicit region (ibv_reg_mr(pd, NULL, SIZE_MAX, ...)) is the whole address space.
   const bool on_demand = req->access & IBV_ACCESS_ON_DEMAND;
   const bool implicit = on_demand && req->addr == 0 && req->length == UINT64_MAX;
-  // Whose memory the pieces outside memfds are: a forked child's own, sent with the request,
-  // or the session's opener's.
-  int mem_fd = s.mem_fd;
+  // Whose memory the pieces outside memfds are: the caller's, always (issue 52) -- a forked
+  // child's own or an imported context's, sent with the request, or the session's opener's
+  // when it is the caller. An importer's connection has none of its own: it sends its own.
+  int mem_fd = s.caller->mem_fd;
   if (req->own_mem) {
     if (m.fds.empty() || !is_proc_mem(m.fds.back())) return EINVAL;
     mem_fd = m.fds.back();
@@ -110,6 +111,7 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
   mr->pd = req->pd;
   mr->access = req->access;
   mr->session = s.id;
+  mr->payer = s.payer();
   if (req->own_mem) {
     mr->own_mem_fd = ::fcntl(mem_fd, F_DUPFD_CLOEXEC, 0);
     if (mr->own_mem_fd < 0) return errno;
@@ -124,8 +126,9 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
   // vrnicd to the kernel's mapping limit for 65 KB of mr_bytes (issue 28, row 7).
   uint64_t maps = 0;
   for (uint32_t i = 0; i < req->npieces; i++) maps += req->pieces[i].kind == uint32_t(ctl::PieceKind::kMemfd);
-  QuotaCharge map_charge(quotas_, s.uid, Quota::kMappings, maps);
-  if (map_charge.status()) return map_charge.status();
+  QuotaCharge map_charge = s.pay(quotas_, Quota::kMappings, maps);
+  QuotaCharge fd_charge = s.pay(quotas_, Quota::kFds, req->own_mem ? 1 : 0);  // own_mem_fd
+  if (map_charge.status() || fd_charge.status()) return ENOMEM;
   uint64_t expect = req->addr;
   for (uint32_t i = 0; i < req->npieces; i++) {
     const ctl::MrPiece &p = req->pieces[i];
@@ -134,14 +137,16 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
     MrPieceMap piece{p.va, p.length, nullptr};
     if (p.kind == uint32_t(ctl::PieceKind::kMemfd)) {
       if (p.fd_index >= m.fds.size()) return EINVAL;
-      uint64_t inode = 0;
-      if (int err = map_memfd(m.fds[p.fd_index], p.fd_offset, p.length, *mr, piece, &inode))
+      struct stat file {};
+      if (int err = map_memfd(m.fds[p.fd_index], p.fd_offset, p.length, *mr, piece, &file))
         return err;
       // The direct path: a poster of the same user may map this piece too, if it is the
-      // region's only memfd piece (between the partial pages at its ends, if any).
-      if (maps == 1 && p.client_fd >= 0 && s.directory)
-        mr->direct.reset(new shm::DirectoryMr{0, req->pd, req->access, uint32_t(s.pid),
-                                              uint32_t(p.client_fd), 0, inode, p.fd_offset,
+      // region's only memfd piece (between the partial pages at its ends, if any), from the
+      // process that registered it (its fd there).
+      if (maps == 1 && p.client_fd >= 0 && publishes_direct(s))
+        mr->direct.reset(new shm::DirectoryMr{0, req->pd, req->access, uint32_t(s.caller->pid),
+                                              uint32_t(p.client_fd), 0, uint64_t(file.st_ino),
+                                              uint64_t(file.st_dev), p.fd_offset,
                                               req->iova + (p.va - req->addr), p.length});
     } else if (p.kind == uint32_t(ctl::PieceKind::kProcessVm)) {
       // Through the client's own /proc/self/mem: is the memory there? (On demand: whenever
@@ -157,21 +162,19 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
   if (expect != req->addr + req->length) return EINVAL;
   // Charged like the kernel's pinned memory (RLIMIT_MEMLOCK): what vrnicd maps or reaches
   // for the user, so that sparse memfds cannot take vrnicd's address space (issue 17, row 8).
-  const uint64_t pinned = mr->pinned_bytes();
-  QuotaCharge byte_charge(quotas_, s.uid, Quota::kMrBytes, pinned);
+  QuotaCharge byte_charge = s.pay(quotas_, Quota::kMrBytes, mr->pinned_bytes());
   if (byte_charge.status()) return byte_charge.status();
   if (int err = req->replaces ? replace_mr(s, req->replaces, std::move(mr), resp)
                               : insert_mr(s, std::move(mr), resp))
     return err;
   map_charge.keep();
   byte_charge.keep();
-  s.mr_bytes += pinned;
-  s.mr_mappings += maps;
+  fd_charge.keep();
   return 0;
 }
 
 int MemoryObjects::insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp) {
-  QuotaCharge charge(quotas_, s.uid, Quota::kMrs);
+  QuotaCharge charge = s.pay(quotas_, Quota::kMrs);
   if (charge.status()) return charge.status();
   uint32_t key = 0;
   const uint32_t pd = mr->pd;
@@ -212,10 +215,9 @@ int MemoryObjects::replace_mr(Session &s, uint32_t handle, std::unique_ptr<Memor
   else
     publish_direct(s, *old, true);
   workers_.synchronize();
-  quotas_.release(s.uid, Quota::kMrBytes, old->pinned_bytes());
-  quotas_.release(s.uid, Quota::kMappings, old->mappings.size());
-  s.mr_bytes -= old->pinned_bytes();
-  s.mr_mappings -= old->mappings.size();
+  s.refund(quotas_, old->payer, Quota::kMrBytes, old->pinned_bytes());
+  s.refund(quotas_, old->payer, Quota::kMappings, old->mappings.size());
+  if (old->own_mem_fd >= 0) s.refund(quotas_, old->payer, Quota::kFds);
   if (ProtectionDomain *p = pds_.get(old->pd)) p->refs--;
   pds_.get(new_pd)->refs++;
   resp.handle = handle;
@@ -229,6 +231,7 @@ int MemoryObjects::alloc_null_mr(Session &s, uint32_t pd, ctl::RegMrResp &resp) 
   auto mr = std::make_unique<MemoryRegion>();
   mr->pd = pd;
   mr->session = s.id;
+  mr->payer = s.payer();
   mr->null_mr = true;
   mr->access = IBV_ACCESS_LOCAL_WRITE;  // local use only: no rkey works on it
   mr->length = UINT64_MAX;
@@ -268,11 +271,12 @@ int MemoryObjects::alloc_mw(Session &s, const ctl::AllocMwReq &req, ctl::AllocMw
   if (!pd || pd->session != s.id) return EINVAL;
   if (req.type != IBV_MW_TYPE_1 && req.type != IBV_MW_TYPE_2) return EINVAL;
   if (dev_.mws.size() >= dev_.capacity.mws) return ENOMEM;
-  QuotaCharge charge(quotas_, s.uid, Quota::kMws);
+  QuotaCharge charge = s.pay(quotas_, Quota::kMws);
   if (charge.status()) return charge.status();
   auto mw = std::make_unique<MemoryWindow>();
   mw->pd = req.pd;
   mw->session = s.id;
+  mw->payer = s.payer();
   mw->type = uint8_t(req.type);
   const uint32_t handle = dev_.mws.insert(std::move(mw), random_key_step(),
                                           [&](MemoryWindow &w, uint32_t h, uint8_t generation) {
@@ -296,7 +300,7 @@ int MemoryObjects::dealloc_mw(Session &s, uint32_t handle) {
   unbind_removed(*mw);
   if (ProtectionDomain *p = pds_.get(mw->pd)) p->refs--;
   s.mws.erase(handle);
-  quotas_.release(s.uid, Quota::kMws);
+  s.refund(quotas_, mw->payer, Quota::kMws);
   return 0;
 }
 
@@ -309,6 +313,10 @@ void MemoryObjects::unbind_removed(const MemoryWindow &mw) {
 // leaves (the deregistering process then waits for the posters in flight).
 // Only regions that are in it are written (a million null MRs touched 64 MiB of directory
 // pages, and their teardown took 0.4 s longer).
+bool MemoryObjects::publishes_direct(const Session &s) {
+  return s.directory && s.caller->uid == s.uid;
+}
+
 void MemoryObjects::publish_direct(Session &s, MemoryRegion &mr, bool clear) {
   if (!s.directory || !mr.direct || key_handle(mr.key) >= shm::kDirectoryMrs) return;
   shm::DirectoryMr e{};
@@ -327,13 +335,10 @@ std::unique_ptr<MemoryRegion> MemoryObjects::remove_mr(Session &s, uint32_t hand
   if (!mr) return nullptr;
   if (DeviceMemoryBlock *dm = dms_.get(mr->dm)) dm->refs--;
   publish_direct(s, *mr, true);
-  quotas_.release(s.uid, Quota::kMrs);
-  quotas_.release(s.uid, Quota::kMappings, mr->mappings.size());
-  s.mr_mappings -= mr->mappings.size();
-  if (!mr->null_mr) {
-    quotas_.release(s.uid, Quota::kMrBytes, mr->pinned_bytes());
-    s.mr_bytes -= mr->pinned_bytes();
-  }
+  s.refund(quotas_, mr->payer, Quota::kMrs);
+  s.refund(quotas_, mr->payer, Quota::kMappings, mr->mappings.size());
+  if (!mr->null_mr) s.refund(quotas_, mr->payer, Quota::kMrBytes, mr->pinned_bytes());
+  if (mr->own_mem_fd >= 0) s.refund(quotas_, mr->payer, Quota::kFds);
   return mr;
 }
 
@@ -343,21 +348,14 @@ void MemoryObjects::take_out(Session &s) {
   for (uint32_t h : s.mws)
     if (std::unique_ptr<MemoryWindow> mw = dev_.mws.remove(h)) closing_mws_.push_back(std::move(mw));
   // Out of the directory, then out of the table without touching each region (a cache miss
-  // each: a million took the control thread most of a second); their quotas in one call.
+  // each: a million took the control thread most of a second); their quotas go back with
+  // the session's ledger.
   for (uint32_t h : s.direct_mrs)
     if (MemoryRegion *mr = dev_.mrs.get(h)) s.directory->mrs[key_handle(mr->key)].write({});
   s.direct_mrs.clear();
   retired_.reserve(retired_.size() + s.mrs.size());
-  uint64_t n = 0;
   for (uint32_t h : s.mrs)
-    if (std::unique_ptr<MemoryRegion> mr = dev_.mrs.remove(h)) {
-      retired_.push_back(std::move(mr));
-      n++;
-    }
-  quotas_.release(s.uid, Quota::kMrs, n);
-  quotas_.release(s.uid, Quota::kMappings, s.mr_mappings);
-  quotas_.release(s.uid, Quota::kMrBytes, s.mr_bytes);
-  s.mr_mappings = s.mr_bytes = 0;
+    if (std::unique_ptr<MemoryRegion> mr = dev_.mrs.remove(h)) retired_.push_back(std::move(mr));
 }
 
 void MemoryObjects::free_taken() {
@@ -374,8 +372,6 @@ bool MemoryObjects::reap(size_t max) {
 void MemoryObjects::release(Session &s) {
   release_dms(s);
   for (uint32_t h : s.pds) pds_.remove(h);
-  quotas_.release(s.uid, Quota::kPds, s.pds.size());
-  quotas_.release(s.uid, Quota::kMws, s.mws.size());
 }
 
 }  // namespace vrnic

@@ -3,6 +3,8 @@
 // its user. Handlers return 0 or a positive errno: the reply's status (command_table.cpp).
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -53,7 +55,7 @@ class MemoryObjects {
 
  private:
   static int map_memfd(int fd, uint64_t fd_offset, uint64_t length, MemoryRegion &mr,
-                       MrPieceMap &piece, uint64_t *inode);
+                       MrPieceMap &piece, struct stat *file);
   void release_dms(Session &s);  // a closing session's device memory
   // Puts an MR in the key table (on the worker); 0 or ENOMEM (table or quota full).
   int insert_mr(Session &s, std::unique_ptr<MemoryRegion> mr, ctl::RegMrResp &resp);
@@ -61,6 +63,10 @@ class MemoryObjects {
                  ctl::RegMrResp &resp);
   // Out of the key table, its quotas released; freed by the caller after a grace period.
   std::unique_ptr<MemoryRegion> remove_mr(Session &s, uint32_t handle);
+  // Whether a region the caller registers now may enter the session's directory: only its
+  // own user's memory is there (an importer of another user's session reaches its regions
+  // through the workers).
+  static bool publishes_direct(const Session &s);
   void publish_direct(Session &s, MemoryRegion &mr, bool clear = false);
   // A window out of its table and past a grace period: its region counts it no more.
   void unbind_removed(const MemoryWindow &mw);
@@ -68,7 +74,7 @@ class MemoryObjects {
   Device &dev_;
   WorkerGroup &workers_;
   UserQuotas &quotas_;
-  SlotTable<ProtectionDomain> pds_{1u << 16};
+  SlotTable<ProtectionDomain> pds_{1u << 18};
   SlotTable<DeviceMemoryBlock> dms_{1u << 16};
   // Out of the key table, with no worker holding them: only their memory is left to free.
   std::vector<std::unique_ptr<MemoryRegion>> retired_;

@@ -1,5 +1,5 @@
 // The /metrics endpoint (metrics_server.h): a minimal HTTP/1.0 server, one request per
-// connection, answered in turn (a scrape every few seconds is its load).
+// connection, the connections served side by side (a scrape every few seconds is its load).
 #include "metrics_server.h"
 
 #include <arpa/inet.h>
@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "daemon_view.h"
+#include "vrnic/clock.h"
 #include "vrnic/ctl_io.h"
 
 namespace vrnic {
@@ -47,15 +48,6 @@ bool is_loopback(const sockaddr_storage &a) {
   return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6 &>(a).sin6_addr);
 }
 
-void write_all(int fd, const std::string &data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-    if (n <= 0) return;
-    done += size_t(n);
-  }
-}
-
 }  // namespace
 
 MetricsServer::~MetricsServer() {
@@ -76,7 +68,7 @@ absl::Status MetricsServer::check_address(const std::string &address, bool any_a
   return absl::OkStatus();
 }
 
-absl::Status MetricsServer::start(const std::string &address, bool any_address,
+absl::Status MetricsServer::start(const std::string &address, bool any_address, bool qps,
                                   std::vector<Device> devices) {
   if (absl::Status st = check_address(address, any_address); !st.ok()) return st;
   sockaddr_storage addr;
@@ -89,33 +81,70 @@ absl::Status MetricsServer::start(const std::string &address, bool any_address,
       ::listen(listen_fd_, 16) < 0)
     return absl::ErrnoToStatus(errno, "--metrics " + address);
   devices_ = std::move(devices);
+  qps_ = qps;
   where_ = address;
   thread_ = std::thread([this] { serve(); });
   return absl::OkStatus();
 }
 
+// Connections are served side by side, each against a deadline of its own from its accept:
+// one that sends its request a byte at a time, or never reads its answer, costs only its own
+// time (issue 52, row 5: one such kept every scrape waiting). Past kMaxConnections the oldest
+// goes.
 void MetricsServer::serve() {
+  struct Connection {
+    int fd;
+    uint64_t deadline_ms;
+    std::string in, out;  // the request head so far; the answer not yet sent
+    size_t sent = 0;
+  };
+  std::vector<Connection> conns;
+  auto drop = [&](size_t i) {
+    ::close(conns[i].fd);
+    conns.erase(conns.begin() + long(i));
+  };
+  std::vector<pollfd> pfds;
   while (!stop_.load()) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    pfds.assign(1, {listen_fd_, POLLIN, 0});
+    for (const Connection &c : conns)
+      pfds.push_back({c.fd, short(c.out.empty() ? POLLIN : POLLOUT), 0});
+    ::poll(pfds.data(), pfds.size(), 100);
+    const uint64_t now = monotonic_ns() / 1'000'000;
+    for (size_t i = conns.size(); i-- > 0;) {
+      Connection &c = conns[i];
+      const short ready = pfds[i + 1].revents;
+      if (c.out.empty() && (ready & (POLLIN | POLLHUP | POLLERR))) {
+        char buf[1024];
+        const ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n <= 0 && !(n < 0 && errno == EAGAIN)) {
+          drop(i);
+          continue;
+        }
+        if (n > 0) c.in.append(buf, size_t(n));
+        if (c.in.find("\r\n\r\n") != std::string::npos || c.in.size() >= kMaxHead) c.out = answer(c.in);
+      }
+      if (!c.out.empty() && (ready & (POLLOUT | POLLHUP | POLLERR))) {
+        const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent,
+                                 MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) c.sent += size_t(n);
+        if ((n < 0 && errno != EAGAIN) || c.sent == c.out.size()) {
+          drop(i);
+          continue;
+        }
+      }
+      if (now >= c.deadline_ms) drop(i);
+    }
+    if (!(pfds[0].revents & POLLIN)) continue;
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) continue;
-    answer(fd);
-    ::close(fd);
+    if (conns.size() >= kMaxConnections) drop(0);
+    conns.push_back({fd, now + kConnectionMs, {}, {}});
   }
+  for (const Connection &c : conns) ::close(c.fd);
 }
 
-// Reads the request head (2 s at most) and answers GET /metrics; anything else is 404 or 405.
-void MetricsServer::answer(int fd) {
-  std::string head;
-  char buf[1024];
-  while (head.find("\r\n\r\n") == std::string::npos && head.size() < 8192) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 2000) <= 0) return;
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) return;
-    head.append(buf, size_t(n));
-  }
+// The answer to a request head: GET /metrics; anything else is 404 or 405.
+std::string MetricsServer::answer(const std::string &head) {
   const std::string line = head.substr(0, head.find("\r\n"));
   const bool get = line.rfind("GET ", 0) == 0, head_only = line.rfind("HEAD ", 0) == 0;
   const size_t path_at = line.find(' ') + 1;
@@ -132,9 +161,9 @@ void MetricsServer::answer(int fd) {
   } else {
     body = scrape();
   }
-  write_all(fd, "HTTP/1.0 " + status + "\r\nContent-Type: " + type +
-                    "\r\nContent-Length: " + std::to_string(body.size()) +
-                    "\r\nConnection: close\r\n\r\n" + (head_only ? "" : body));
+  return "HTTP/1.0 " + status + "\r\nContent-Type: " + type +
+         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+         (head_only ? "" : body);
 }
 
 std::string MetricsServer::scrape() {
@@ -143,7 +172,9 @@ std::string MetricsServer::scrape() {
     int sock = ctl::connect_daemon(d.socket.c_str());
     if (sock < 0) continue;
     view::DeviceSnapshot s{d.name, {}, {}};
-    if (!view::ask_stats(sock, &s.stats) && !view::ask_qps(sock, {}, &s.qps))
+    // Per QP only when the operator asked (--metrics-qps): whoever reaches the port is told,
+    // and QPNs with their PSNs are what injecting into a connection takes.
+    if (!view::ask_stats(sock, &s.stats) && (!qps_ || !view::ask_qps(sock, {}, &s.qps)))
       snaps.push_back(std::move(s));
     ::close(sock);
   }

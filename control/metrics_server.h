@@ -23,16 +23,22 @@ class MetricsServer {
   // any_address.
   static absl::Status check_address(const std::string &address, bool any_address);
   // Listens on `address` (IPv4 a.b.c.d:PORT or IPv6 [x::y]:PORT; loopback only unless
-  // any_address) and serves from a thread until destroyed.
-  absl::Status start(const std::string &address, bool any_address, std::vector<Device> devices);
+  // any_address) and serves from a thread until destroyed; per-QP series only with `qps`
+  // (anyone who reaches the port reads them).
+  absl::Status start(const std::string &address, bool any_address, bool qps,
+                     std::vector<Device> devices);
   std::string where() const { return where_; }
 
  private:
+  static constexpr size_t kMaxHead = 8192;         // bytes of request head read
+  static constexpr size_t kMaxConnections = 16;    // at once; the oldest goes past it
+  static constexpr uint64_t kConnectionMs = 5000;  // a connection's whole life
   void serve();
-  void answer(int fd);
+  std::string answer(const std::string &head);
   std::string scrape();
 
   std::vector<Device> devices_;
+  bool qps_ = false;
   int listen_fd_ = -1;
   std::string where_;
   std::atomic<bool> stop_{false};

@@ -35,14 +35,15 @@ constexpr uint32_t kQpAccessKnown =
 int QueueObjects::create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp) {
   if (m.fds.size() != 1) return EINVAL;
   // Each costs vrnicd an fd (issue 17, row 9).
-  QuotaCharge charge(quotas_, s.uid, Quota::kChannels);
-  if (charge.status()) return charge.status();
-  int fd = take_event_channel(m.fds[0], s.uid);
+  QuotaCharge charge = s.pay(quotas_, Quota::kChannels), fd_charge = s.pay(quotas_, Quota::kFds);
+  if (charge.status() || fd_charge.status()) return ENOMEM;
+  int fd = take_event_channel(m.fds[0], s.caller->uid);
   if (fd < 0) return -fd;
-  uint32_t h =
-      channels_.insert(std::unique_ptr<CompletionChannel>(new CompletionChannel{s.id, fd}));
+  uint32_t h = channels_.insert(
+      std::unique_ptr<CompletionChannel>(new CompletionChannel{s.id, s.payer(), fd}));
   if (!h) return ENOMEM;
   charge.keep();
+  fd_charge.keep();
   s.channels.insert(h);
   resp.handle = h;
   return 0;
@@ -52,9 +53,10 @@ int QueueObjects::destroy_channel(Session &s, uint32_t handle) {
   CompletionChannel *ch = channels_.get(handle);
   if (!ch || ch->session != s.id) return EINVAL;
   if (ch->refs) return EBUSY;
+  s.refund(quotas_, ch->payer, Quota::kChannels);
+  s.refund(quotas_, ch->payer, Quota::kFds);
   channels_.remove(handle);
   s.channels.erase(handle);
-  quotas_.release(s.uid, Quota::kChannels);
   return 0;
 }
 
@@ -67,7 +69,7 @@ int QueueObjects::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::Create
     ch = channels_.get(req.channel);
     if (!ch || ch->session != s.id) return EINVAL;
   }
-  QuotaCharge charge(quotas_, s.uid, Quota::kCqs), map_charge(quotas_, s.uid, Quota::kMappings);
+  QuotaCharge charge = s.pay(quotas_, Quota::kCqs), map_charge = s.pay(quotas_, Quota::kMappings);
   if (charge.status() || map_charge.status()) return ENOMEM;
   if (req.flags & ~ctl::kCqStamped) return EINVAL;
   const bool stamped = req.flags & ctl::kCqStamped;
@@ -79,6 +81,7 @@ int QueueObjects::create_cq(Session &s, const ctl::CreateCqReq &req, ctl::Create
   const int fd = region->fd;
   auto cq = std::make_unique<CompletionQueue>();
   cq->session = s.id;
+  cq->payer = s.payer();
   cq->cookie = req.cookie;
   cq->channel_fd = ch ? ch->fd : -1;
   cq->channel = req.channel;
@@ -107,11 +110,12 @@ int QueueObjects::destroy_cq(Session &s, uint32_t handle) {
   // No QP uses it (the refs are this thread's: QPs attach and detach here), and the workers
   // reach a CQ only through a QP: it goes with no worker involved.
   if (dev_.cqs.get(handle)->refs) return EBUSY;
+  const uid_t payer = dev_.cqs.get(handle)->payer;
   const uint32_t channel = remove_cq(handle);
   if (CompletionChannel *ch = channels_.get(channel)) ch->refs--;
   s.cqs.erase(handle);
-  quotas_.release(s.uid, Quota::kCqs);
-  quotas_.release(s.uid, Quota::kMappings);
+  s.refund(quotas_, payer, Quota::kCqs);
+  s.refund(quotas_, payer, Quota::kMappings);
   return 0;
 }
 
@@ -121,7 +125,7 @@ int QueueObjects::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::Create
   if (!owns(s.cqs, req.handle)) return EINVAL;
   if (req.cqe < 1 || req.cqe > dev_.info.max_cqe) return EINVAL;
   // The new ring is mapped before the old one goes: for that moment, one mapping more.
-  QuotaCharge map_charge(quotas_, s.uid, Quota::kMappings);
+  QuotaCharge map_charge(quotas_, s.caller->uid, Quota::kMappings);
   if (map_charge.status()) return map_charge.status();
   uint32_t slots = std::bit_ceil(req.cqe);
   const bool stamped = dev_.cqs.get(req.handle)->stamps != nullptr;  // as it was made
@@ -209,9 +213,12 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
   uint32_t rq_slots = xrc_initiator ? 1 : std::bit_ceil(std::max(c.max_recv_wr, 1u));
   size_t bytes = shm::qp_region_bytes(sq_slots, rq_slots);
   // A mapping only when the session's ring arena opens a chunk for it.
-  QuotaCharge charge(quotas_, s.uid, Quota::kQps),
-      map_charge(quotas_, s.uid, Quota::kMappings, s.rings.needs_chunk(bytes) ? 1 : 0);
-  if (charge.status() || map_charge.status()) return ENOMEM;
+  // A new chunk is a mapping and a descriptor vrnicd keeps until the session closes.
+  const uint64_t chunk = s.rings.needs_chunk(bytes) ? 1 : 0;
+  QuotaCharge charge = s.pay(quotas_, Quota::kQps),
+              map_charge = s.pay(quotas_, Quota::kMappings, chunk),
+              fd_charge = s.pay(quotas_, Quota::kFds, chunk);
+  if (charge.status() || map_charge.status() || fd_charge.status()) return ENOMEM;
   absl::StatusOr<RingBlock> ring = s.rings.allocate(bytes);
   if (!ring.ok()) return errno_of(ring.status());
   const uint32_t handle =
@@ -226,9 +233,10 @@ int QueueObjects::create_qp(Session &s, const ctl::CreateQpReq &req, ctl::Create
   }
   charge.keep();
   map_charge.keep();
+  fd_charge.keep();
   pd->refs++;
   s.qps.insert(handle);
-  qp_owners_[handle] = {req.pd, req.send_cq, req.recv_cq, req.srq, *ring};
+  qp_owners_[handle] = {req.pd, req.send_cq, req.recv_cq, req.srq, s.payer(), *ring};
   const QueuePair &qp = *dev_.qps.get(handle);
   resp.handle = handle;
   resp.qpn = qp.qpn;
@@ -288,7 +296,7 @@ int QueueObjects::modify_qp_steps(Session &s, uint32_t handle, const ctl::CmQpSt
   owner.run_between_bursts([&] {
     for (uint32_t i = 0; i < n && !st; i++) {
       bool resolve = false;
-      st = modify_step(qp, steps[i].attr, steps[i].attr_mask, s.uid == 0, &resolve);
+      st = modify_step(qp, steps[i].attr, steps[i].attr_mask, s.caller->uid == 0, &resolve);
       if (!st && resolve) {
         resolve_on = qp.worker;
         std::memcpy(peer, qp.attr.ah.dgid, sizeof(peer));
@@ -362,10 +370,11 @@ int QueueObjects::set_ece(Session &s, const ctl::SetEceReq &req, ctl::SetEceResp
 // queue). No worker stops.
 int QueueObjects::destroy_qp(Session &s, uint32_t handle) {
   if (!owns(s.qps, handle)) return EINVAL;
-  // A target QP another session has opened stays for it: only this session's hold goes.
+  // A target QP another session has opened stays for it: only this session's hold goes (and
+  // its charge: a target's holders are refunded as they let go).
+  const bool xrc_target = xrc_targets_.contains(handle);
   if (let_go_of_xrc_target(s, handle)) {
     s.qps.erase(handle);
-    quotas_.release(s.uid, Quota::kQps);
     return 0;
   }
   std::unique_ptr<QueuePair> qp = dev_.qps.remove(handle);
@@ -382,9 +391,9 @@ int QueueObjects::destroy_qp(Session &s, uint32_t handle) {
   const QpOwner &owner_of = qp_owners_[handle];
   if (ProtectionDomain *pd = memory_.pds().get(owner_of.pd)) pd->refs--;
   if (owner_of.ring.map) s.rings.free(owner_of.ring);  // its chunk stays mapped for the next QP
+  if (!xrc_target) s.refund(quotas_, owner_of.payer, Quota::kQps);
   qp_owners_.erase(handle);
   s.qps.erase(handle);
-  quotas_.release(s.uid, Quota::kQps);
   return 0;
 }
 
@@ -403,7 +412,7 @@ int QueueObjects::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::Crea
       a.srq_limit > a.max_wr)
     return EINVAL;
   if (dev_.srqs.size() >= dev_.capacity.srqs) return ENOMEM;
-  QuotaCharge charge(quotas_, s.uid, Quota::kSrqs), map_charge(quotas_, s.uid, Quota::kMappings);
+  QuotaCharge charge = s.pay(quotas_, Quota::kSrqs), map_charge = s.pay(quotas_, Quota::kMappings);
   if (charge.status() || map_charge.status()) return ENOMEM;
   uint32_t slots = std::bit_ceil(a.max_wr);
   size_t bytes = shm::srq_region_bytes(slots);
@@ -419,6 +428,7 @@ int QueueObjects::create_srq(Session &s, const ctl::CreateSrqReq &req, ctl::Crea
   srq->mask = slots - 1;
   srq->limit = &shared->limit;
   srq->session = s.id;
+  srq->payer = s.payer();
   srq->pd = req.pd;
   srq->cookie = req.cookie;
   srq->async_fd = s.async_fd;
@@ -474,11 +484,12 @@ int QueueObjects::destroy_srq(Session &s, uint32_t handle) {
   if (!owns(s.srqs, handle)) return EINVAL;
   // As a CQ: reached by the workers only through its QPs, of which it has none.
   if (dev_.srqs.get(handle)->refs) return EBUSY;
+  const uid_t payer = dev_.srqs.get(handle)->payer;
   const uint32_t pd = remove_srq(handle);  // (after a grace period, for an XRC SRQ)
   if (ProtectionDomain *p = memory_.pds().get(pd)) p->refs--;
   s.srqs.erase(handle);
-  quotas_.release(s.uid, Quota::kSrqs);
-  quotas_.release(s.uid, Quota::kMappings);
+  s.refund(quotas_, payer, Quota::kSrqs);
+  s.refund(quotas_, payer, Quota::kMappings);
   return 0;
 }
 
@@ -492,9 +503,10 @@ int QueueObjects::create_ah(Session &s, const ctl::CreateAhReq &req, ctl::Handle
       dev_.info.gids[req.av.sgid_index].type == ctl::kGidEmpty)
     return EINVAL;
   if (ahs_.size() >= dev_.capacity.ahs) return ENOMEM;
-  QuotaCharge charge(quotas_, s.uid, Quota::kAhs);
+  QuotaCharge charge = s.pay(quotas_, Quota::kAhs);
   if (charge.status()) return charge.status();
-  uint32_t h = ahs_.insert(std::make_unique<AddressHandle>(AddressHandle{s.id, req.pd, req.av}));
+  uint32_t h =
+      ahs_.insert(std::make_unique<AddressHandle>(AddressHandle{s.id, s.payer(), req.pd, req.av}));
   if (!h) return ENOMEM;
   charge.keep();
   pd->refs++;
@@ -508,9 +520,9 @@ int QueueObjects::destroy_ah(Session &s, uint32_t handle) {
   AddressHandle *ah = ahs_.get(handle);
   if (!ah || ah->session != s.id) return EINVAL;
   if (ProtectionDomain *pd = memory_.pds().get(ah->pd)) pd->refs--;
+  s.refund(quotas_, ah->payer, Quota::kAhs);
   ahs_.remove(handle);
   s.ahs.erase(handle);
-  quotas_.release(s.uid, Quota::kAhs);
   return 0;
 }
 
@@ -563,7 +575,6 @@ void QueueObjects::take_out(Session &s) {
   for (uint32_t h : s.qps)
     if (let_go_of_xrc_target(s, h)) kept.push_back(h);
   for (uint32_t h : kept) s.qps.erase(h);
-  quotas_.release(s.uid, Quota::kQps, kept.size());
   closing_qps_.reserve(s.qps.size());
   for (uint32_t h : s.qps)
     if (std::unique_ptr<QueuePair> qp = dev_.qps.remove(h)) closing_qps_.push_back(std::move(qp));
@@ -606,13 +617,7 @@ void QueueObjects::release(Session &s) {
   for (uint32_t h : s.qps) qp_owners_.erase(h);
   for (uint32_t h : s.ahs) ahs_.remove(h);
   for (uint32_t h : s.channels) channels_.remove(h);
-  // What the session still held, charged when it was made.
-  quotas_.release(s.uid, Quota::kChannels, s.channels.size());
-  quotas_.release(s.uid, Quota::kQps, s.qps.size());
-  quotas_.release(s.uid, Quota::kCqs, s.cqs.size());
-  quotas_.release(s.uid, Quota::kSrqs, s.srqs.size());
-  quotas_.release(s.uid, Quota::kAhs, s.ahs.size());
-  quotas_.release(s.uid, Quota::kMappings, s.rings.chunks() + s.cqs.size() + s.srqs.size());
+  // (What the session still held goes back with its ledger.)
 }
 
 }  // namespace vrnic

@@ -78,7 +78,7 @@ class QueueObjects {
   // QPs destroyed or closing: out of every multicast group; publish_mcast: the dataplane's
   // snapshot of mcast_ made anew.
   void leave_mcast(Session &s, const absl::flat_hash_set<uint32_t> &qps);
-  void publish_mcast();
+  void publish_mcast(bool groups_changed);
   // privileged: root's session, which may give a QP a controlled Q_Key.
   int modify_step(QueuePair &qp, const ctl::QpAttrWire &a, uint32_t mask, bool privileged,
                   bool *resolve);
@@ -111,10 +111,14 @@ class QueueObjects {
   UserQuotas &quotas_;
   MemoryObjects &memory_;
   SlotTable<CompletionChannel> channels_{1u << 16};
-  SlotTable<AddressHandle> ahs_{1u << 16};
+  SlotTable<AddressHandle> ahs_{1u << 18};
   std::map<uint32_t, QpOwner> qp_owners_;
-  // Multicast GID -> the attached QPs (handle -> QPN).
-  std::map<std::array<uint8_t, 16>, std::map<uint32_t, uint32_t>> mcast_;
+  // Multicast GID -> the attached QPs (by handle: its QPN, who pays for the attachment).
+  struct McastMember {
+    uint32_t qpn;
+    uid_t payer;
+  };
+  std::map<std::array<uint8_t, 16>, std::map<uint32_t, McastMember>> mcast_;
   uint32_t mcast_attached_ = 0;
   std::vector<std::unique_ptr<QueuePair>> closing_qps_;  // a closing session's, until freed
   std::vector<std::unique_ptr<ReceiveQueue>> closing_srqs_;  // its XRC SRQs, likewise
@@ -145,6 +149,7 @@ class QueueObjects {
     int async_fd;
     uint64_t cookie;     // that session's ibv_qp
     uint32_t xrcd_open;  // the open of the domain it holds the QP through
+    uid_t payer;         // charged one QP for the hold
   };
   struct FreeRegion {
     void operator()(void *p) const { std::free(p); }

@@ -1,6 +1,7 @@
 // Per-user quotas in vrnicd (quota.h): parsing --limits, charging and releasing.
 #include "quota.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,8 +47,10 @@ absl::StatusOr<UserLimits> UserLimits::parse(const std::string &spec) {
       for (const QuotaKind &k : kQuotaKinds) names += std::string(names.empty() ? "" : ", ") + k.name;
       return absl::InvalidArgumentError("unknown limit '" + kv.first + "' (" + names + ")");
     }
-    // Counts are of objects; 0 for mr_bytes keeps its meaning (the machine's RAM).
-    if (Quota(i) != Quota::kMrBytes && (v == 0 || v > std::numeric_limits<uint32_t>::max()))
+    // Counts are of objects; 0 keeps its meaning where it is the default (a share of what
+    // the machine gives: mr_bytes, mappings, fds).
+    const bool share = kQuotaKinds[i].default_limit == 0;
+    if ((v == 0 && !share) || (Quota(i) != Quota::kMrBytes && v > std::numeric_limits<uint32_t>::max()))
       return absl::InvalidArgumentError(kv.first + " must be between 1 and 4294967295");
     l.max[i] = v;
   }
@@ -69,6 +72,17 @@ UserQuotas::UserQuotas(UserLimits limits) : limits_(limits) {
   const uint64_t map_max = max_map_count();
   const uint64_t reserve = std::max<uint64_t>(4096, map_max / 8);
   device_mapping_limit_ = map_max > reserve ? map_max - reserve : 0;
+  // A user's share by default: a quarter, of mappings and of descriptors alike (an eighth of
+  // the descriptors, at least 256, stays vrnicd's: ports, workers, metrics, its libraries).
+  uint64_t &maps = limits_.max[uint32_t(Quota::kMappings)];
+  if (!maps) maps = std::max<uint64_t>(1, device_mapping_limit_ / 4);
+  uint64_t &fds = limits_.max[uint32_t(Quota::kFds)];
+  if (!fds) {
+    rlimit nofile{};
+    const uint64_t fd_max = ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 ? nofile.rlim_cur : 1024;
+    const uint64_t fd_reserve = std::max<uint64_t>(256, fd_max / 8);
+    fds = std::max<uint64_t>(16, (fd_max > fd_reserve ? fd_max - fd_reserve : 0) / 4);
+  }
 }
 
 int UserQuotas::charge(uid_t uid, Quota what, uint64_t amount) {
@@ -92,6 +106,28 @@ void UserQuotas::release(uid_t uid, Quota what, uint64_t amount) {
   if (it == users_.end()) return;
   it->second.used[uint32_t(what)] -= amount;
   if (what == Quota::kMappings) device_mappings_ -= amount;
+}
+
+void UserQuotas::release(QuotaLedger &ledger, uid_t payer, Quota what, uint64_t amount) {
+  ledger.remove(payer, what, amount);
+  release(payer, what, amount);
+}
+
+void UserQuotas::release_all(QuotaLedger &ledger) {
+  ledger.for_each([&](uid_t uid, Quota what, uint64_t amount) { release(uid, what, amount); });
+  ledger.clear();
+}
+
+void QuotaLedger::add(uid_t payer, Quota what, uint64_t amount) {
+  auto it = std::find_if(payers_.begin(), payers_.end(),
+                         [&](const auto &p) { return p.first == payer; });
+  if (it == payers_.end()) it = payers_.insert(payers_.end(), {payer, {}});
+  it->second[uint32_t(what)] += amount;
+}
+
+void QuotaLedger::remove(uid_t payer, Quota what, uint64_t amount) {
+  for (auto &[uid, held] : payers_)
+    if (uid == payer) held[uint32_t(what)] -= amount;
 }
 
 UserUsage UserQuotas::usage(uid_t uid) const {

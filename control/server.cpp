@@ -161,7 +161,8 @@ absl::Status Server::start_engines() {
 }
 
 // The default socket's directory (socket_path.h) is made private to us, and one that is not
-// (another user's, a symlink, open to others) is refused rather than used.
+// (another user's, a symlink, open to others) is refused rather than used; when the first
+// choice is someone else's, the log says whose and where vrnicd listens instead.
 absl::Status Server::prepare_socket_dir() {
   const std::string dir = private_socket_dir();
   if (path_.rfind(dir + "/", 0) != 0) return absl::OkStatus();  // the user chose the place
@@ -175,6 +176,11 @@ absl::Status Server::prepare_socket_dir() {
                         "mode %o): someone may be waiting there for our clients; remove it or "
                         "use --socket",
                         dir, unsigned(st.st_uid), unsigned(st.st_mode & 07777)));
+  // The first choice taken by someone else: ours is its private sibling (socket_path.h).
+  const std::string first = first_private_socket_dir();
+  if (dir != first && ::lstat(first.c_str(), &st) == 0)
+    std::fprintf(stderr, "vrnicd: %s is not ours (uid %u, mode %o): listening in %s instead\n",
+                 first.c_str(), unsigned(st.st_uid), unsigned(st.st_mode & 07777), dir.c_str());
   return absl::OkStatus();
 }
 
@@ -310,7 +316,14 @@ void Server::accept_client() {
   s->pid = cred.pid;
   s->uid = cred.uid;
   s->admin = cred.uid == 0 || cred.uid == ::geteuid();
-  if (quotas_.charge(cred.uid, Quota::kSessions)) {
+  // The connection is one of the user's sessions and one of its descriptors in vrnicd.
+  bool over = quotas_.charge(cred.uid, Quota::kSessions) != 0;
+  if (!over && quotas_.charge(cred.uid, Quota::kFds)) {
+    quotas_.release(cred.uid, Quota::kSessions);
+    over = true;
+  }
+  s->fds = over ? 0 : 1;
+  if (over) {
     // Over its user's quota: the connection stays only to be answered ENOMEM at its first
     // request, for a second at most and a few of the user's at a time; the rest are closed at
     // once. Held until they spoke, 3,000 idle ones took 3,010 of vrnicd's fds under
@@ -355,9 +368,12 @@ bool Server::handle(Session &s) {
   Reply r;
   int status;
   bool keep = true;
-  // An imported context's connection acts on the session it speaks for (import_device).
+  // An imported context's connection acts on the objects of the session it speaks for
+  // (import_device), as its caller: who it is and what it may do stay its own (issue 52).
+  // Everything but the verbs commands -- vrnicctl's queries and admin commands, rdma_cm --
+  // is the connection's own business.
   Session &acting =
-      s.speaks_for && cmd && cmd->who != Who::kNewClient ? *sessions_.at(s.speaks_for) : s;
+      s.speaks_for && cmd && cmd->who == Who::kClient ? *sessions_.at(s.speaks_for) : s;
   if (s.refused) {  // its user holds every connection allowed
     status = ENOMEM;
     keep = false;
@@ -366,10 +382,12 @@ bool Server::handle(Session &s) {
     keep = false;
   } else if (!cmd) {
     status = EOPNOTSUPP;
-  } else if (cmd->who == Who::kAdmin && !acting.admin) {
+  } else if (cmd->who == Who::kAdmin && !s.admin) {
     status = EPERM;
   } else {
+    acting.caller = &s;
     status = cmd->serve(*this, acting, *m, r);
+    acting.caller = &acting;
     keep = status == 0 || cmd->who != Who::kNewClient;
   }
   m->close_fds();  // a method that keeps a received fd keeps a dup of it
@@ -552,6 +570,7 @@ void Server::close_session(uint32_t id) {
       t->second->importers.erase(id);
     if (s.directory) directories_.release(s.uid, s.id);
     quotas_.release(s.uid, Quota::kSessions);
+    quotas_.release(s.uid, Quota::kFds, s.fds);
     sessions_.erase(it);
     return;
   }
@@ -566,17 +585,22 @@ void Server::close_session(uint32_t id) {
   queues_.forget_taken();
   memory_.take_out(s);
   if (s.shm) {
-    for (auto &w : workers_.all()) w->run_between_bursts([&] { w->remove_session(id); });
+    for (auto &w : workers_.all()) {
+      w->run_between_bursts([&] { w->remove_session(id); });
+      if (s.wake_fd >= 0) w->unwatch_session_wake(s.wake_fd);
+    }
   }
   workers_.synchronize();
   queues_.free_taken(s);
   memory_.free_taken();
   queues_.release(s);
   memory_.release(s);
+  quotas_.release_all(s.ledger);  // what its objects held, to whoever paid for each
   if (s.shm) quotas_.release(s.uid, Quota::kMappings);
   if (s.directory) directories_.release(s.uid, s.id);  // its entries are all cleared by now
   if (!s.refused) {
     quotas_.release(s.uid, Quota::kSessions);
+    quotas_.release(s.uid, Quota::kFds, s.fds);
   } else if (auto w = refused_per_user_.find(s.uid); w != refused_per_user_.end() && !--w->second) {
     refused_per_user_.erase(w);
   }

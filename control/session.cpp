@@ -15,6 +15,7 @@ Session::~Session() {
   if (shm_fd >= 0) ::close(shm_fd);
   if (async_fd >= 0) ::close(async_fd);
   if (mem_fd >= 0) ::close(mem_fd);
+  if (wake_fd >= 0) ::close(wake_fd);
   if (sock >= 0) ::close(sock);
 }
 

@@ -1,6 +1,8 @@
 // How a connection becomes a session's: Hello (a new session: its pages, its event channel,
 // the client's /proc/self/mem) and ImportDevice (a connection that speaks for the session
 // whose socket it hands over, ibv_import_device); what both answer (Server::describe_session).
+#include <sys/eventfd.h>
+
 #include <cerrno>
 
 #include "client_fds.h"
@@ -17,20 +19,29 @@ int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::
   if (req->version != ctl::kProtocolVersion) return EPROTONOSUPPORT;
   if (s.shm || s.speaks_for) return EEXIST;
   QuotaCharge map_charge(quotas_, s.uid, Quota::kMappings);
-  if (map_charge.status()) return map_charge.status();
+  // What vrnicd keeps of it: the session memfd, its event channel, its wake eventfd and the
+  // client's /proc/self/mem.
+  const uint32_t fds_kept = 3 + (m.fds.size() == 2 ? 1 : 0);
+  QuotaCharge fd_charge(quotas_, s.uid, Quota::kFds, fds_kept);
+  if (map_charge.status() || fd_charge.status()) return ENOMEM;
   absl::StatusOr<SharedRegion> region =
       make_shared_region("vrnic-session", sizeof(shm::SessionShared));
   if (!region.ok()) return errno_of(region.status());
   s.shm_fd = region->fd;
   s.shm = static_cast<shm::SessionShared *>(region->map);
   map_charge.keep();  // the session's close releases the region and its mapping
+  fd_charge.keep();
+  s.fds += fds_kept;
   // A fresh memfd is zeros: its doorbell rings are ready as they are (DoorbellCell).
   s.async_fd = take_event_channel(m.fds[0], s.uid);
   if (s.async_fd < 0) return -s.async_fd;  // the session's close releases the region
   if (m.fds.size() == 2) s.mem_fd = ::dup(m.fds[1]);
+  s.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s.wake_fd < 0) return errno;
   for (auto &w : workers_.all()) {
     shm::DoorbellRing *ring = &s.shm->doorbells[w->index()];
     w->execute([&] { w->add_session(s.id, s.uid, ring); });
+    w->watch_session_wake(s.wake_fd);
   }
   describe_session(s, s, resp, fds);
   return 0;
@@ -38,6 +49,9 @@ int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::
 
 void Server::describe_session(Session &s, Session &holder, ctl::HelloResp &resp,
                               std::vector<int> &fds) {
+  // What is the session's: its pages, the workers' wake channels for it. What is the holder's
+  // (an importer's own, issue 52): the id its poster cells are claimed with, and its own
+  // user's direct-path directory -- never the exporter's user's regions and cells.
   resp.version = ctl::kProtocolVersion;
   // The id the client claims direct-path poster cells with: its connection's, so that they
   // are reset when that connection closes (DirectDirectories::release).
@@ -45,9 +59,9 @@ void Server::describe_session(Session &s, Session &holder, ctl::HelloResp &resp,
   resp.device = dev_.info;
   fds.push_back(s.shm_fd);
   fds.push_back(daemon_shm_fd_);
-  for (auto &w : workers_.all()) fds.push_back(w->wake_fd());
+  fds.push_back(s.wake_fd);
   if (cfg_.direct_path) {
-    DirectDirectories::Shared d = directories_.acquire(s.uid);
+    DirectDirectories::Shared d = directories_.acquire(holder.uid);
     if (d.entries) {
       holder.directory = d.entries;
       resp.directory = 1;
@@ -76,8 +90,12 @@ int Server::import_device(Session &s, const ctl::Message &m, ctl::HelloResp &res
   });
   if (exporter == sessions_.end() || !exporter->second->shm) return EINVAL;
   Session &t = *exporter->second;
+  QuotaCharge fd_charge(quotas_, s.uid, Quota::kFds);  // its event channel
+  if (fd_charge.status()) return fd_charge.status();
   s.async_fd = take_event_channel(m.fds[0], s.uid);
   if (s.async_fd < 0) return -s.async_fd;
+  fd_charge.keep();
+  s.fds++;
   s.speaks_for = t.id;
   t.importers.insert(s.id);
   describe_session(t, s, resp, fds);

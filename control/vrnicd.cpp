@@ -105,7 +105,8 @@ int main(int argc, char **argv) {
   if (!opts.metrics_address.empty()) {
     std::vector<vrnic::MetricsServer::Device> served;
     for (const vrnic::ctl::DeviceListEntry &e : list) served.push_back({e.name, e.socket});
-    if (absl::Status st = metrics.start(opts.metrics_address, opts.metrics_any_address, served);
+    if (absl::Status st = metrics.start(opts.metrics_address, opts.metrics_any_address,
+                                                opts.metrics_qps, served);
         !st.ok()) {
       std::fprintf(stderr, "vrnicd: %s\n", std::string(st.message()).c_str());
       return 1;

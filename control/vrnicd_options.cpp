@@ -193,9 +193,11 @@ void add_daemon_options(CLI::App &app, DaemonOptions *out) {
          },
          "quotas per user and device, NAME=N,..., e.g. sessions=64,pds=256,\n"
          "mrs=4096,qps=1024,mr_bytes=1073741824. NAMEs: sessions, channels,\n"
-         "pds, mrs, mws, cqs, qps, srqs, ahs, cm_ids, mappings, mcast,\n"
-         "mr_bytes (default: the machine's RAM); each one's default and\n"
-         "value: vrnicctl stats (limit_NAME). Past one, ENOMEM")
+         "pds, mrs, mws, cqs, qps, srqs, ahs, cm_ids, mappings, mcast, fds,\n"
+         "mr_bytes; by default a quarter of each of the device's tables, of\n"
+         "vrnicd's mappings and descriptors (0: that share), and the\n"
+         "machine's RAM; each one's value: vrnicctl stats (limit_NAME).\n"
+         "Past one, ENOMEM")
       ->type_name("SPEC")
       ->group(group);
   app.add_option("--metrics", out->metrics_address,
@@ -207,6 +209,10 @@ void add_daemon_options(CLI::App &app, DaemonOptions *out) {
   app.add_flag("--metrics-any-address", out->metrics_any_address,
                "let --metrics listen on an address other than loopback (anyone\n"
                "who reaches it reads every counter)")
+      ->group(group);
+  app.add_flag("--metrics-qps", out->metrics_qps,
+               "serve per-QP series too (vrnic_qp_*: every user's QPNs and\n"
+               "PSNs, to anyone who reaches --metrics; off by default)")
       ->group(group);
   app.add_option_function<std::string>(
          "--exit-idle",

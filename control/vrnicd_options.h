@@ -20,6 +20,7 @@ struct DaemonOptions {
   // Prometheus text exposition on this loopback address ("" : none), e.g. 127.0.0.1:9464.
   std::string metrics_address;
   bool metrics_any_address = false;  // --metrics may name an address other than loopback
+  bool metrics_qps = false;          // --metrics serves per-QP series too
   // Exit once no client has been connected for this long (0: never). Auto-started daemons.
   unsigned exit_idle_seconds = 0;
   bool autostarted = false;  // started by a client library (vrnicctl devices says so)

@@ -23,8 +23,12 @@ int QueueObjects::open_xrcd(Session &s, const ctl::Message &m, ctl::HandleResp &
   uint32_t domain = 0;
   XrcFile file{};
   if (m.fds.size() == 1) {
+    // The caller must have opened the file: an O_PATH descriptor names a file it may be
+    // unable to open (another user's 0600 one, issue 52 row 6), and the kernel's fdget()
+    // refuses it with EBADF as well.
+    const int flags = ::fcntl(m.fds[0], F_GETFL);
     struct stat st;
-    if (::fstat(m.fds[0], &st) < 0) return EBADF;
+    if (flags < 0 || (flags & O_PATH) || ::fstat(m.fds[0], &st) < 0) return EBADF;
     file = {uint64_t(st.st_dev), uint64_t(st.st_ino)};
     auto known = xrc_domain_by_file_.find(file);
     // As ib_uverbs_open_xrcd answers: EAGAIN when none is open and O_CREAT was not given,

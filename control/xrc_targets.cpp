@@ -19,7 +19,7 @@ int QueueObjects::create_xrc_target(Session &s, const ctl::CreateQpReq &req,
   const uint32_t domain = xrcd_domain(s, req.xrcd);
   if (!domain) return EINVAL;
   if (s.qps.size() >= shm::kMaxQpsPerSession || dev_.qps.size() >= dev_.capacity.qps) return ENOMEM;
-  QuotaCharge charge(quotas_, s.uid, Quota::kQps);
+  QuotaCharge charge = s.pay(quotas_, Quota::kQps);
   if (charge.status()) return ENOMEM;
   // The smallest layout (a header, one send and one receive slot that nothing reads).
   constexpr size_t kPage = 4096;
@@ -33,8 +33,9 @@ int QueueObjects::create_xrc_target(Session &s, const ctl::CreateQpReq &req,
   charge.keep();
   hold_xrcd(req.xrcd, +1);
   s.qps.insert(handle);
-  qp_owners_[handle] = {};
-  xrc_targets_[handle] = {{{s.id, s.async_fd, req.cookie, req.xrcd}}, std::move(region)};
+  qp_owners_[handle] = {};  // (its holders pay for it: let_go_of_xrc_target refunds them)
+  xrc_targets_[handle] = {{{s.id, s.async_fd, req.cookie, req.xrcd, s.payer()}},
+                          std::move(region)};
   const QueuePair &qp = *dev_.qps.get(handle);
   resp.handle = handle;
   resp.qpn = qp.qpn;
@@ -50,12 +51,13 @@ int QueueObjects::open_qp(Session &s, const ctl::OpenQpReq &req, ctl::HandleResp
   // One handle of a QP per session: the session's QPs are a set of handles.
   if (owns(s.qps, qp->handle)) return EEXIST;
   if (s.qps.size() >= shm::kMaxQpsPerSession) return ENOMEM;
-  QuotaCharge charge(quotas_, s.uid, Quota::kQps);
+  QuotaCharge charge = s.pay(quotas_, Quota::kQps);
   if (charge.status()) return ENOMEM;
   charge.keep();
   hold_xrcd(req.xrcd, +1);
   s.qps.insert(qp->handle);
-  xrc_targets_.at(qp->handle).holders.push_back({s.id, s.async_fd, req.cookie, req.xrcd});
+  xrc_targets_.at(qp->handle).holders.push_back(
+      {s.id, s.async_fd, req.cookie, req.xrcd, s.payer()});
   resp.handle = qp->handle;
   return 0;
 }
@@ -68,6 +70,7 @@ bool QueueObjects::let_go_of_xrc_target(Session &s, uint32_t handle) {
                            [&](const XrcTargetHolder &h) { return h.session == s.id; });
   if (mine == holders.end()) return false;
   hold_xrcd(mine->xrcd_open, -1);
+  s.refund(quotas_, mine->payer, Quota::kQps);
   const bool events_were_mine = mine == holders.begin();
   holders.erase(mine);
   if (holders.empty()) return false;  // the last hold: the QP goes as any QP does

@@ -47,7 +47,7 @@ void CaptureTap::write(uint32_t worker, const Packet &p, bool received, uint64_t
 
   // Room: the reader's tail is its own to write, so it is only trusted to bound how much
   // of the ring is free (a bad one makes the ring look full, never overwritten past it).
-  const uint64_t head = ring.head.load(std::memory_order_relaxed);
+  uint64_t &head = heads_[worker].bytes;
   const uint64_t used = head - ring.tail.load(std::memory_order_acquire);
   const uint32_t at = uint32_t(head % capture::kRingBytes);
   const uint32_t skip = at + rec > capture::kRingBytes ? capture::kRingBytes - at : 0;
@@ -84,7 +84,8 @@ void CaptureTap::write(uint32_t worker, const Packet &p, bool received, uint64_t
     build_udp(udp, sport, wire::kRoceUdpPort, uint16_t(udp_len), sum ? sum : 0xffff);
   }
   ring.written.fetch_add(1, std::memory_order_relaxed);
-  ring.head.store(head + skip + rec, std::memory_order_release);
+  head += skip + rec;
+  ring.head.store(head, std::memory_order_release);
 }
 
 }  // namespace vrnic

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "packet.h"
 
@@ -15,8 +16,8 @@ class CaptureTap {
   static constexpr uint32_t kAnyQp = ~0u;
   // region: capture::region_bytes(workers) of shared memory, zeroed. qpn: only the packets
   // this QP sends or is sent (kAnyQp: all).
-  CaptureTap(void *region, uint32_t workers, uint32_t qpn) :
-      region_(region), workers_(workers), qpn_(qpn) {}
+  CaptureTap(void *region, uint32_t workers, uint32_t qpn)
+      : region_(region), workers_(workers), qpn_(qpn), heads_(new Head[workers]()) {}
 
   // On worker `worker`: its packets of one burst, sent (to any port) or received (from the
   // wire: those of the loop port were recorded when sent).
@@ -31,6 +32,12 @@ class CaptureTap {
   void *region_;
   uint32_t workers_;
   uint32_t qpn_;
+  // Each worker's head, its own: the ring's copy is only published for the reader, which
+  // could write it (issue 52: nothing the reader writes decides where a worker writes).
+  struct alignas(64) Head {
+    uint64_t bytes;
+  };
+  std::unique_ptr<Head[]> heads_;
 };
 
 }  // namespace vrnic

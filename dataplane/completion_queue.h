@@ -13,6 +13,7 @@ class CompletionQueue {
  public:
   uint32_t handle = 0;
   uint32_t session = 0;
+  uint32_t payer = 0;  // the uid charged for it (control/session.h: Session::pay)
   uint64_t cookie = 0;   // the provider's ibv_cq, echoed in events
   uint32_t channel = 0;  // completion channel handle, or 0
   int channel_fd = -1;   // its pipe (not owned), or -1

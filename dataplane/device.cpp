@@ -82,17 +82,19 @@ Device::Device(uint32_t index) {
   info.vendor_id = kVrnicVendorId;
   info.vendor_part_id = 1;
   info.hw_ver = 1;
-  info.max_qp = 1u << 16;
+  // Every user's together (Device::capacity): four times one user's default quota
+  // (vrnic/quotas.h); the server lowers what each context is told to its user's share.
+  info.max_qp = (1u << kQpnIndexBits) - kQpnBase;
   info.max_qp_wr = 16384;
   info.max_sge = shm::kMaxSge;
-  info.max_cq = 1u << 16;
+  info.max_cq = 1u << 18;
   info.max_cqe = 1u << 20;
-  info.max_mr = 1u << 20;
-  info.max_pd = 1u << 16;
+  info.max_mr = 1u << 22;
+  info.max_pd = 1u << 18;
   info.max_qp_rd_atom = kMaxRdAtomic;
-  info.max_ah = 1u << 16;
+  info.max_ah = 1u << 18;
   info.max_inline = shm::kMaxInline;
-  info.max_srq = 1u << 16;
+  info.max_srq = 1u << 18;
   info.max_srq_wr = 16384;
   info.max_mr_size = 1ull << 40;
   info.max_dm_size = 1ull << 20;
@@ -100,7 +102,7 @@ Device::Device(uint32_t index) {
   info.max_mcast_grp = 8192;
   info.max_mcast_qp_attach = 56;
   info.max_total_mcast_qp_attach = 0x70000;  // one ibv_alloc_dm; each is charged to its user's mr_bytes
-  info.max_mw = 1u << 16;  // the MW table's size
+  info.max_mw = 1u << 18;  // the MW table's size
   capacity = {info.max_qp, info.max_cq, info.max_mr, info.max_pd,
               info.max_ah, info.max_srq, info.max_mw};
   std::snprintf(info.fw_ver, sizeof(info.fw_ver), "0.1.0");

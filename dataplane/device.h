@@ -40,11 +40,11 @@ class Device {
     uint32_t qps, cqs, mrs, pds, ahs, srqs, mws;
   };
   Capacity capacity{};
-  SlotTable<MemoryRegion> mrs{1u << 20};
+  SlotTable<MemoryRegion> mrs{1u << 22};
   SlotTable<QueuePair> qps{1u << 20};
   SlotTable<CompletionQueue> cqs{1u << 20};
-  SlotTable<ReceiveQueue> srqs{1u << 16};
-  SlotTable<MemoryWindow> mws{1u << 16};
+  SlotTable<ReceiveQueue> srqs{1u << 18};
+  SlotTable<MemoryWindow> mws{1u << 18};
   // QP1, vrnicd's own (control/gsi_qp.h): the connection manager's MADs. Not in `qps`.
   static constexpr uint32_t kGsiQpn = 1;
   QueuePair *gsi = nullptr;
@@ -91,7 +91,7 @@ class Device {
     return qp && qp->qpn == qpn ? qp : nullptr;
   }
   static uint32_t qpn_of_handle(uint32_t handle, uint32_t tag) {
-    return (tag & 0x7f) << kQpnIndexBits | (handle - 1 + kQpnBase);
+    return (tag & kQpnTagMask) << kQpnIndexBits | (handle - 1 + kQpnBase);
   }
 
   // Writes GID table entry `index` (info.gids is written only through here).

@@ -39,6 +39,7 @@ class MemoryRegion {
   uint32_t pd = 0;
   uint32_t access = 0;
   uint32_t session = 0;
+  uint32_t payer = 0;  // the uid charged for it (control/session.h: Session::pay)
   // The client's /proc/self/mem (its session's, open while the MR lives), for pieces not
   // mapped here: bound to that process's memory, it reads nothing once the process is gone.
   int mem_fd = -1;

@@ -14,6 +14,7 @@ struct MemoryWindow {
   uint32_t key = 0;  // current rkey: kMwKeyBit | handle << 8 | generation byte
   uint32_t pd = 0;
   uint32_t session = 0;
+  uint32_t payer = 0;  // the uid charged for it (control/session.h: Session::pay)
   uint8_t type = 1;  // enum ibv_mw_type
   bool bound = false;
   uint32_t mr_key = 0;  // the region it exposes

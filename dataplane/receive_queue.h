@@ -23,6 +23,7 @@ class ReceiveQueue {
   std::atomic<uint32_t> *limit = nullptr;  // armed low-water mark, 0 when disarmed
   uint32_t handle = 0;
   uint32_t session = 0;
+  uint32_t payer = 0;  // the uid charged for it (control/session.h: Session::pay)
   uint32_t pd = 0;
   // XRC SRQ: its XRC domain (vrnicd's number for it, never 0) and its own completion queue;
   // the target QPs of the domain deliver to it by its number (the XRCETH's).

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/container/flat_hash_set.h"
 #include "udp_port.h"
 
 namespace vrnic {
@@ -61,8 +62,12 @@ void UdpPort::arm_multicast_poll(int fd) {
 }
 
 void UdpPort::set_multicast_groups(const std::vector<std::array<uint8_t, 16>> &gids) {
+  // Linear in the groups (8,192 at most): a set of each side's, not a search per group.
+  const absl::flat_hash_set<std::array<uint8_t, 16>> wanted(gids.begin(), gids.end());
+  absl::flat_hash_set<std::array<uint8_t, 16>> joined;
   for (auto it = mcast_.begin(); it != mcast_.end();) {
-    if (std::find(gids.begin(), gids.end(), it->gid) != gids.end()) {
+    if (wanted.contains(it->gid)) {
+      joined.insert(it->gid);
       ++it;
       continue;
     }
@@ -75,8 +80,7 @@ void UdpPort::set_multicast_groups(const std::vector<std::array<uint8_t, 16>> &g
     it = mcast_.erase(it);
   }
   for (const auto &gid : gids) {
-    if (std::any_of(mcast_.begin(), mcast_.end(), [&](const McastSocket &m) { return m.gid == gid; }))
-      continue;
+    if (joined.contains(gid)) continue;
     int fd;
     if (!join_multicast(gid, &fd).ok()) continue;  // not reachable here: local members only
     if (!mcast_buf_) mcast_buf_ = std::make_unique<RxBuffer>();

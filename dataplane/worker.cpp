@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -47,12 +48,25 @@ Worker::Worker(Device &d, uint32_t index, shm::DaemonShared *daemon_shm)
       index_(index),
       daemon_shm_(daemon_shm) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  session_wakes_ = ::epoll_create1(EPOLL_CLOEXEC);
   loop_ = std::make_unique<LoopPort>(kPoolPackets);
 }
 
 Worker::~Worker() {
   stop();
   if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (session_wakes_ >= 0) ::close(session_wakes_);
+}
+
+void Worker::watch_session_wake(int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLET;
+  ev.data.fd = fd;
+  ::epoll_ctl(session_wakes_, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void Worker::unwatch_session_wake(int fd) {
+  ::epoll_ctl(session_wakes_, EPOLL_CTL_DEL, fd, nullptr);
 }
 
 int Worker::start(int cpu) {
@@ -539,13 +553,17 @@ void Worker::idle_wait(uint64_t idle_ns) {
     uint64_t sleep_ns = uint64_t(kMaxSleepMs) * 1'000'000;
     if (wire_ && wire_->max_sleep_ns()) sleep_ns = std::min(sleep_ns, wire_->max_sleep_ns());
     timespec timeout{time_t(sleep_ns / 1'000'000'000), long(sleep_ns % 1'000'000'000)};
-    pollfd pfd[2] = {{wake_fd_, POLLIN, 0}, {rx_fd, POLLIN, 0}};
-    ::ppoll(pfd, rx_fd >= 0 ? 2 : 1, &timeout, nullptr);
+    pollfd pfd[3] = {{wake_fd_, POLLIN, 0}, {session_wakes_, POLLIN, 0}, {rx_fd, POLLIN, 0}};
+    ::ppoll(pfd, rx_fd >= 0 ? 3 : 2, &timeout, nullptr);
     if (rx_fd >= 0) wire_->rx_interrupt_done();
   }
   sleeping.store(0, std::memory_order_relaxed);
   uint64_t drain_buf;
   [[maybe_unused]] ssize_t n = ::read(wake_fd_, &drain_buf, sizeof(drain_buf));
+  // The sessions' wakes are taken off the epoll's ready list, never read from their fds.
+  epoll_event ready[64];
+  while (::epoll_wait(session_wakes_, ready, 64, 0) == 64) {
+  }
 }
 
 void Worker::run() {

@@ -80,7 +80,16 @@ class Worker final : public TransportHost {
   // one thread (the control thread).
   void ask_grace(uint64_t epoch);
   void wait_grace(uint64_t epoch) const;
+  // The worker's own eventfd: vrnicd's threads and its port wake it there, and only it reads
+  // it. Never handed to a client (issue 52, row 4: a client that shared it could clear its
+  // O_NONBLOCK and block the worker's read, or drain the wakes meant for others).
   int wake_fd() const { return wake_fd_; }
+  // A session's wake eventfd, which its clients write when this worker sleeps: watched
+  // edge-triggered, so that every write wakes the worker and the worker never reads it (what
+  // a client does to it -- flags, reads, a full counter -- is felt by that session alone).
+  // Any thread; unwatch before the session's fd is closed.
+  void watch_session_wake(int fd);
+  void unwatch_session_wake(int fd);
   uint32_t index() const { return index_; }
 
   // The port to the wire (udp, later dpdk); packets for local GIDs still take the loop port.
@@ -134,6 +143,7 @@ class Worker final : public TransportHost {
   uint32_t index_;
   shm::DaemonShared *daemon_shm_;
   int wake_fd_ = -1;
+  int session_wakes_ = -1;  // epoll: the sessions' wake eventfds, edge-triggered
   std::unique_ptr<Port> loop_;
   std::unique_ptr<Port> wire_;
   std::thread thread_;

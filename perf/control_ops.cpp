@@ -1,5 +1,7 @@
 // control_ops: what the verbs control path costs, call by call, on any verbs device (issue
-// 29): ibv_reg_mr + ibv_dereg_mr of SIZE bytes, ibv_create_cq + ibv_destroy_cq, and
+// 29): ibv_reg_mr + ibv_dereg_mr of SIZE bytes (the same buffer again, and a fresh one each
+// time: a first registration is where vrnic converts the pages, issue 53), ibv_create_cq +
+// ibv_destroy_cq, and
 // ibv_create_qp + modify to INIT + ibv_destroy_qp, N times each; the median and the 99th
 // percentile of each call, in microseconds, one line per call (key=value).
 //
@@ -81,7 +83,8 @@ int main(int argc, char **argv) {
   void *buf = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (buf == MAP_FAILED) die("mmap");
   if (holding) return hold(ctx, pd, buf, size, n);
-  Samples reg{"ibv_reg_mr", {}}, dereg{"ibv_dereg_mr", {}}, mkcq{"ibv_create_cq", {}},
+  Samples reg{"ibv_reg_mr", {}}, dereg{"ibv_dereg_mr", {}}, fresh{"ibv_reg_mr_fresh", {}},
+      mkcq{"ibv_create_cq", {}},
       rmcq{"ibv_destroy_cq", {}}, mkqp{"ibv_create_qp+INIT", {}}, rmqp{"ibv_destroy_qp", {}};
   ibv_cq *qp_cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
   if (!qp_cq) die("ibv_create_cq");
@@ -89,6 +92,13 @@ int main(int argc, char **argv) {
     ibv_mr *mr = timed(reg, [&] { return ibv_reg_mr(pd, buf, size, IBV_ACCESS_LOCAL_WRITE); });
     if (!mr) die("ibv_reg_mr");
     if (timed(dereg, [&] { return ibv_dereg_mr(mr); })) die("ibv_dereg_mr");
+    void *new_buf =
+        ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (new_buf == MAP_FAILED) die("mmap");
+    std::memset(new_buf, 1, size);  // its pages exist, as a program's buffer's do
+    mr = timed(fresh, [&] { return ibv_reg_mr(pd, new_buf, size, IBV_ACCESS_LOCAL_WRITE); });
+    if (!mr || ibv_dereg_mr(mr)) die("ibv_reg_mr of a fresh buffer");
+    ::munmap(new_buf, size);
     ibv_cq *cq = timed(mkcq, [&] { return ibv_create_cq(ctx, 16, nullptr, nullptr, 0); });
     if (!cq) die("ibv_create_cq");
     if (timed(rmcq, [&] { return ibv_destroy_cq(cq); })) die("ibv_destroy_cq");
@@ -110,7 +120,7 @@ int main(int argc, char **argv) {
     if (!qp) die("ibv_create_qp");
     if (timed(rmqp, [&] { return ibv_destroy_qp(qp); })) die("ibv_destroy_qp");
   }
-  for (Samples *s : {&reg, &dereg, &mkcq, &rmcq, &mkqp, &rmqp}) s->report();
+  for (Samples *s : {&reg, &dereg, &fresh, &mkcq, &rmcq, &mkqp, &rmqp}) s->report();
   ibv_destroy_cq(qp_cq);
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);

@@ -97,7 +97,7 @@ void Context::ring_doorbell(uint32_t worker, uint32_t qp_handle) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (daemon_shm->workers[worker].sleeping.load(std::memory_order_relaxed)) {
     uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(wake_fds[worker], &one, sizeof(one));
+    [[maybe_unused]] ssize_t n = ::write(wake_fd, &one, sizeof(one));
   }
 }
 

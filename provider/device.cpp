@@ -108,7 +108,7 @@ void free_context(Context *c) {
     if (map) ::munmap(map, len);
   if (c->daemon_shm)
     ::munmap(const_cast<shm::DaemonShared *>(c->daemon_shm), sizeof(shm::DaemonShared));
-  for (int fd : c->wake_fds) ::close(fd);
+  if (c->wake_fd >= 0) ::close(c->wake_fd);
   if (c->vctx.context.async_fd >= 0) ::close(c->vctx.context.async_fd);
   if (c->async_write_fd >= 0) ::close(c->async_write_fd);
   if (c->imported_cmd_fd >= 0) ::close(c->imported_cmd_fd);
@@ -205,7 +205,7 @@ ibv_context *open_context(ibv_device *device, const std::string &path, int impor
   ::close(c->async_write_fd);
   c->async_write_fd = -1;
   const size_t directory_fds = !err && resp->directory ? 2 : 0;
-  if (!err && fds.size() != 2 + resp->device.num_workers + directory_fds) err = EPROTO;
+  if (!err && fds.size() != 3 + directory_fds) err = EPROTO;
   if (err) {
     for (int fd : fds) ::close(fd);
     free_context(c);
@@ -223,7 +223,7 @@ ibv_context *open_context(ibv_device *device, const std::string &path, int impor
   void *d = ::mmap(nullptr, sizeof(shm::DaemonShared), PROT_READ, MAP_SHARED, fds[1], 0);
   ::close(fds[0]);
   ::close(fds[1]);
-  c->wake_fds.assign(fds.begin() + 2, fds.end() - directory_fds);
+  c->wake_fd = fds[2];
   std::unique_ptr<DirectPeers> peers =
       directory_fds ? DirectPeers::open(fds[fds.size() - 2], fds[fds.size() - 1], c->session)
                     : nullptr;
@@ -390,44 +390,6 @@ VRNIC_EXPORT int ibv_query_pkey(ibv_context *, uint8_t port_num, int index, __be
 VRNIC_EXPORT int ibv_get_pkey_index(ibv_context *, uint8_t port_num, __be16 pkey) {
   return port_num == 1 && be16toh(pkey) == 0xffff ? 0 : -1;
 }
-
-VRNIC_EXPORT int ibv_get_async_event(ibv_context *context, ibv_async_event *event) {
-  ctl::EventRecord rec;
-  ssize_t n;
-  do {
-    n = ::read(context->async_fd, &rec, sizeof(rec));
-  } while (n < 0 && errno == EINTR);
-  if (n == 0) {
-    // vrnicd held the pipe's write end: end-of-file means the NIC is gone. Report it once,
-    // as a device would, then fail.
-    Context *c = Context::of(context);
-    if (c->fatal_reported.exchange(true)) {
-      errno = EIO;
-      return -1;
-    }
-    event->event_type = IBV_EVENT_DEVICE_FATAL;
-    event->element.port_num = 0;
-    return 0;
-  }
-  if (n != sizeof(rec)) return -1;
-  event->event_type = ibv_event_type(rec.type);
-  switch (rec.type) {
-    case IBV_EVENT_CQ_ERR:
-      event->element.cq = reinterpret_cast<ibv_cq *>(rec.cookie);
-      break;
-    case IBV_EVENT_PORT_ACTIVE:
-    case IBV_EVENT_PORT_ERR:
-      event->element.port_num = 1;
-      break;
-    case IBV_EVENT_DEVICE_FATAL:
-      break;
-    default:
-      event->element.qp = reinterpret_cast<ibv_qp *>(rec.cookie);
-  }
-  return 0;
-}
-
-VRNIC_EXPORT void ibv_ack_async_event(ibv_async_event *) {}
 
 }  // extern "C"
 

@@ -31,7 +31,7 @@ struct Cq;
 // A context's direct path: present only when vrnicd allows it and VRNIC_DIRECT_PATH is not 0.
 struct DirectPath {
   IndexTable<Mr, 23> mrs;  // by key handle (vrnic/object_keys.h)
-  IndexTable<Qp, 17> qps;  // by QPN index
+  IndexTable<Qp, kQpnIndexBits> qps;  // by QPN index
   // Peers in other processes of the same user, when vrnicd gave us the user's directory.
   std::unique_ptr<DirectPeers> peers;
   // vrnicd's word (DaemonShared::direct_path): off while faults are injected.

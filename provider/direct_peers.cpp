@@ -119,6 +119,7 @@ void DirectPeers::map(const PeerMrWanted &want) {
   // and reused it, or died and its PID gone to another process), sealed against shrinking
   // (an access past its end would be SIGBUS here) and long enough.
   if (fd >= 0 && ::fstat(fd, &st) == 0 && uint64_t(st.st_ino) == e.inode &&
+      uint64_t(st.st_dev) == e.device &&
       (::fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) && e.length &&
       e.fd_offset + e.length <= uint64_t(st.st_size)) {
     const uint64_t start = e.fd_offset & ~uint64_t(page_size() - 1);

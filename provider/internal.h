@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "async_events.h"
 #include "direct_path.h"
 #include "export.h"
 #include "vrnic/ctl_io.h"
@@ -64,7 +65,7 @@ struct Context {
   int async_write_fd = -1;
   shm::SessionShared *session_shm = nullptr;
   const shm::DaemonShared *daemon_shm = nullptr;
-  std::vector<int> wake_fds;  // per worker
+  int wake_fd = -1;  // the session's: wakes whichever worker sleeps
   // The session's ring arena as this process maps it: chunk i at ring_chunks[i] (its QPs'
   // memory; vrnicd names the chunk and the offset of each QP's).
   std::mutex ring_chunks_mu;
@@ -81,6 +82,8 @@ struct Context {
   // ibv_import_device's: the exported context's cmd_fd, which this context holds (and so
   // the session it speaks for), closed with it; -1 for a context ibv_open_device made.
   int imported_cmd_fd = -1;
+  // The QPs and SRQs its async events may name (async_events.h).
+  AsyncObjects async_objects;
   // This context's ODP regions by lkey, for ibv_advise_mr.
   std::mutex odp_mu;
   std::unordered_map<uint32_t, Mr *> odp_mrs;
@@ -216,6 +219,7 @@ struct Qp {
   };
   uint32_t handle = 0;
   uint32_t worker = 0;
+  uint64_t event_cookie = 0;  // what vrnicd names it by in async events (async_events.h)
   shm::QpShared *shared = nullptr;
   shm::SendWqe *sq = nullptr;
   shm::RecvWqe *rq = nullptr;
@@ -248,6 +252,7 @@ struct Ah {
 struct Srq {
   ibv_srq ibv;
   uint32_t handle = 0;
+  uint64_t event_cookie = 0;  // (async_events.h)
   shm::SrqShared *shared = nullptr;
   shm::RecvWqe *ring = nullptr;
   uint32_t slots = 0;

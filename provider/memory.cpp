@@ -1,8 +1,10 @@
 // Protection domains and memory registration: the "DMA mapping". Whole pages that belong to
-// the buffer alone are turned into memfd-backed shared pages at the same address (copy, then
-// remap over) and shared with vrnicd: zero copy from then on. What cannot be converted safely
-// -- partial first/last pages, the calling thread's stack, mappings that are already shared
-// or file-backed -- vrnicd reaches with process_vm_readv/writev instead.
+// the buffer alone are turned into memfd-backed shared pages at the same address (copied and
+// remapped over under a write fence: page_conversion.h) and shared with vrnicd: zero copy
+// from then on. What cannot be converted safely -- partial first/last pages, the calling
+// thread's stack, mappings that are already shared or file-backed, and any range when no
+// fence can be had in a process of several threads -- vrnicd reaches through the process's
+// /proc/<pid>/mem instead.
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -20,6 +22,7 @@
 #include <string>
 
 #include "internal.h"
+#include "page_conversion.h"
 #include "process_maps.h"
 
 #undef ibv_reg_mr
@@ -31,11 +34,6 @@ using namespace vrnic::provider;
 namespace {
 
 constexpr char kMemfdName[] = "vrnic-mr";
-#ifdef MADV_POPULATE_READ
-constexpr int kMadvPopulateRead = MADV_POPULATE_READ;
-#else
-constexpr int kMadvPopulateRead = 22;  // Linux 5.14's, where the headers are older
-#endif
 
 // Memfds this process converted pages into, by inode; kept open so later registrations of
 // the same pages can share them with vrnicd again.
@@ -53,42 +51,13 @@ bool convertible(const MapsEntry &e, uint64_t sp) {
   return anonymous && e.readable && e.writable && !e.shared && !stack;
 }
 
-// Moves the mapping at `from` over [to, to+len): a system call of our own, not libc's
-// mremap. The bytes at `to` stay what they were, so to the program nothing changed; but
-// libraries that hook libc's memory calls to track mappings (UCX's UCM, for its
-// registration cache) would take it for the program unmapping its own buffer and drop their
-// registrations of it while the NIC still uses them (issue 18: every UCX transport saw
-// zeros instead of the data).
-void *remap_over(void *from, size_t len, void *to) {
-  return reinterpret_cast<void *>(
-      ::syscall(SYS_mremap, from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to));
-}
-
-// Replaces [start, start+len) with memfd pages holding the same bytes; returns the inode.
-uint64_t convert_pages(uint64_t start, uint64_t len) {
-  int fd = ::memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return 0;
-  void *tmp = MAP_FAILED;
-  struct stat st;
-  // Sealed at its size: vrnicd maps these pages, and refuses a memfd that could shrink under
-  // it (its next access would die of SIGBUS).
-  if (::ftruncate(fd, off_t(len)) == 0 &&
-      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
-    tmp = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (tmp == MAP_FAILED || ::fstat(fd, &st) < 0) {
-    if (tmp != MAP_FAILED) ::munmap(tmp, len);
-    ::close(fd);
-    return 0;
-  }
-  std::memcpy(tmp, reinterpret_cast<void *>(start), len);
-  void *moved = remap_over(tmp, len, reinterpret_cast<void *>(start));
-  if (moved == MAP_FAILED) {
-    ::munmap(tmp, len);
-    ::close(fd);
-    return 0;
-  }
-  g_memfds[st.st_ino] = fd;
-  return st.st_ino;
+// Replaces [start, start+len) with memfd pages holding the same bytes (page_conversion.h),
+// kept in g_memfds; the inode and the bytes converted, or 0 bytes.
+std::pair<uint64_t, uint64_t> convert_and_keep(uint64_t start, uint64_t len) {
+  const ConvertedPages c = convert_pages(start, len, kMemfdName);
+  if (c.fd < 0) return {0, 0};
+  g_memfds[c.inode] = c.fd;
+  return {c.inode, c.bytes};
 }
 
 // A child of fork() must not share the parent's registered pages (MAP_SHARED would make
@@ -202,12 +171,13 @@ int describe_range(uint64_t addr, uint64_t len, PieceList &out) {
       err = out.add(cur, seg_end - cur, ctl::PieceKind::kMemfd, g_memfds[e.inode],
                     e.offset + (cur - e.start));
     } else if (convertible(e, sp)) {
-      uint64_t first = (cur + page - 1) & ~(page - 1), last = seg_end & ~(page - 1);
-      uint64_t inode = first < last ? convert_pages(first, last - first) : 0;
-      if (inode) {
+      const uint64_t first = (cur + page - 1) & ~(page - 1), last = seg_end & ~(page - 1);
+      const auto [inode, bytes] =
+          first < last ? convert_and_keep(first, last - first) : std::pair<uint64_t, uint64_t>{};
+      if (bytes) {
         err = out.add(cur, first - cur, ctl::PieceKind::kProcessVm);
-        if (!err) err = out.add(first, last - first, ctl::PieceKind::kMemfd, g_memfds[inode], 0);
-        if (!err) err = out.add(last, seg_end - last, ctl::PieceKind::kProcessVm);
+        if (!err) err = out.add(first, bytes, ctl::PieceKind::kMemfd, g_memfds[inode], 0);
+        if (!err) err = out.add(first + bytes, seg_end - first - bytes, ctl::PieceKind::kProcessVm);
       } else {
         err = out.add(cur, seg_end - cur, ctl::PieceKind::kProcessVm);
       }

@@ -217,7 +217,7 @@ ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
   req.qp_type = attr->qp_type;
   req.sq_sig_all = attr->sq_sig_all;
   req.srq = attr->srq ? Srq::of(attr->srq)->handle : 0;
-  req.cookie = reinterpret_cast<uint64_t>(&qp->ibv);
+  req.cookie = qp->event_cookie = c->async_objects.add(&qp->ibv);
   req.caps = {attr->cap.max_send_wr,  attr->cap.max_recv_wr,     attr->cap.max_send_sge,
               attr->cap.max_recv_sge, attr->cap.max_inline_data, 0};
   ctl::CreateQpResp resp{};
@@ -242,6 +242,7 @@ ibv_qp *create_qp_ex(ibv_context *context, ibv_qp_init_attr_ex *attr) {
   for (int fd : fds) Context::close_fd(fd);
   if (err) {
     if (resp.handle) c->call_on(ctl::Op::kDestroyQp, resp.handle);
+    c->async_objects.remove(qp->event_cookie);
     delete qp;
     return fail_null<ibv_qp>(err);
   }
@@ -401,6 +402,7 @@ VRNIC_EXPORT int ibv_destroy_qp(ibv_qp *ibqp) {
     return err;
   }
   clean_cqs(ibqp);  // (its memory stays mapped: its ring arena chunk serves the next QP)
+  c->async_objects.remove(qp->event_cookie);  // its unread events go; reported ones acked
   pthread_spin_destroy(&qp->sq_lock);
   pthread_spin_destroy(&qp->rq_lock);
   delete qp;

@@ -37,7 +37,7 @@ ibv_srq *create_srq_ex(ibv_context *context, ibv_srq_init_attr_ex *attr) {
     req.xrcd = Xrcd::of(attr->xrcd)->handle;
     req.cq = Cq::of(attr->cq)->handle;
   }
-  req.cookie = reinterpret_cast<uint64_t>(&srq->ibv);
+  req.cookie = srq->event_cookie = c->async_objects.add(&srq->ibv);
   req.attr = {attr->attr.max_wr, attr->attr.max_sge, attr->attr.srq_limit, 0};
   ctl::CreateSrqResp resp{};
   void *map = nullptr;
@@ -46,6 +46,7 @@ ibv_srq *create_srq_ex(ibv_context *context, ibv_srq_init_attr_ex *attr) {
       ctl::Op::kCreateSrq, &req, sizeof(req), resp, ctl::Op::kDestroySrq,
       [](const ctl::CreateSrqResp &r) { return shm::srq_region_bytes(r.slots); }, &map, &len);
   if (err) {
+    c->async_objects.remove(srq->event_cookie);
     delete srq;
     return fail_null<ibv_srq>(err);
   }
@@ -118,8 +119,10 @@ VRNIC_EXPORT int ibv_query_srq(ibv_srq *ibsrq, ibv_srq_attr *attr) {
 
 VRNIC_EXPORT int ibv_destroy_srq(ibv_srq *ibsrq) {
   Srq *srq = Srq::of(ibsrq);
-  int err = Context::of(ibsrq->context)->call_on(ctl::Op::kDestroySrq, srq->handle);
+  Context *c = Context::of(ibsrq->context);
+  int err = c->call_on(ctl::Op::kDestroySrq, srq->handle);
   if (err) return err;
+  c->async_objects.remove(srq->event_cookie);
   ::munmap(srq->shared, srq->map_len);
   pthread_spin_destroy(&srq->lock);
   delete srq;

@@ -66,10 +66,11 @@ ibv_qp *open_qp(ibv_context *context, ibv_qp_open_attr *attr) {
   }
   std::memset(&qp->ex, 0, sizeof(qp->ex));
   Context *c = Context::of(context);
-  ctl::OpenQpReq req{Xrcd::of(attr->xrcd)->handle, attr->qp_num,
-                     reinterpret_cast<uint64_t>(&qp->ibv)};
+  qp->event_cookie = c->async_objects.add(&qp->ibv);
+  ctl::OpenQpReq req{Xrcd::of(attr->xrcd)->handle, attr->qp_num, qp->event_cookie};
   ctl::HandleResp resp{};
   if (int err = c->conn.call(ctl::Op::kOpenQp, &req, sizeof(req), &resp, sizeof(resp))) {
+    c->async_objects.remove(qp->event_cookie);
     delete qp;
     return fail_null<ibv_qp>(err);
   }

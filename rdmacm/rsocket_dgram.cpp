@@ -14,8 +14,8 @@
 // peer first through a kernel UDP socket instead (mixing them is not supported).
 //
 // Datagram semantics as UDP's: at most one path MTU less the header per datagram
-// (EMSGSIZE), none when the receiver has no buffer posted (dropped, as UDP's are when its
-// queue is full), a receive buffer smaller than the datagram keeps its first bytes
+// (EMSGSIZE), none past the receiver's SO_RCVBUF of datagrams unread (dropped, as UDP's are:
+// rsocket_dgram_socket.h), a receive buffer smaller than the datagram keeps its first bytes
 // (MSG_TRUNC). The first datagram to an address this socket has not heard from waits for the
 // resolution, even when non-blocking; a port nobody has bound is ECONNREFUSED (rconnect sends
 // nothing: the first send to the peer says so).
@@ -29,6 +29,8 @@
 #include <rdma/rsocket.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -39,74 +41,9 @@
 #include <compare>
 #include <thread>
 
-#include "internal.h"
+#include "rsocket_dgram_socket.h"
 
 namespace vrnic::rdmacm::dgram {
-namespace {
-
-constexpr int kRecvSlots = 64;
-constexpr int kSendSlots = 64;
-constexpr uint32_t kGrhBytes = 40;
-constexpr uint32_t kSlotBytes = 4096 + kGrhBytes;
-constexpr uint8_t kVersion = 1;
-constexpr int kResolveMs = 5000;
-
-// Before every datagram's payload.
-struct DgramHeader {
-  uint8_t version;
-  uint8_t reserved;
-  uint16_t port;  // the sender's, network order
-};
-
-// An address as the table of destinations keys it: family, port and address bytes, with no
-// allocation (a lookup per datagram sent and received).
-struct AddrKey {
-  uint16_t family = 0;
-  uint16_t port = 0;  // network order
-  uint8_t addr[16] = {};
-  auto operator<=>(const AddrKey &) const = default;
-};
-
-// Where datagrams to one address go: its QP, by an address handle of ours.
-struct Dest {
-  ibv_ah *ah = nullptr;
-  uint32_t qpn = 0;
-  uint32_t qkey = RDMA_UDP_QKEY;
-};
-
-}  // namespace
-
-struct Ds {
-  int domain = AF_INET;
-  bool nonblocking = false;
-  rdma_event_channel *channel = nullptr;  // its fd is the socket's descriptor
-  rdma_cm_id *id = nullptr;               // bound and listening, once bound
-  bool bound = false;
-  Device *dev = nullptr;
-  ibv_comp_channel *cc = nullptr;
-  ibv_cq *cq = nullptr;
-  ibv_qp *qp = nullptr;
-  ibv_mr *mr = nullptr;
-  uint32_t qpn = 0;  // the QP's, for the request thread (under g_mu)
-  uint8_t *buf = nullptr;  // kRecvSlots receive slots, then kSendSlots send slots
-  uint32_t max_payload = 0;
-  struct Received {
-    int slot;
-    uint32_t len;  // payload bytes
-    sockaddr_storage from;
-  };
-  std::deque<Received> received;
-  std::vector<int> free_send;
-  std::map<AddrKey, Dest> dests;
-  bool connected = false;
-  sockaddr_storage peer{};
-  int sndbuf = kSendSlots * int(kSlotBytes), rcvbuf = kRecvSlots * int(kSlotBytes);
-
-  int fd() const { return channel->fd; }
-  uint8_t *recv_slot(int i) { return buf + size_t(i) * kSlotBytes; }
-  uint8_t *send_slot(int i) { return buf + size_t(kRecvSlots + i) * kSlotBytes; }
-};
-
 namespace {
 
 std::mutex g_mu;
@@ -156,21 +93,6 @@ socklen_t length_of(const sockaddr *sa) {
   return sa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
 }
 
-AddrKey key_of(const sockaddr *sa) {
-  AddrKey k;
-  k.family = sa->sa_family;
-  if (sa->sa_family == AF_INET6) {
-    auto *in = reinterpret_cast<const sockaddr_in6 *>(sa);
-    k.port = in->sin6_port;
-    std::memcpy(k.addr, &in->sin6_addr, 16);
-  } else {
-    auto *in = reinterpret_cast<const sockaddr_in *>(sa);
-    k.family = AF_INET;
-    k.port = in->sin_port;
-    std::memcpy(k.addr, &in->sin_addr, 4);
-  }
-  return k;
-}
 
 // The address a datagram came from, in the socket's family: a GID and a port.
 sockaddr_storage address_of(int domain, const ibv_gid &gid, uint16_t port_be) {
@@ -218,13 +140,14 @@ int make_queues(Ds *ds) {
   ds->cc = ibv_create_comp_channel(verbs);
   if (!ds->cc) return errno;
   fcntl(ds->cc->fd, F_SETFL, fcntl(ds->cc->fd, F_GETFL) | O_NONBLOCK);
-  ds->cq = ibv_create_cq(verbs, kRecvSlots + kSendSlots, nullptr, ds->cc, 0);
+  ds->recv_slots = recv_slots_for(ds->rcvbuf);
+  ds->cq = ibv_create_cq(verbs, ds->recv_slots + kSendSlots, nullptr, ds->cc, 0);
   if (!ds->cq) return errno;
   ibv_qp_init_attr attr{};
   attr.send_cq = attr.recv_cq = ds->cq;
   attr.qp_type = IBV_QPT_UD;
   attr.cap.max_send_wr = kSendSlots;
-  attr.cap.max_recv_wr = kRecvSlots;
+  attr.cap.max_recv_wr = uint32_t(ds->recv_slots);
   attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
   ds->qp = ibv_create_qp(ds->dev->pd, &attr);
   if (!ds->qp) return errno;
@@ -239,12 +162,12 @@ int make_queues(Ds *ds) {
   a.qp_state = IBV_QPS_RTS;
   a.sq_psn = 0;
   if (ibv_modify_qp(ds->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN)) return errno;
-  const size_t bytes = size_t(kRecvSlots + kSendSlots) * kSlotBytes;
+  const size_t bytes = size_t(ds->recv_slots + kSendSlots) * kSlotBytes;
   ds->buf = static_cast<uint8_t *>(std::aligned_alloc(4096, (bytes + 4095) & ~size_t(4095)));
   if (!ds->buf) return ENOMEM;
   ds->mr = ibv_reg_mr(ds->dev->pd, ds->buf, bytes, IBV_ACCESS_LOCAL_WRITE);
   if (!ds->mr) return errno;
-  for (int i = 0; i < kRecvSlots; i++)
+  for (int i = 0; i < ds->recv_slots; i++)
     if (!post_recv(ds, i)) return EIO;
   for (int i = 0; i < kSendSlots; i++) ds->free_send.push_back(i);
   std::lock_guard lock(g_mu);
@@ -253,15 +176,6 @@ int make_queues(Ds *ds) {
   return 0;
 }
 
-void update_dest(Ds *ds, const sockaddr *from, const ibv_wc &wc, const ibv_ah_attr &attr) {
-  Dest &d = ds->dests[key_of(from)];
-  if (d.ah && d.qpn == wc.src_qp) return;
-  if (d.ah) ibv_destroy_ah(d.ah);
-  d.ah = ibv_create_ah(ds->dev->pd, const_cast<ibv_ah_attr *>(&attr));
-  d.qpn = wc.src_qp;
-  d.qkey = RDMA_UDP_QKEY;
-  if (!d.ah) ds->dests.erase(key_of(from));
-}
 
 void take_receive(Ds *ds, ibv_wc &wc) {
   const int slot = int(wc.wr_id);
@@ -287,7 +201,15 @@ void take_receive(Ds *ds, ibv_wc &wc) {
     post_recv(ds, slot);
     return;
   }
-  ds->received.push_back({slot, uint32_t(wc.byte_len - kGrhBytes - sizeof(h)), from});
+  // The receive buffer full (past SO_RCVBUF, as the kernel checks it): dropped.
+  if (ds->received_charge >= size_t(ds->rcvbuf)) {
+    ds->rcvbuf_drops++;
+    post_recv(ds, slot);
+    return;
+  }
+  const uint32_t len = uint32_t(wc.byte_len - kGrhBytes - sizeof(h));
+  ds->received_charge += charge_of(len);
+  ds->received.push_back({slot, len, from});
 }
 
 // The completions that came, taken.
@@ -330,73 +252,6 @@ int ensure_bound(Ds *ds) {
   return bind_to(ds, reinterpret_cast<sockaddr *>(&any));
 }
 
-// The next event of resolution id `rid` on the socket's channel, or nullptr after the
-// deadline.
-rdma_cm_event *next_event_of(Ds *ds, rdma_cm_id *rid, std::chrono::steady_clock::time_point end) {
-  for (;;) {
-    rdma_cm_event *e;
-    while (rdma_get_cm_event(ds->channel, &e) == 0) {
-      if (e->id == rid) return e;
-      rdma_ack_cm_event(e);  // an earlier resolution's, given up
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        end - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return nullptr;
-    pollfd p{ds->fd(), POLLIN, 0};
-    poll(&p, 1, int(left.count()));
-  }
-}
-
-// The port `to` names, asked through rdma_cm (address, route, SIDR): its QP. 0 or an errno.
-int resolve(Ds *ds, const sockaddr *to, Dest *out) {
-  rdma_cm_id *rid = nullptr;
-  if (rdma_create_id(ds->channel, &rid, nullptr, RDMA_PS_UDP) != 0) return errno;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(kResolveMs);
-  int err = 0;
-  rdma_cm_event *e = nullptr;
-  auto step = [&](rdma_cm_event_type want) {
-    e = next_event_of(ds, rid, end);
-    if (!e) return ETIMEDOUT;
-    if (e->event == want) return 0;
-    // A SIDR REP refusing (no one at that port) is UNREACHABLE, as the kernel's CM makes
-    // it: for a datagram socket that is a port unreachable, ECONNREFUSED.
-    const bool refused = e->event == RDMA_CM_EVENT_REJECTED ||
-                         (e->event == RDMA_CM_EVENT_UNREACHABLE && e->status != -ETIMEDOUT);
-    const int r = refused ? ECONNREFUSED : e->status == -ETIMEDOUT ? ETIMEDOUT : EHOSTUNREACH;
-    rdma_ack_cm_event(e);
-    e = nullptr;
-    return r;
-  };
-  if (rdma_resolve_addr(rid, nullptr, const_cast<sockaddr *>(to), kResolveMs) != 0)
-    err = errno;
-  if (!err) err = step(RDMA_CM_EVENT_ADDR_RESOLVED);
-  if (e) rdma_ack_cm_event(e), e = nullptr;
-  if (!err && rdma_resolve_route(rid, kResolveMs) != 0) err = errno;
-  if (!err) err = step(RDMA_CM_EVENT_ROUTE_RESOLVED);
-  if (e) rdma_ack_cm_event(e), e = nullptr;
-  rdma_conn_param p{};
-  if (!err && rdma_connect(rid, &p) != 0) err = errno;
-  if (!err) err = step(RDMA_CM_EVENT_ESTABLISHED);
-  if (!err && rid->verbs != ds->qp->context) err = EHOSTUNREACH;  // another device's port
-  if (!err) {
-    out->ah = ibv_create_ah(ds->dev->pd, &e->param.ud.ah_attr);
-    out->qpn = e->param.ud.qp_num;
-    out->qkey = e->param.ud.qkey;
-    if (!out->ah) err = errno ? errno : ENOMEM;
-  }
-  if (e) rdma_ack_cm_event(e);
-  rdma_destroy_id(rid);
-  return err;
-}
-
-Dest *dest_for(Ds *ds, const sockaddr *to, int *err) {
-  const AddrKey key = key_of(to);
-  auto it = ds->dests.find(key);
-  if (it != ds->dests.end()) return &it->second;
-  Dest d;
-  if ((*err = resolve(ds, to, &d))) return nullptr;
-  return &(ds->dests[key] = d);
-}
 
 int fail(int err) {
   errno = err;
@@ -440,7 +295,8 @@ int close(Ds *ds) {
   while (ds->qp && ds->free_send.size() < size_t(kSendSlots) &&
          std::chrono::steady_clock::now() < end)
     wait_on(ds, 10), progress(ds);
-  for (auto &[key, d] : ds->dests) ibv_destroy_ah(d.ah);
+  for (auto &[key, d] : ds->dests)
+    if (d.ah) ibv_destroy_ah(d.ah);
   if (ds->qp) ibv_destroy_qp(ds->qp);
   if (ds->mr) ibv_dereg_mr(ds->mr);
   std::free(ds->buf);
@@ -550,6 +406,7 @@ ssize_t recv(Ds *ds, const iovec *iov, int iovcnt, int flags, sockaddr *from, so
     *fromlen = length_of(sa);
   }
   if (!(flags & MSG_PEEK)) {
+    ds->received_charge -= charge_of(r.len);
     ds->received.pop_front();
     post_recv(ds, r.slot);
   }
@@ -576,7 +433,8 @@ int getpeername(Ds *ds, sockaddr *addr, socklen_t *len) {
   return 0;
 }
 
-// SO_SNDBUF and SO_RCVBUF are kept (the queues are the library's own size), SO_REUSEADDR and
+// SO_SNDBUF is kept; SO_RCVBUF bounds what is kept unread (doubled and bounded as the kernel
+// does; set before the socket is bound, it also sizes the receives posted); SO_REUSEADDR and
 // IPV6_V6ONLY go to the id; anything else ENOPROTOOPT.
 int setsockopt(Ds *ds, int level, int optname, const void *optval, socklen_t optlen) {
   if (!optval || optlen < sizeof(int)) return fail(EINVAL);
@@ -584,7 +442,7 @@ int setsockopt(Ds *ds, int level, int optname, const void *optval, socklen_t opt
   if (level == SOL_SOCKET && optname == SO_SNDBUF) {
     ds->sndbuf = v;
   } else if (level == SOL_SOCKET && optname == SO_RCVBUF) {
-    ds->rcvbuf = v;
+    ds->rcvbuf = rcvbuf_for(v);
   } else if (level == SOL_SOCKET && optname == SO_REUSEADDR) {
     return rdma_set_option(ds->id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &v, sizeof(v));
   } else if (level == IPPROTO_IPV6 && optname == IPV6_V6ONLY) {

@@ -20,6 +20,7 @@
 #   VRNIC_TEST_TIMEOUT=SECS  timeout of one verbs program (default 60)
 #   VRNIC_CATCH2_TIMEOUT=S   timeout of one Catch2 test case (default 120)
 #   VRNIC_BUILD_DIR=DIR      build directory (default build)
+#   VRNIC_ONLY=REGEX         run only the checks whose names match (a developer's knob)
 # Every server/client pair uses its own TCP port on 127.0.0.1; nothing else is contacted.
 
 set -u

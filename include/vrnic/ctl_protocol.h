@@ -13,7 +13,7 @@
 namespace vrnic::ctl {
 
 inline constexpr uint32_t kMagic = 0x76726e63;  // "vrnc"
-inline constexpr uint32_t kProtocolVersion = 20;
+inline constexpr uint32_t kProtocolVersion = 21;
 inline constexpr size_t kMaxMessageBytes = 8192;
 inline constexpr uint32_t kMaxFdsPerMessage = 64;
 
@@ -151,10 +151,11 @@ struct HelloResp {
   uint32_t version;
   uint32_t session_id;
   DeviceInfo device;
-  uint32_t directory;  // 1: the user's direct-path directory follows the eventfds
+  uint32_t directory;  // 1: the user's direct-path directory follows the eventfd
   uint32_t reserved;
-};  // fds: [0] session memfd, [1] daemon memfd, [2..] worker eventfds, then, with
-    // `directory`, its entries (read-only) and its poster cells (vrnic/direct_directory.h)
+};  // fds: [0] session memfd, [1] daemon memfd, [2] the session's wake eventfd (written when
+    // a worker sleeps), then, with `directory`, the caller's user's directory entries
+    // (read-only) and poster cells (vrnic/direct_directory.h)
 
 struct HandleReq {
   uint32_t handle;

@@ -74,6 +74,7 @@ struct DirectoryMr {
   uint32_t fd;   // the memfd's number in the owner (/proc/<pid>/fd/<fd>)
   uint32_t reserved;
   uint64_t inode;      // the memfd vrnicd was given: what the poster opens must be the same
+  uint64_t device;     // file (both: an inode number alone is unique on one filesystem only)
   uint64_t fd_offset;  // of the region's first byte in the memfd
   uint64_t iova;
   uint64_t length;

@@ -20,22 +20,25 @@ enum class Quota : uint32_t {
   kCmIds,     // rdma_cm ids, those a listener's requests make included
   kMappings,  // vrnicd's mappings for the user: session page, CQ, QP and SRQ rings, MR pieces
   kMcast,     // multicast attachments (a QP to a group): the device's groups are everyone's
+  kFds,       // descriptors vrnicd keeps for the user: sessions', channels', DMs', ring arenas'
   kMrBytes,   // registered bytes, as RLIMIT_MEMLOCK counts pinned memory (device memory too)
 };
 inline constexpr uint32_t kQuotaCount = uint32_t(Quota::kMrBytes) + 1;
 
 struct QuotaKind {
   const char *name;
-  uint64_t default_limit;  // 0 for mr_bytes: the machine's RAM
+  // 0: a share of what the machine gives vrnicd (UserQuotas): mr_bytes the RAM, mappings and
+  // fds a quarter of vm.max_map_count and of vrnicd's RLIMIT_NOFILE, past vrnicd's own.
+  uint64_t default_limit;
 };
 
-// vm.max_map_count is 65530 by default: the mappings default leaves vrnicd room for its own
-// and for other users' (the device-wide bound is in UserQuotas).
+// A shared vrnicd's tables are everyone's: by default one user may take a quarter of each
+// (Device::capacity is four times these), so that no user fills one alone (issue 52, row 8).
 inline constexpr QuotaKind kQuotaKinds[kQuotaCount] = {
-    {"sessions", 1024}, {"channels", 4096},   {"pds", 1u << 16},  {"mrs", 1u << 20},
-    {"mws", 1u << 20},  {"cqs", 1u << 16},    {"qps", 1u << 16},  {"srqs", 1u << 16},
-    {"ahs", 1u << 16},  {"cm_ids", 1u << 16}, {"mappings", 32768}, {"mcast", 1024},
-    {"mr_bytes", 0},
+    {"sessions", 1024}, {"channels", 4096},   {"pds", 1u << 16}, {"mrs", 1u << 20},
+    {"mws", 1u << 16},  {"cqs", 1u << 16},    {"qps", 1u << 16}, {"srqs", 1u << 16},
+    {"ahs", 1u << 16},  {"cm_ids", 1u << 16}, {"mappings", 0},   {"mcast", 1024},
+    {"fds", 0},         {"mr_bytes", 0},
 };
 
 }  // namespace vrnic

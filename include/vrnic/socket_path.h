@@ -1,24 +1,65 @@
 // Where vrnicd listens and clients connect: --socket, else $VRNIC_SOCKET, else
-// $XDG_RUNTIME_DIR/vrnicd.sock, else /tmp/vrnicd-<uid>/vrnicd.sock; a client with none of
-// its user's there uses the host's (/run/vrnic/vrnicd.sock, systemd). The last is in a
-// directory of the user's own (0700, made by vrnicd) rather than in /tmp itself, where
-// another user could take the name first (issue 17, row 13); clients also check who the
-// daemon they reach is (ctl::connect_daemon).
+// $XDG_RUNTIME_DIR/vrnicd.sock, else <private_socket_dir()>/vrnicd.sock; a client with none
+// of its user's there uses the host's (/run/vrnic/vrnicd.sock, systemd). The last is in a
+// directory of the user's own (0700) rather than in /tmp itself, where another user could
+// take the name first (issue 17, row 13); clients also check who the daemon they reach is
+// (ctl::connect_daemon).
 #pragma once
 
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <vector>
 
 namespace vrnic {
 
-// The private directory of the last default: vrnicd makes it, and refuses one that is not
-// the user's own with mode 0700.
+// A directory of this user's own (by effective uid, as SO_PEERCRED and vrnicd's checks see
+// users) that no one else may enter: the only kind that holds a private vrnicd's socket.
+inline bool is_private_dir(const std::string &dir) {
+  struct stat st;
+  return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() &&
+         !(st.st_mode & 077);
+}
+
+// The private directory of the last default: /tmp/vrnicd-<euid>, made here mode 0700 if it
+// is not there. In /tmp another user can take that name first (issue 52, row 10); then the
+// user's directory is /tmp/vrnicd-<euid>.XXXXXX, one that only the user can have made (an
+// owner cannot be faked): the first such in name order, made with mkdtemp if there is none,
+// so that every process of the user -- vrnicd, auto-start, clients -- finds the same one.
+inline std::string first_private_socket_dir() {
+  return "/tmp/vrnicd-" + std::to_string(::geteuid());
+}
 inline std::string private_socket_dir() {
-  return "/tmp/vrnicd-" + std::to_string(getuid());
+  const std::string primary = first_private_socket_dir();
+  if (::mkdir(primary.c_str(), 0700) == 0 || is_private_dir(primary)) return primary;
+  auto first_own = [&] {
+    std::vector<std::string> own;
+    if (DIR *d = ::opendir("/tmp")) {
+      const std::string prefix = primary.substr(5) + ".";
+      while (const dirent *e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name.size() == prefix.size() + 6 && name.compare(0, prefix.size(), prefix) == 0 &&
+            is_private_dir("/tmp/" + name))
+          own.push_back("/tmp/" + name);
+      }
+      ::closedir(d);
+    }
+    std::sort(own.begin(), own.end());
+    return own.empty() ? std::string() : own.front();
+  };
+  std::string dir = first_own();
+  if (!dir.empty()) return dir;
+  std::string made = primary + ".XXXXXX";
+  if (!::mkdtemp(made.data())) return primary;  // (vrnicd refuses it, naming its owner)
+  dir = first_own();  // another process of the user may have made one at the same time
+  if (dir != made) ::rmdir(made.c_str());
+  return dir.empty() ? primary : dir;
 }
 
 inline std::string default_socket_path() {

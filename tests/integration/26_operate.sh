@@ -206,7 +206,7 @@ METRICS_PORT=
 json_and_metrics() {
   local ok=0 port kind
   METRICS_PORT=$(next_port)
-  start_vrnicd --metrics "127.0.0.1:$METRICS_PORT" || return 1
+  start_vrnicd --metrics "127.0.0.1:$METRICS_PORT" --metrics-qps || return 1
   port=$(next_port)
   VRNIC_DIRECT_PATH=0 start_server json "$port" ib_write_bw -d vrnic0 -x 0 -F -s 4096 -D 6 \
     -p "$port" || return 1

@@ -13,6 +13,9 @@
 #   attacker    runs as the account (setpriv), from a copy of the programs it may read (the
 #               checkout itself may be under a directory the account cannot enter)
 #   row 10      a million MRs and an exit, on a vrnicd of its own (of each build)
+#   round 3     (issue 52, tests/hostile_round3.sh) an importer of root's context, every
+#               descriptor the account is given turned against vrnicd, /metrics, an XRC file
+#               by O_PATH, a squatted auto-start directory, the default quotas
 #
 # Settings: VRNIC_ASAN_BUILD_DIR (default build-asan).
 # shellcheck source=tests/lib.sh disable=SC2317 # checks are called through check()
@@ -42,6 +45,8 @@ A_QUOTA_FILL=$SHARE/tests/quota_fill
 A_FORGE=$SHARE/tests/forge_udp_write.py
 A_VRNICCTL=$SHARE/control/vrnicctl
 A_VRNICD=$SHARE/control/vrnicd  # the checkout may be where the account cannot go (a 0700 home)
+# shellcheck source=tests/hostile_round3.sh
+source "$VRNIC_ROOT/tests/hostile_round3.sh"
 
 # ms CMD...: runs CMD, prints how long it took in milliseconds (after CMD's own output).
 ms() {
@@ -64,7 +69,8 @@ cleanup_account() {
 
 setup() {
   ((EUID == 0)) || { echo "the hostile group needs root (a second user, a root vrnicd)"; return 1; }
-  build_asan "$HOSTILE" "$QUOTA_FILL" "$FUZZ_TRAFFIC" || return 1
+  build_asan "$HOSTILE" "$QUOTA_FILL" "$FUZZ_TRAFFIC" "$IMPORT_ATTACK" "$SHARED_FDS" \
+    "$XRC_FILE_OPEN" "$MCAST_CHURN" || return 1
   echo "+ useradd --system --user-group --no-create-home $ACCOUNT"
   useradd --system --user-group --no-create-home --shell /usr/sbin/nologin "$ACCOUNT" || return 1
   vrnic_on_cleanup cleanup_account
@@ -72,7 +78,7 @@ setup() {
   cp -a "$VRNIC_PROVIDER_DIR"/libibverbs.so* "$SHARE/provider/" &&
     cp "$HOSTILE" "$QUOTA_FILL" "$VRNIC_ROOT"/tests/tools/{forge_udp_write,roce_pcap_check}.py \
       "$SHARE/tests/" &&
-    cp "$VRNICCTL" "$VRNICD" "$SHARE/control/" || return 1
+    cp "$VRNICCTL" "$VRNICD" "$SHARE/control/" && round3_setup || return 1
 }
 
 # start_daemon asan|release: the shared root vrnicd of that build, and root's traffic on it.
@@ -341,13 +347,15 @@ idle_fds() {
 }
 
 # Rows 11 and 14: work the client makes up in shared memory, while others are served.
-attack_with_probe() {
-  as_attacker "$A_HOSTILE" "$@" >"$VRNIC_TMP/attack.out" 2>&1 &
+attack_with_probe() { attack_with_probe_of "$A_HOSTILE" "$@"; }
+# attack_with_probe_of PROGRAM ARGS...: PROGRAM as the account, vrnicd probed while it runs.
+attack_with_probe_of() {
+  as_attacker "$@" >"$VRNIC_TMP/attack.out" 2>&1 &
   local apid=$! rc=0
   probe_while "$apid" || rc=1
   vrnic_wait_exit "$apid" 30
   cat "$VRNIC_TMP/attack.out"
-  ((VRNIC_RC == 0)) || { echo "FAIL: hostile $1 exited with $VRNIC_RC"; rc=1; }
+  ((VRNIC_RC == 0)) || { echo "FAIL: ${1##*/} ${2:-} exited with $VRNIC_RC"; rc=1; }
   return "$rc"
 }
 
@@ -480,18 +488,7 @@ time.sleep(8)" &
   grep -q vrnic0 <<<"$out" && { echo "FAIL: it listed a device"; rc=1; }
   kill "$spid" 2>/dev/null
   vrnic_wait_exit "$spid" 5
-  # The account's default socket directory, made by someone else first.
-  local uid dir
-  uid=$(id -u "$ACCOUNT")
-  dir=/tmp/vrnicd-$uid
-  rm -rf "$dir" && mkdir -m 0777 "$dir" || return 1
-  out=$(setpriv --reuid="$ACCOUNT" --regid="$ACCOUNT" --clear-groups --reset-env \
-    timeout 10 "$A_VRNICD" 2>&1)
-  echo "account: vrnicd (default socket) with $dir made by root, mode 0777: $out"
-  grep -q "is not a directory of this user's own" <<<"$out" ||
-    { echo "FAIL: vrnicd used a socket directory that is not its own"; rc=1; }
-  rm -rf "$dir"
-  return "$rc"
+  return "$rc"  # (the account's default directory taken by another: squat_autostart)
 }
 
 finish() {
@@ -609,6 +606,15 @@ attacks() {
     check "$k round 2, $rows: ${kind%% *} past the user's quota: ENOMEM, held; root makes its own" \
       quota_hold $kind
   done
+  check "$k round 3, rows 1, 2, 3, 7: an importer of root's context: root's memory, directory, cells and rights stay root's; its own registrations work; no crash" \
+    import_check "$1"
+  check "$k round 3, row 4: every descriptor vrnicd gave the account turned against it; vrnicd and root's ping-pong answer" \
+    shared_fds_check
+  check "$k round 3, row 6: an XRC domain on root's 0600 file by O_PATH: EBADF" xrc_opath
+  check "$k round 3, row 10: the account's /tmp/vrnicd-<uid> taken by root: auto-start uses a private directory" \
+    squat_autostart
+  check "$k round 3, by reading: 1,000 multicast groups churned: vrnicd answers within 1 s" mcast_churn
+  check "$k round 3, row 9: root's SEND latency idle and under forged doorbells (printed)" doorbell_p99
   check "$k rows 4, 12: shrinking, growing or writing the shared regions is refused" regions
   check "$k row 7: 2,000 ibv_open_device/ibv_close_device cycles leave vrnicd's fd count unchanged" \
     open_close
@@ -619,6 +625,14 @@ attacks() {
     other_user_direct "$1"
   check "$k round 2, row 8: WRITEs forged from 127.0.0.1 by a user without the socket: dropped" \
     udp_forgery "$1"
+  check "$k round 3, row 5: /metrics shows no per-QP series by default; a slow client holds nobody's scrape" \
+    metrics_check "$1"
+  if [[ $1 == release ]]; then
+    check "$k round 3, row 8: at the default quotas one user's PDs stop at a quarter of the device's" \
+      default_quota
+    check "$k round 3, by reading: at the defaults one user's sessions stop at its descriptor quota" \
+      default_fds
+  fi
   check "$k row 10: a client exits holding 1,000,000 MRs: linear teardown, stats within 1 s" \
     million_mrs "$1"
 }

@@ -7,7 +7,8 @@
 //                        then "full" and waits for a line on stdin (meanwhile others show they
 //                        are unaffected); then frees everything and makes one more
 //                        (after_release=ok). KIND: pds cqs srqs ahs mws (verbs), cm-channels
-//                        cm-ids (rdma_cm, on a connection without Hello), mappings (MRs of 128
+//                        cm-ids (rdma_cm, on a connection without Hello), sessions
+//                        (connections, each with a Hello and a PD), mappings (MRs of 128
 //                        one-byte memfd pieces on pages of their own: 128 mappings in vrnicd
 //                        for 128 bytes of mr_bytes)
 //   one-of-each SOCKET   (the victim) one object of every kind, each made and freed: ok for
@@ -149,6 +150,24 @@ RawSession *connection(const char *sock) {
 }
 
 bool kind_of(const std::string &name, const char *sock, Kind *k) {
+  if (name == "sessions") {  // each a connection, a Hello and a PD
+    k->make = [sock](void **out) {
+      auto *rs = new RawSession;
+      const int err = rs->open(sock);
+      if (err) {
+        if (rs->sock >= 0) ::close(rs->sock);
+        delete rs;
+        return err;
+      }
+      *out = rs;
+      return 0;
+    };
+    k->free = [](void *p) {
+      ::close(static_cast<RawSession *>(p)->sock);
+      delete static_cast<RawSession *>(p);
+    };
+    return true;
+  }
   if (name == "cm-channels" || name == "cm-ids" || name == "mappings") {
     if (name == "mappings") {
       RawSession *rs = session(sock);
@@ -260,7 +279,12 @@ int fill(const std::string &name, const char *sock) {
   wait_for_line();
   for (void *p : made) k.free(p);
   void *again = nullptr;
-  const int again_err = k.make(&again);
+  int again_err = k.make(&again);
+  // A closed connection is given back once vrnicd sees it close (sessions): moments later.
+  for (int i = 0; i < 200 && again_err == ENOMEM && name == "sessions"; i++) {
+    ::usleep(10000);
+    again_err = k.make(&again);
+  }
   std::printf("after_release=%s\n", again_err ? std::strerror(again_err) : "ok");
   return err == ENOMEM && !again_err ? 0 : 1;
 }

@@ -1,6 +1,8 @@
 // Per-user quotas (control/quota.h): --limits parsing, charges that stop at the limit and are
 // given back, QuotaCharge's release on every path that does not keep it, and the device-wide
 // bound on mappings (issue 28, rows 5, 7 and 9).
+#include <sys/resource.h>
+
 #include <catch2/catch.hpp>
 
 #include <cerrno>
@@ -10,6 +12,7 @@
 
 using vrnic::Quota;
 using vrnic::QuotaCharge;
+using vrnic::QuotaLedger;
 using vrnic::UserLimits;
 using vrnic::UserQuotas;
 
@@ -79,4 +82,52 @@ TEST_CASE("quota: mappings of all users together stay below vm.max_map_count", "
   CHECK(held + 4096 <= map_max);  // room kept for vrnicd's own mappings
   q.release(1, Quota::kMappings, 4096);
   CHECK(q.charge(99999, Quota::kMappings, 4096) == 0);
+}
+
+TEST_CASE("quota: by default a user may take a quarter of vrnicd's mappings and descriptors",
+          "[quota]") {
+  UserQuotas q{UserLimits{}};
+  rlimit nofile{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &nofile) == 0);
+  const uint64_t fds = q.limits()[Quota::kFds], maps = q.limits()[Quota::kMappings];
+  CHECK(fds > 0);
+  CHECK(fds * 4 <= nofile.rlim_cur);  // four users together cannot take them all
+  CHECK(maps > 0);
+  // Four users' default shares fit in what the device may map; a fifth is refused.
+  for (uid_t uid = 1; uid <= 4; uid++) CHECK(q.charge(uid, Quota::kMappings, maps) == 0);
+  CHECK(q.charge(5, Quota::kMappings, maps) == ENOMEM);
+  // "0" asks for the machine's share again; other counts may not be 0.
+  CHECK(UserLimits::parse("fds=0,mappings=0").ok());
+  CHECK(!UserLimits::parse("qps=0").ok());
+}
+
+TEST_CASE("quota: a session's ledger gives each payer back what it paid, object by object or "
+          "all at once (issue 52: an importer pays for what it makes)",
+          "[quota]") {
+  UserQuotas q(*UserLimits::parse("pds=3,mr_bytes=1000"));
+  QuotaLedger ledger;
+  {
+    QuotaCharge owner(q, ledger, 1000, Quota::kPds), importer(q, ledger, 2000, Quota::kPds, 3);
+    QuotaCharge bytes(q, ledger, 2000, Quota::kMrBytes, 600);
+    CHECK(owner.status() == 0);
+    CHECK(importer.status() == 0);
+    owner.keep();
+    importer.keep();
+    bytes.keep();
+  }
+  CHECK(q.usage(1000)[Quota::kPds] == 1);
+  CHECK(q.usage(2000)[Quota::kPds] == 3);  // the importer's own quota: full
+  {
+    QuotaCharge more(q, ledger, 2000, Quota::kPds);
+    CHECK(more.status() == ENOMEM);
+    more.keep();  // (refused: nothing to keep, nothing entered)
+  }
+  q.release(ledger, 2000, Quota::kPds);  // one object goes, to its payer
+  CHECK(q.usage(2000)[Quota::kPds] == 2);
+  q.release_all(ledger);  // the session closes
+  CHECK(q.usage(1000)[Quota::kPds] == 0);
+  CHECK(q.usage(2000)[Quota::kPds] == 0);
+  CHECK(q.usage(2000)[Quota::kMrBytes] == 0);
+  q.release_all(ledger);  // nothing twice
+  CHECK(q.usage(1000)[Quota::kPds] == 0);
 }
