@@ -132,7 +132,7 @@ int find_devices(std::string *path, DeviceListResp *out) {
   // The default directory in /tmp (socket_path.h) is made private, and not used unless it is
   // ours alone (another user could have made it first, with a link where the lock goes).
   const std::string dir = path->substr(0, path->rfind('/'));
-  if (dir == private_socket_dir() && !is_private_dir(dir)) return err;
+  if (is_private_socket_dir_name(dir) && !is_private_dir(dir)) return err;
   int lock = ::open((*path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (lock < 0) return err;
   while (::flock(lock, LOCK_EX) < 0 && errno == EINTR) {

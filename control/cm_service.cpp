@@ -126,15 +126,18 @@ CmService::Id *CmService::owned(Session &s, uint32_t handle) {
 int CmService::create_channel(Session &s, const ctl::Message &m, ctl::HandleResp &resp) {
   if (m.fds.size() != 1) return EINVAL;
   // An fd in vrnicd, as a completion channel is: the same quota (issue 28, row 5).
-  QuotaCharge charge(quotas_, s.uid, Quota::kChannels), fd_charge(quotas_, s.uid, Quota::kFds);
+  // Charged to whoever sent the request (issue 52: the connection's process, or another
+  // holding its socket), and given back to that user.
+  const uid_t uid = s.caller.uid;
+  QuotaCharge charge(quotas_, uid, Quota::kChannels), fd_charge(quotas_, uid, Quota::kFds);
   if (charge.status() || fd_charge.status()) return ENOMEM;
   // Written only with non-blocking sends: a client that reads nothing must not block vrnicd.
-  int fd = take_event_channel(m.fds[0], s.uid);
+  int fd = take_event_channel(m.fds[0], uid);
   if (fd < 0) return -fd;
   charge.keep();
   fd_charge.keep();
   const uint32_t h = next_handle_++;
-  channels_[h] = std::unique_ptr<Channel>(new Channel{s.id, s.uid, fd, {}});
+  channels_[h] = std::unique_ptr<Channel>(new Channel{s.id, uid, fd, {}});
   resp.handle = h;
   return 0;
 }
@@ -144,8 +147,8 @@ int CmService::destroy_channel(Session &s, uint32_t handle) {
   if (it == channels_.end() || it->second->session != s.id) return EINVAL;
   for (const auto &[h, id] : ids_)
     if (id.channel == handle) return EBUSY;  // rdma_destroy_event_channel: ids first
-  quotas_.release(s.uid, Quota::kChannels);
-  quotas_.release(s.uid, Quota::kFds);
+  quotas_.release(it->second->uid, Quota::kChannels);
+  quotas_.release(it->second->uid, Quota::kFds);
   channels_.erase(it);
   return 0;
 }
@@ -159,7 +162,7 @@ int CmService::create_id(Session &s, const ctl::CmCreateIdReq &req, ctl::HandleR
   if (req.qp_type != IBV_QPT_RC && req.qp_type != IBV_QPT_UC && req.qp_type != IBV_QPT_UD)
     return EINVAL;
   uint32_t h;
-  Id *made = new_id(s.id, s.uid, &h);
+  Id *made = new_id(s.id, s.caller.uid, &h);
   if (!made) return ENOMEM;
   Id &id = *made;
   id.channel = req.channel;
@@ -215,7 +218,7 @@ int CmService::bind(Session &s, const ctl::CmBindReq &req, ctl::CmBindResp &resp
   // Ports below 1024 are privileged, as the kernel's cma_get_port has them (EACCES without
   // CAP_NET_BIND_SERVICE): here root's only, since vrnicd knows a client's uid, not its
   // capabilities (issue 28, row 13).
-  if (port != 0 && port < 1024 && s.uid != 0) return EACCES;
+  if (port != 0 && port < 1024 && s.caller.uid != 0) return EACCES;
   const uint32_t space = uint32_t(id->port_space) << 16;
   if (port == 0) {
     for (uint32_t tries = 0; tries <= kEphemeralLast - kEphemeralFirst; tries++) {
@@ -410,10 +413,12 @@ void CmService::release(Session &s) {
   for (const auto &[h, id] : ids_)
     if (id.session == s.id) gone.push_back(h);
   for (uint32_t h : gone) drop_id(h);
-  const size_t channels =
-      std::erase_if(channels_, [&](const auto &kv) { return kv.second->session == s.id; });
-  quotas_.release(s.uid, Quota::kChannels, channels);
-  quotas_.release(s.uid, Quota::kFds, channels);
+  std::erase_if(channels_, [&](const auto &kv) {
+    if (kv.second->session != s.id) return false;
+    quotas_.release(kv.second->uid, Quota::kChannels);
+    quotas_.release(kv.second->uid, Quota::kFds);
+    return true;
+  });
 }
 
 ctl::CmEventRecord CmService::record(uint32_t event, uint32_t handle, const Id &id) const {

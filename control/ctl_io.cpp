@@ -44,8 +44,9 @@ int send_message(int sock, Op op, int32_t status, const void *body, size_t len, 
 
 int recv_message(int sock, Message *msg) {
   msg->fds.clear();
+  msg->has_sender = false;
   iovec iov[2] = {{&msg->header, sizeof(msg->header)}, {msg->body, sizeof(msg->body)}};
-  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)];
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage) + CMSG_SPACE(sizeof(ucred))];
   msghdr mh{};
   mh.msg_iov = iov;
   mh.msg_iovlen = 2;
@@ -58,6 +59,12 @@ int recv_message(int sock, Message *msg) {
   if (n < 0) return errno == ECONNRESET ? ECONNRESET : errno;
   if (n == 0) return ECONNRESET;
   for (cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
+        c->cmsg_len >= CMSG_LEN(sizeof(ucred))) {
+      std::memcpy(&msg->sender, CMSG_DATA(c), sizeof(ucred));
+      msg->has_sender = true;
+      continue;
+    }
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < count; i++) {

@@ -135,7 +135,7 @@ int MemoryObjects::reg_dm_mr(Session &s, const ctl::RegDmMrReq &req, ctl::RegMrR
     mr->pieces.push_back(piece);
   }
   if (maps && req.client_fd >= 0 && publishes_direct(s))
-    mr->direct.reset(new shm::DirectoryMr{0, req.pd, mr->access, uint32_t(s.caller->pid),
+    mr->direct.reset(new shm::DirectoryMr{0, req.pd, mr->access, uint32_t(s.caller.pid),
                                           uint32_t(req.client_fd), 0, uint64_t(file.st_ino),
                                           uint64_t(file.st_dev), req.offset, 0, req.length});
   if (int err = insert_mr(s, std::move(mr), resp)) return err;

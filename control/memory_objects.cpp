@@ -95,7 +95,7 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
   // Whose memory the pieces outside memfds are: the caller's, always (issue 52) -- a forked
   // child's own or an imported context's, sent with the request, or the session's opener's
   // when it is the caller. An importer's connection has none of its own: it sends its own.
-  int mem_fd = s.caller->mem_fd;
+  int mem_fd = s.caller.mem_fd;
   if (req->own_mem) {
     if (m.fds.empty() || !is_proc_mem(m.fds.back())) return EINVAL;
     mem_fd = m.fds.back();
@@ -144,7 +144,7 @@ int MemoryObjects::reg_mr(Session &s, const ctl::Message &m, ctl::RegMrResp &res
       // region's only memfd piece (between the partial pages at its ends, if any), from the
       // process that registered it (its fd there).
       if (maps == 1 && p.client_fd >= 0 && publishes_direct(s))
-        mr->direct.reset(new shm::DirectoryMr{0, req->pd, req->access, uint32_t(s.caller->pid),
+        mr->direct.reset(new shm::DirectoryMr{0, req->pd, req->access, uint32_t(s.caller.pid),
                                               uint32_t(p.client_fd), 0, uint64_t(file.st_ino),
                                               uint64_t(file.st_dev), p.fd_offset,
                                               req->iova + (p.va - req->addr), p.length});
@@ -205,6 +205,11 @@ int MemoryObjects::replace_mr(Session &s, uint32_t handle, std::unique_ptr<Memor
   MemoryRegion *cur = dev_.mrs.get(handle);
   if (cur->null_mr || cur->dm) return EINVAL;  // as the kernel: no rereg of these
   if (cur->bound_windows.load()) return EBUSY;  // memory windows still expose the old translation
+  // The region is the caller's from now on, as what it holds is (reg_mr charged it): its
+  // count moves from the old payer to the new one, if that is another.
+  const bool payer_changes = cur->payer != s.payer();
+  QuotaCharge counted = s.pay(quotas_, Quota::kMrs, payer_changes ? 1 : 0);
+  if (counted.status()) return counted.status();
   mr->handle = handle;
   mr->key = cur->key;
   MemoryRegion &now = *mr;
@@ -215,6 +220,8 @@ int MemoryObjects::replace_mr(Session &s, uint32_t handle, std::unique_ptr<Memor
   else
     publish_direct(s, *old, true);
   workers_.synchronize();
+  counted.keep();
+  if (payer_changes) s.refund(quotas_, old->payer, Quota::kMrs);
   s.refund(quotas_, old->payer, Quota::kMrBytes, old->pinned_bytes());
   s.refund(quotas_, old->payer, Quota::kMappings, old->mappings.size());
   if (old->own_mem_fd >= 0) s.refund(quotas_, old->payer, Quota::kFds);
@@ -314,7 +321,7 @@ void MemoryObjects::unbind_removed(const MemoryWindow &mw) {
 // Only regions that are in it are written (a million null MRs touched 64 MiB of directory
 // pages, and their teardown took 0.4 s longer).
 bool MemoryObjects::publishes_direct(const Session &s) {
-  return s.directory && s.caller->uid == s.uid;
+  return s.directory && s.caller.uid == s.uid;
 }
 
 void MemoryObjects::publish_direct(Session &s, MemoryRegion &mr, bool clear) {

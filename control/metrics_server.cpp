@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -90,7 +91,7 @@ absl::Status MetricsServer::start(const std::string &address, bool any_address, 
 // Connections are served side by side, each against a deadline of its own from its accept:
 // one that sends its request a byte at a time, or never reads its answer, costs only its own
 // time (issue 52, row 5: one such kept every scrape waiting). Past kMaxConnections the oldest
-// goes.
+// still sending its request goes.
 void MetricsServer::serve() {
   struct Connection {
     int fd;
@@ -104,8 +105,10 @@ void MetricsServer::serve() {
     conns.erase(conns.begin() + long(i));
   };
   std::vector<pollfd> pfds;
+  uint64_t accept_paused_until_ms = 0;  // out of descriptors: the listening socket rests
   while (!stop_.load()) {
-    pfds.assign(1, {listen_fd_, POLLIN, 0});
+    const bool accepting = monotonic_ns() / 1'000'000 >= accept_paused_until_ms;
+    pfds.assign(1, {accepting ? listen_fd_ : -1, POLLIN, 0});
     for (const Connection &c : conns)
       pfds.push_back({c.fd, short(c.out.empty() ? POLLIN : POLLOUT), 0});
     ::poll(pfds.data(), pfds.size(), 100);
@@ -136,8 +139,22 @@ void MetricsServer::serve() {
     }
     if (!(pfds[0].revents & POLLIN)) continue;
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;
-    if (conns.size() >= kMaxConnections) drop(0);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        accept_paused_until_ms = now + 100;
+      continue;
+    }
+    // Full: the oldest still sending its request goes (one being answered stays); if all are
+    // being answered, the new one waits for none of them.
+    if (conns.size() >= kMaxConnections) {
+      auto idle = std::find_if(conns.begin(), conns.end(),
+                               [](const Connection &c) { return c.out.empty(); });
+      if (idle == conns.end()) {
+        ::close(fd);
+        continue;
+      }
+      drop(size_t(idle - conns.begin()));
+    }
     conns.push_back({fd, now + kConnectionMs, {}, {}});
   }
   for (const Connection &c : conns) ::close(c.fd);

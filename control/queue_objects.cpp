@@ -37,7 +37,7 @@ int QueueObjects::create_channel(Session &s, const ctl::Message &m, ctl::HandleR
   // Each costs vrnicd an fd (issue 17, row 9).
   QuotaCharge charge = s.pay(quotas_, Quota::kChannels), fd_charge = s.pay(quotas_, Quota::kFds);
   if (charge.status() || fd_charge.status()) return ENOMEM;
-  int fd = take_event_channel(m.fds[0], s.caller->uid);
+  int fd = take_event_channel(m.fds[0], s.caller.uid);
   if (fd < 0) return -fd;
   uint32_t h = channels_.insert(
       std::unique_ptr<CompletionChannel>(new CompletionChannel{s.id, s.payer(), fd}));
@@ -125,7 +125,7 @@ int QueueObjects::resize_cq(Session &s, const ctl::ResizeCqReq &req, ctl::Create
   if (!owns(s.cqs, req.handle)) return EINVAL;
   if (req.cqe < 1 || req.cqe > dev_.info.max_cqe) return EINVAL;
   // The new ring is mapped before the old one goes: for that moment, one mapping more.
-  QuotaCharge map_charge(quotas_, s.caller->uid, Quota::kMappings);
+  QuotaCharge map_charge(quotas_, s.caller.uid, Quota::kMappings);
   if (map_charge.status()) return map_charge.status();
   uint32_t slots = std::bit_ceil(req.cqe);
   const bool stamped = dev_.cqs.get(req.handle)->stamps != nullptr;  // as it was made
@@ -296,7 +296,7 @@ int QueueObjects::modify_qp_steps(Session &s, uint32_t handle, const ctl::CmQpSt
   owner.run_between_bursts([&] {
     for (uint32_t i = 0; i < n && !st; i++) {
       bool resolve = false;
-      st = modify_step(qp, steps[i].attr, steps[i].attr_mask, s.caller->uid == 0, &resolve);
+      st = modify_step(qp, steps[i].attr, steps[i].attr_mask, s.caller.uid == 0, &resolve);
       if (!st && resolve) {
         resolve_on = qp.worker;
         std::memcpy(peer, qp.attr.ah.dgid, sizeof(peer));

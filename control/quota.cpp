@@ -76,13 +76,12 @@ UserQuotas::UserQuotas(UserLimits limits) : limits_(limits) {
   // the descriptors, at least 256, stays vrnicd's: ports, workers, metrics, its libraries).
   uint64_t &maps = limits_.max[uint32_t(Quota::kMappings)];
   if (!maps) maps = std::max<uint64_t>(1, device_mapping_limit_ / 4);
+  rlimit nofile{};
+  const uint64_t fd_max = ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 ? nofile.rlim_cur : 1024;
+  const uint64_t fd_reserve = std::max<uint64_t>(256, fd_max / 8);
+  device_fd_limit_ = fd_max > fd_reserve ? fd_max - fd_reserve : 0;
   uint64_t &fds = limits_.max[uint32_t(Quota::kFds)];
-  if (!fds) {
-    rlimit nofile{};
-    const uint64_t fd_max = ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 ? nofile.rlim_cur : 1024;
-    const uint64_t fd_reserve = std::max<uint64_t>(256, fd_max / 8);
-    fds = std::max<uint64_t>(16, (fd_max > fd_reserve ? fd_max - fd_reserve : 0) / 4);
-  }
+  if (!fds) fds = std::max<uint64_t>(16, device_fd_limit_ / 4);
 }
 
 int UserQuotas::charge(uid_t uid, Quota what, uint64_t amount) {
@@ -92,12 +91,14 @@ int UserQuotas::charge(uid_t uid, Quota what, uint64_t amount) {
   bool refused = amount > limit || n > limit - amount;
   if (what == Quota::kMappings)
     refused = refused || device_mappings_ + amount > device_mapping_limit_;
+  if (what == Quota::kFds) refused = refused || device_fds_ + amount > device_fd_limit_;
   if (refused) {
     u.refusals++;
     return ENOMEM;
   }
   n += amount;
   if (what == Quota::kMappings) device_mappings_ += amount;
+  if (what == Quota::kFds) device_fds_ += amount;
   return 0;
 }
 
@@ -106,6 +107,7 @@ void UserQuotas::release(uid_t uid, Quota what, uint64_t amount) {
   if (it == users_.end()) return;
   it->second.used[uint32_t(what)] -= amount;
   if (what == Quota::kMappings) device_mappings_ -= amount;
+  if (what == Quota::kFds) device_fds_ -= amount;
 }
 
 void UserQuotas::release(QuotaLedger &ledger, uid_t payer, Quota what, uint64_t amount) {

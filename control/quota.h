@@ -64,8 +64,8 @@ class UserQuotas {
   explicit UserQuotas(UserLimits limits);
   const UserLimits &limits() const { return limits_; }
   // Takes `amount` of `what` for `uid`; ENOMEM (as a kernel driver past RLIMIT_MEMLOCK or out
-  // of objects) when that would go past the user's limit, or for mappings past what the whole
-  // device may hold, which is then counted as a refusal.
+  // of objects) when that would go past the user's limit, or for mappings and descriptors
+  // past what the whole device may hold, which is then counted as a refusal.
   int charge(uid_t uid, Quota what, uint64_t amount = 1);
   void release(uid_t uid, Quota what, uint64_t amount = 1);
   // The same for an object of a session, also taken out of its ledger (QuotaCharge enters it).
@@ -78,6 +78,8 @@ class UserQuotas {
   UserLimits limits_;
   uint64_t device_mappings_ = 0;      // every user's together
   uint64_t device_mapping_limit_;     // below vm.max_map_count, with room for vrnicd's own
+  uint64_t device_fds_ = 0;           // likewise descriptors, below RLIMIT_NOFILE
+  uint64_t device_fd_limit_;
   std::map<uid_t, UserUsage> users_;  // users with anything charged (or refused)
 };
 

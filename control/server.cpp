@@ -43,6 +43,18 @@ namespace {
 constexpr uint32_t kMaxRefusedWaiting = 8;
 constexpr uint64_t kRefusedWaitNs = 1'000'000'000;
 
+// Who may manage the device for everyone (issue 17): vrnicd's own user and root.
+bool is_admin(uid_t uid) { return uid == 0 || uid == ::geteuid(); }
+
+// Every message on the sockets accepted from `listen_fd` comes with its sender's credentials
+// (SCM_CREDENTIALS): set on the listening socket, so that the accepted ones have it from the
+// start (a message sent between accept and a setsockopt on the new socket would come
+// without them).
+bool pass_credentials(int listen_fd) {
+  const int one = 1;
+  return ::setsockopt(listen_fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) == 0;
+}
+
 }  // namespace
 
 Server::Server(ServerConfig cfg)
@@ -82,14 +94,17 @@ Session *Server::process_qp_owner(Session &caller, uint32_t qpn) {
   auto it = sessions_.find(qp->session);
   if (it == sessions_.end()) return nullptr;
   Session &owner = *it->second;
-  return owner.pid == caller.pid && owner.uid == caller.uid ? &owner : nullptr;
+  return owner.pid == caller.caller.pid && owner.uid == caller.caller.uid ? &owner : nullptr;
 }
 
 int Server::step_cm_qp(Session &caller, const ctl::CmQpSteps &steps) {
   Session *owner = process_qp_owner(caller, steps.qpn);
   if (!owner) return EINVAL;
-  return queues_.modify_qp_steps(*owner, dev_.qp_by_qpn(steps.qpn)->handle, steps.steps,
-                                 steps.count);
+  owner->caller = caller.caller;  // (the QP's owner process: its user acts)
+  const int err = queues_.modify_qp_steps(*owner, dev_.qp_by_qpn(steps.qpn)->handle,
+                                          steps.steps, steps.count);
+  owner->caller = owner->own();
+  return err;
 }
 
 Server::~Server() {
@@ -123,13 +138,13 @@ absl::Status Server::start() {
     listen_fd_ = cfg_.inherited_listen_fd;
     int flags = ::fcntl(listen_fd_, F_GETFL);
     if (flags < 0 || ::fcntl(listen_fd_, F_SETFL, flags | O_NONBLOCK) < 0 ||
-        ::fcntl(listen_fd_, F_SETFD, FD_CLOEXEC) < 0)
+        ::fcntl(listen_fd_, F_SETFD, FD_CLOEXEC) < 0 || !pass_credentials(listen_fd_))
       return absl::ErrnoToStatus(errno, "the socket systemd passed");
     make_device_node();
     return start_engines();
   }
   listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (listen_fd_ < 0) return absl::ErrnoToStatus(errno, "socket");
+  if (listen_fd_ < 0 || !pass_credentials(listen_fd_)) return absl::ErrnoToStatus(errno, "socket");
   addr.sun_family = AF_UNIX;
   std::strcpy(addr.sun_path, path_.c_str());
   if (absl::Status st = prepare_socket_dir(); !st.ok()) return st;
@@ -164,8 +179,9 @@ absl::Status Server::start_engines() {
 // (another user's, a symlink, open to others) is refused rather than used; when the first
 // choice is someone else's, the log says whose and where vrnicd listens instead.
 absl::Status Server::prepare_socket_dir() {
-  const std::string dir = private_socket_dir();
-  if (path_.rfind(dir + "/", 0) != 0) return absl::OkStatus();  // the user chose the place
+  // (The directory path_ was chosen in, not chosen again: the choice may differ by now.)
+  const std::string dir = path_.substr(0, path_.rfind('/'));
+  if (!is_private_socket_dir_name(dir)) return absl::OkStatus();  // the user chose the place
   if (::mkdir(dir.c_str(), 0700) < 0 && errno != EEXIST)
     return absl::ErrnoToStatus(errno, "mkdir " + dir);
   struct stat st;
@@ -267,8 +283,10 @@ void Server::serve(const std::atomic<bool> &stop) {
       std::fprintf(stderr, "vrnicd: no client for %u s (--exit-idle)\n", cfg_.exit_idle_seconds);
       return;
     }
-    // The listening socket, QP1's MADs, then a socket per session.
-    pfds.assign({{listen_fd_, POLLIN, 0}, {cm_.poll_fd(), POLLIN, 0}});
+    // The listening socket (not while vrnicd is out of descriptors: it would stay readable
+    // and the loop spin), QP1's MADs, then a socket per session.
+    const bool accepting = monotonic_ns() >= accept_paused_until_;
+    pfds.assign({{accepting ? listen_fd_ : -1, POLLIN, 0}, {cm_.poll_fd(), POLLIN, 0}});
     ids.assign(2, 0);
     for (auto &[id, s] : sessions_) {
       pfds.push_back({s->sock, POLLIN, 0});
@@ -301,7 +319,13 @@ void Server::accept_client() {
   // socket's buffer, the bounded queue it has, and is dropped, rather than blocking vrnicd
   // in sendmsg for everyone else (issue 17, row 6).
   int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd < 0) return;
+  if (fd < 0) {
+    // Out of descriptors (the quotas keep them for the users, but not the kernel's limit on
+    // the whole system): the connection waits in the backlog, and vrnicd looks again later.
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+      accept_paused_until_ = monotonic_ns() + 100'000'000;
+    return;
+  }
   ucred cred{};
   socklen_t len = sizeof(cred);
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
@@ -315,7 +339,8 @@ void Server::accept_client() {
   s->sock_inode = socket_inode(fd);
   s->pid = cred.pid;
   s->uid = cred.uid;
-  s->admin = cred.uid == 0 || cred.uid == ::geteuid();
+  s->admin = is_admin(cred.uid);
+  s->caller = s->own();
   // The connection is one of the user's sessions and one of its descriptors in vrnicd.
   bool over = quotas_.charge(cred.uid, Quota::kSessions) != 0;
   if (!over && quotas_.charge(cred.uid, Quota::kFds)) {
@@ -348,13 +373,14 @@ void Server::close_refused(uint64_t now) {
 }
 
 int Server::poll_timeout_ms(uint64_t now) const {
-  int ms = cm_.poll_timeout_ms(now);
-  if (!refused_.empty()) {
-    const uint64_t due = refused_.front().first;
-    const int refused_ms = due <= now ? 0 : int((due - now + 999'999) / 1'000'000);
-    ms = std::min(ms, refused_ms);
-  }
-  if (cfg_.exit_idle_seconds && sessions_.empty()) ms = ms < 0 ? 1000 : std::min(ms, 1000);
+  int ms = cm_.poll_timeout_ms(now);  // -1: nothing due
+  auto until = [&](uint64_t due) {
+    const int due_ms = due <= now ? 0 : int((due - now + 999'999) / 1'000'000);
+    ms = ms < 0 ? due_ms : std::min(ms, due_ms);
+  };
+  if (!refused_.empty()) until(refused_.front().first);
+  if (accept_paused_until_ > now) until(accept_paused_until_);
+  if (cfg_.exit_idle_seconds && sessions_.empty()) until(now + 1'000'000'000);
   return ms;
 }
 
@@ -374,6 +400,12 @@ bool Server::handle(Session &s) {
   // is the connection's own business.
   Session &acting =
       s.speaks_for && cmd && cmd->who == Who::kClient ? *sessions_.at(s.speaks_for) : s;
+  // The caller is whoever sent this message: the connection's own process, or another that
+  // holds its socket (an importer handed the exported cmd_fd, which can write on it; a forked
+  // child) -- itself then, with its own rights and no memory of the connection's process.
+  Caller caller = s.own();
+  const bool foreign = m->has_sender && (m->sender.pid != s.pid || m->sender.uid != s.uid);
+  if (foreign) caller = {m->sender.pid, m->sender.uid, is_admin(m->sender.uid), -1};
   if (s.refused) {  // its user holds every connection allowed
     status = ENOMEM;
     keep = false;
@@ -382,12 +414,13 @@ bool Server::handle(Session &s) {
     keep = false;
   } else if (!cmd) {
     status = EOPNOTSUPP;
-  } else if (cmd->who == Who::kAdmin && !s.admin) {
-    status = EPERM;
+  } else if ((cmd->who == Who::kAdmin && !caller.admin) ||
+             (cmd->who == Who::kNewClient && foreign)) {
+    status = EPERM;  // (a session is made by the process that connected)
   } else {
-    acting.caller = &s;
+    acting.caller = caller;
     status = cmd->serve(*this, acting, *m, r);
-    acting.caller = &acting;
+    acting.caller = acting.own();
     keep = status == 0 || cmd->who != Who::kNewClient;
   }
   m->close_fds();  // a method that keeps a received fd keeps a dup of it
@@ -424,8 +457,8 @@ int Server::list_devices(Session &, ctl::DeviceListResp &resp) {
 
 int Server::stats(Session &s, ctl::StatsResp &resp) {
   // The caller's own account.
-  const UserUsage u = quotas_.usage(s.uid);
-  resp.user_uid = s.uid;
+  const UserUsage u = quotas_.usage(s.caller.uid);
+  resp.user_uid = s.caller.uid;
   for (uint32_t i = 0; i < kQuotaCount; i++) {
     resp.user_used[i] = u.used[i];
     resp.user_limit[i] = quotas_.limits().max[i];
@@ -488,9 +521,9 @@ int Server::list_qps(Session &s, const ctl::ListQpsReq &req, ctl::ListQpsResp &r
   const uint32_t start = req.start;
   // Another user's QPNs and PSNs are what it would take to inject into its connections.
   auto visible = [&](const QueuePair &qp) {
-    if (s.admin) return true;
+    if (s.caller.admin) return true;
     auto it = sessions_.find(qp.session);
-    return it != sessions_.end() && it->second->uid == s.uid;
+    return it != sessions_.end() && it->second->uid == s.caller.uid;
   };
   // From `start` on, and only to the first QP past the page: a page costs what it lists,
   // not a walk over every QP (64 K QPs are 1,821 pages). The QPs are chosen here, by what
@@ -568,6 +601,9 @@ void Server::close_session(uint32_t id) {
     // objects it made are the session's, and go with it.
     if (auto t = sessions_.find(s.speaks_for); t != sessions_.end())
       t->second->importers.erase(id);
+    cm_.release(s);  // (rdma_cm on it was its own)
+    if (s.wake_fd >= 0)
+      for (auto &w : workers_.all()) w->unwatch_session_wake(s.wake_fd);
     if (s.directory) directories_.release(s.uid, s.id);
     quotas_.release(s.uid, Quota::kSessions);
     quotas_.release(s.uid, Quota::kFds, s.fds);
@@ -584,12 +620,10 @@ void Server::close_session(uint32_t id) {
   workers_.synchronize();
   queues_.forget_taken();
   memory_.take_out(s);
-  if (s.shm) {
-    for (auto &w : workers_.all()) {
-      w->run_between_bursts([&] { w->remove_session(id); });
-      if (s.wake_fd >= 0) w->unwatch_session_wake(s.wake_fd);
-    }
-  }
+  if (s.shm)
+    for (auto &w : workers_.all()) w->run_between_bursts([&] { w->remove_session(id); });
+  if (s.wake_fd >= 0)
+    for (auto &w : workers_.all()) w->unwatch_session_wake(s.wake_fd);
   workers_.synchronize();
   queues_.free_taken(s);
   memory_.free_taken();

@@ -103,6 +103,7 @@ class Server {
   // What Hello and an import answer: the session's pages, the workers' eventfds and the
   // user's direct-path directory (taken for `holder`, released when it closes).
   void describe_session(Session &s, Session &holder, ctl::HelloResp &resp, std::vector<int> &fds);
+  int make_wake(Session &s);  // its wake eventfd, made and watched; 0 or an errno
   int stats(Session &s, ctl::StatsResp &resp);
   int list_devices(Session &s, ctl::DeviceListResp &resp);
   int set_faults(Session &s, const ctl::SetFaultsReq &req);
@@ -129,6 +130,7 @@ class Server {
   std::vector<ctl::DeviceListEntry> device_list_;
   std::string path_;
   int listen_fd_ = -1;
+  uint64_t accept_paused_until_ = 0;  // accept4 ran out of descriptors: not before then
   bool bound_ = false;
   // The clients' direct path is on unless --no-direct-path, faults or a capture (which must
   // see every packet) say otherwise.

@@ -56,6 +56,17 @@ struct QpOwner {
   RingBlock ring;  // its memory, in its session's ring arena
 };
 
+// Who sent a command (issue 52): a process and its user, as the kernel says (SO_PEERCRED at
+// connect, SCM_CREDENTIALS on each message: whoever holds the socket cannot say otherwise),
+// whether it may manage the device, and the memory it handed vrnicd (its /proc/<pid>/mem:
+// the connection's Hello's, for the process that made the connection only).
+struct Caller {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  bool admin = false;
+  int mem_fd = -1;
+};
+
 struct Session {
   Session() = default;
   Session(const Session &) = delete;
@@ -68,12 +79,14 @@ struct Session {
   // command it sends acts on that one; it holds nothing of its own. 0 for any other.
   uint32_t speaks_for = 0;
   absl::flat_hash_set<uint32_t> importers;  // the connections that speak for this one
-  // Who acts (issue 52): the connection the command being served came on -- this session's
-  // own, or an importer's, which Server::handle puts here for the length of one command.
+  // Who acts (issue 52): the sender of the command being served, which Server::handle puts
+  // here for the length of one command -- this connection's own process, an importer (on a
+  // connection of its own, or writing on the exported socket itself), a forked child.
   // What it names and makes are this session's objects; its identity is the caller's: its
   // user pays for them (pay) and decides what is allowed (admin, a controlled Q_Key), and
   // the memory it registers is its own process's (mem_fd, pid), never the exporter's.
-  Session *caller = this;
+  Caller caller;
+  Caller own() const { return {pid, uid, admin, mem_fd}; }
   pid_t pid = 0;
   uid_t uid = 0;
   bool admin = false;    // vrnicd's own user or root: management and fault injection
@@ -102,9 +115,9 @@ struct Session {
 
   // A charge to the caller's account for an object of this session, entered in the ledger
   // once kept; and its release, to the object's payer.
-  uid_t payer() const { return caller->uid; }
+  uid_t payer() const { return caller.uid; }
   QuotaCharge pay(UserQuotas &quotas, Quota what, uint64_t amount = 1) {
-    return {quotas, ledger, caller->uid, what, amount};
+    return {quotas, ledger, caller.uid, what, amount};
   }
   void refund(UserQuotas &quotas, uid_t payer, Quota what, uint64_t amount = 1) {
     quotas.release(ledger, payer, what, amount);

@@ -36,12 +36,11 @@ int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::
   s.async_fd = take_event_channel(m.fds[0], s.uid);
   if (s.async_fd < 0) return -s.async_fd;  // the session's close releases the region
   if (m.fds.size() == 2) s.mem_fd = ::dup(m.fds[1]);
-  s.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (s.wake_fd < 0) return errno;
+  s.caller = s.own();
+  if (int err = make_wake(s)) return err;
   for (auto &w : workers_.all()) {
     shm::DoorbellRing *ring = &s.shm->doorbells[w->index()];
     w->execute([&] { w->add_session(s.id, s.uid, ring); });
-    w->watch_session_wake(s.wake_fd);
   }
   describe_session(s, s, resp, fds);
   return 0;
@@ -49,8 +48,8 @@ int Server::hello(Session &s, const ctl::Message &m, ctl::HelloResp &resp, std::
 
 void Server::describe_session(Session &s, Session &holder, ctl::HelloResp &resp,
                               std::vector<int> &fds) {
-  // What is the session's: its pages, the workers' wake channels for it. What is the holder's
-  // (an importer's own, issue 52): the id its poster cells are claimed with, and its own
+  // What is the session's: its pages. What is the holder's (an importer's own, issue 52): the
+  // eventfd it wakes the workers with, the id its poster cells are claimed with, and its own
   // user's direct-path directory -- never the exporter's user's regions and cells.
   resp.version = ctl::kProtocolVersion;
   // The id the client claims direct-path poster cells with: its connection's, so that they
@@ -59,7 +58,7 @@ void Server::describe_session(Session &s, Session &holder, ctl::HelloResp &resp,
   resp.device = dev_.info;
   fds.push_back(s.shm_fd);
   fds.push_back(daemon_shm_fd_);
-  fds.push_back(s.wake_fd);
+  fds.push_back(holder.wake_fd);
   if (cfg_.direct_path) {
     DirectDirectories::Shared d = directories_.acquire(holder.uid);
     if (d.entries) {
@@ -69,6 +68,14 @@ void Server::describe_session(Session &s, Session &holder, ctl::HelloResp &resp,
       fds.push_back(d.cells_fd);
     }
   }
+}
+
+// A connection's wake eventfd, watched by every worker (Worker::watch_session_wake).
+int Server::make_wake(Session &s) {
+  s.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s.wake_fd < 0) return errno;
+  for (auto &w : workers_.all()) w->watch_session_wake(s.wake_fd);
+  return 0;
 }
 
 // ibv_import_device: the importer hands over the exported context's cmd_fd, the client end
@@ -90,12 +97,16 @@ int Server::import_device(Session &s, const ctl::Message &m, ctl::HelloResp &res
   });
   if (exporter == sessions_.end() || !exporter->second->shm) return EINVAL;
   Session &t = *exporter->second;
-  QuotaCharge fd_charge(quotas_, s.uid, Quota::kFds);  // its event channel
+  QuotaCharge fd_charge(quotas_, s.uid, Quota::kFds, 2);  // its event channel, its wake
   if (fd_charge.status()) return fd_charge.status();
   s.async_fd = take_event_channel(m.fds[0], s.uid);
   if (s.async_fd < 0) return -s.async_fd;
   fd_charge.keep();
-  s.fds++;
+  s.fds += 2;
+  // Its own wake eventfd: the exporter's is shared by the exporter's process alone (an
+  // importer could clear its O_NONBLOCK and fill its counter: the exporter's doorbells would
+  // block in write()).
+  if (int err = make_wake(s)) return err;
   s.speaks_for = t.id;
   t.importers.insert(s.id);
   describe_session(t, s, resp, fds);

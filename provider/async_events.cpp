@@ -1,6 +1,7 @@
 // Asynchronous events and the objects they name (async_events.h).
 #include "async_events.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +12,9 @@ using namespace vrnic;
 using namespace vrnic::provider;
 
 namespace vrnic::provider {
+
+AsyncObjects::AsyncObjects()
+    : next_((uint64_t(::arc4random()) << 32 | ::arc4random()) | 1) {}
 
 uint64_t AsyncObjects::add(void *object) {
   std::lock_guard lock(mu_);
@@ -37,6 +41,20 @@ void *AsyncObjects::report(uint64_t cookie) {
   return it->second.object;
 }
 
+void *AsyncObjects::find(uint64_t cookie) {
+  std::lock_guard lock(mu_);
+  auto it = by_cookie_.find(cookie);
+  return it == by_cookie_.end() ? nullptr : it->second.object;
+}
+
+ssize_t read_event_record(int fd, void *record, size_t len) {
+  ssize_t n;
+  do {
+    n = ::read(fd, record, len);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
 void AsyncObjects::ack(const void *object) {
   std::lock_guard lock(mu_);
   auto it = by_object_.find(object);
@@ -49,11 +67,10 @@ void AsyncObjects::ack(const void *object) {
 
 namespace {
 
-// Whether an event names a QP or SRQ by a cookie of the context's AsyncObjects (the others:
-// a CQ by its address, the port, the device).
-bool names_qp_or_srq(uint32_t type) {
+// Whether an event names a QP, an SRQ or a CQ by a cookie of the context's AsyncObjects (the
+// others name the port or the device).
+bool names_object(uint32_t type) {
   switch (type) {
-    case IBV_EVENT_CQ_ERR:
     case IBV_EVENT_PORT_ACTIVE:
     case IBV_EVENT_PORT_ERR:
     case IBV_EVENT_DEVICE_FATAL:
@@ -71,10 +88,7 @@ VRNIC_EXPORT int ibv_get_async_event(ibv_context *context, ibv_async_event *even
   Context *c = Context::of(context);
   for (;;) {
     ctl::EventRecord rec;
-    ssize_t n;
-    do {
-      n = ::read(context->async_fd, &rec, sizeof(rec));
-    } while (n < 0 && errno == EINTR);
+    const ssize_t n = read_event_record(context->async_fd, &rec, sizeof(rec));
     if (n == 0) {
       // vrnicd held the pipe's write end: end-of-file means the NIC is gone. Report it once,
       // as a device would, then fail.
@@ -89,9 +103,6 @@ VRNIC_EXPORT int ibv_get_async_event(ibv_context *context, ibv_async_event *even
     if (n != sizeof(rec)) return -1;  // (a non-blocking channel with none: EAGAIN)
     event->event_type = ibv_event_type(rec.type);
     switch (rec.type) {
-      case IBV_EVENT_CQ_ERR:
-        event->element.cq = reinterpret_cast<ibv_cq *>(rec.cookie);
-        return 0;
       case IBV_EVENT_PORT_ACTIVE:
       case IBV_EVENT_PORT_ERR:
         event->element.port_num = 1;
@@ -99,20 +110,24 @@ VRNIC_EXPORT int ibv_get_async_event(ibv_context *context, ibv_async_event *even
       case IBV_EVENT_DEVICE_FATAL:
         return 0;
     }
-    // A QP's or an SRQ's (the element is a union): dropped if it has been destroyed.
+    // A QP's, an SRQ's or a CQ's (the element is a union of pointers): dropped if it has
+    // been destroyed, or is none of ours.
     if (void *object = c->async_objects.report(rec.cookie)) {
-      event->element.qp = static_cast<ibv_qp *>(object);
+      if (rec.type == IBV_EVENT_CQ_ERR)
+        event->element.cq = static_cast<ibv_cq *>(object);
+      else
+        event->element.qp = static_cast<ibv_qp *>(object);
       return 0;
     }
   }
 }
 
 VRNIC_EXPORT void ibv_ack_async_event(ibv_async_event *event) {
-  if (!event || !names_qp_or_srq(event->event_type)) return;
-  // The QP or the SRQ: the same pointer in the union; whose context? Both keep theirs.
+  if (!event || !names_object(event->event_type)) return;
+  // The QP, the SRQ or the CQ: the same pointer in the union; each begins with its context.
   const void *object = event->element.qp;
   if (!object) return;
-  ibv_context *ctx = event->element.qp->context;  // ibv_qp and ibv_srq both begin with it
+  ibv_context *ctx = event->element.qp->context;
   Context::of(ctx)->async_objects.ack(object);
 }
 

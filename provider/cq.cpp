@@ -71,7 +71,7 @@ void cq_push_direct(Cq *cq, const shm::Cqe &cqe) {
   // solicited, so a solicited-only arm stays.
   if (cq->shared->notify.load(std::memory_order_seq_cst) == shm::kNotifyNext &&
       cq->shared->notify.exchange(shm::kNotifyNone) != shm::kNotifyNone && cq->ibv.channel) {
-    ctl::EventRecord rec{ctl::kEventCompletion, 0, reinterpret_cast<uint64_t>(cq)};
+    ctl::EventRecord rec{ctl::kEventCompletion, 0, cq->event_cookie};
     ctl::send_event(Channel::of(cq->ibv.channel)->write_fd, &rec, sizeof(rec));
   }
 }
@@ -187,8 +187,9 @@ Cq *create_cq(ibv_context *context, int cqe, void *cq_context, ibv_comp_channel 
   auto *cq = new (std::nothrow) Cq{};
   if (!cq) return fail_null<Cq>(ENOMEM);
   std::memset(&cq->ex, 0, sizeof(cq->ex));
+  cq->event_cookie = c->async_objects.add(&cq->ibv);
   ctl::CreateCqReq req{uint32_t(cqe), channel ? Channel::of(channel)->handle : 0,
-                       reinterpret_cast<uint64_t>(cq), stamped ? ctl::kCqStamped : 0, 0};
+                       cq->event_cookie, stamped ? ctl::kCqStamped : 0, 0};
   ctl::CreateCqResp resp{};
   void *map = nullptr;
   size_t len = 0;
@@ -197,6 +198,7 @@ Cq *create_cq(ibv_context *context, int cqe, void *cq_context, ibv_comp_channel 
       [stamped](const ctl::CreateCqResp &r) { return shm::cq_region_bytes(r.slots, stamped); },
       &map, &len);
   if (err) {
+    c->async_objects.remove(cq->event_cookie);
     delete cq;
     return fail_null<Cq>(err);
   }
@@ -260,8 +262,10 @@ VRNIC_EXPORT ibv_cq *ibv_create_cq(ibv_context *context, int cqe, void *cq_conte
 
 VRNIC_EXPORT int ibv_destroy_cq(ibv_cq *ibcq) {
   Cq *cq = Cq::of(ibcq);
-  int err = Context::of(ibcq->context)->call_on(ctl::Op::kDestroyCq, cq->handle);
+  Context *c = Context::of(ibcq->context);
+  int err = c->call_on(ctl::Op::kDestroyCq, cq->handle);
   if (err) return err;
+  c->async_objects.remove(cq->event_cookie);
   if (ibcq->channel) __atomic_sub_fetch(&ibcq->channel->refcnt, 1, __ATOMIC_RELAXED);
   ::munmap(cq->shared, cq->map_len);
   pthread_spin_destroy(&cq->lock);
@@ -307,19 +311,22 @@ VRNIC_EXPORT int ibv_resize_cq(ibv_cq *ibcq, int cqe) {
 }
 
 VRNIC_EXPORT int ibv_get_cq_event(ibv_comp_channel *channel, ibv_cq **cq, void **cq_context) {
-  ctl::EventRecord rec;
-  ssize_t n;
-  do {
-    n = ::read(channel->fd, &rec, sizeof(rec));
-  } while (n < 0 && errno == EINTR);
-  if (n != sizeof(rec)) {
-    if (n >= 0) errno = EIO;
-    return -1;
+  AsyncObjects &objects = Context::of(channel->context)->async_objects;
+  for (;;) {
+    ctl::EventRecord rec;
+    const ssize_t n = read_event_record(channel->fd, &rec, sizeof(rec));
+    if (n != sizeof(rec)) {
+      if (n >= 0) errno = EIO;
+      return -1;
+    }
+    // A CQ of this context's, by its cookie (async_events.h): one destroyed since, or a
+    // cookie nobody here made (an importer's CQ on our channel), is no event of ours.
+    auto *ib = static_cast<ibv_cq *>(objects.find(rec.cookie));
+    if (!ib) continue;
+    *cq = ib;
+    *cq_context = ib->cq_context;
+    return 0;
   }
-  ibv_cq *ib = &reinterpret_cast<Cq *>(rec.cookie)->ibv;
-  *cq = ib;
-  *cq_context = ib->cq_context;
-  return 0;
 }
 
 VRNIC_EXPORT void ibv_ack_cq_events(ibv_cq *cq, unsigned int nevents) {

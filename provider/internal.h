@@ -186,6 +186,7 @@ struct Cq {
   uint32_t consumer = 0;
   size_t map_len = 0;
   pthread_spinlock_t lock;
+  uint64_t event_cookie = 0;  // what its events name it by (async_events.h)
   uint64_t wc_flags = 0;  // what the ibv_cq_ex read functions may be asked for
   // Completions of WRs the direct path ran (direct_path.h), under `lock`: each is delivered
   // after the CQEs vrnicd had written when it was made (`after`, an index of vrnicd's ring),

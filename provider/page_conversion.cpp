@@ -132,8 +132,11 @@ ConvertedPages convert_pages(uint64_t start, uint64_t len, const char *memfd_nam
     return {};
   }
   // Pages never touched get the zero page, so that the fence covers them too (a page with no
-  // entry at all would be allocated by a write fault that no fence sees).
-  if (fenced) ::madvise(at, len, kMadvPopulateRead);
+  // entry at all would be allocated by a write fault that no fence sees): in one call, or,
+  // before Linux 5.14, by reading a byte of each.
+  if (fenced && ::madvise(at, len, kMadvPopulateRead) != 0)
+    for (uint64_t off = 0; off < len; off += 4096)
+      (void)*reinterpret_cast<volatile const uint8_t *>(at + off);
   uint64_t done = 0;
   for (; done < len; done += kChunkBytes) {
     const uint64_t n = std::min<uint64_t>(kChunkBytes, len - done);

@@ -24,6 +24,10 @@ inline constexpr int kMadvPopulateRead = 22;  // Linux 5.14's, where the headers
 // few microseconds, and then writes into the new page. Without privilege, only writes from
 // user mode wait: a system call writing into a chunk being converted fails with EFAULT. With
 // no userfaultfd at all (seccomp, an old kernel) only a process's sole thread converts.
+// What no fence holds: a writer that took the page before the fence and writes through its
+// own reference -- O_DIRECT or io_uring reads into the buffer, another process's
+// process_vm_writev, vrnicd writing an on-demand region over the same pages -- and finishes
+// after the copy: as with any page a program registers while a device writes into it.
 struct ConvertedPages {
   int fd = -1;
   uint64_t inode = 0;

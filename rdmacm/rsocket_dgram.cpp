@@ -344,9 +344,6 @@ ssize_t send(Ds *ds, const iovec *iov, int iovcnt, int flags, const sockaddr *to
   size_t len = 0;
   for (int i = 0; i < iovcnt; i++) len += iov[i].iov_len;
   if (len > ds->max_payload) return fail(EMSGSIZE);
-  int err = 0;
-  Dest *d = dest_for(ds, to, &err);
-  if (!d) return fail(err);
   const bool nb = ds->nonblocking || (flags & MSG_DONTWAIT);
   for (;;) {
     progress(ds);
@@ -354,6 +351,11 @@ ssize_t send(Ds *ds, const iovec *iov, int iovcnt, int flags, const sockaddr *to
     if (nb) return fail(EAGAIN);
     wait_on(ds, 100);
   }
+  // Looked up once nothing else runs before the post: taking a datagram (progress) may make
+  // the table forget an entry.
+  int err = 0;
+  Dest *d = dest_for(ds, to, &err);
+  if (!d) return fail(err);
   const int slot = ds->free_send.back();
   ds->free_send.pop_back();
   uint8_t *p = ds->send_slot(slot);

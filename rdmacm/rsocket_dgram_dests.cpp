@@ -15,12 +15,14 @@ namespace {
 // The destination table's entry for `key`, made (the oldest forgotten past kMaxDests) if new.
 Dest &dest_entry(Ds *ds, const AddrKey &key) {
   auto [it, made] = ds->dests.try_emplace(key);
-  if (!made) return it->second;
-  ds->dest_order.push_back(key);
-  while (ds->dests.size() > kMaxDests) {
-    auto old = ds->dests.find(ds->dest_order.front());
-    ds->dest_order.pop_front();
-    if (old == ds->dests.end() || old == it) continue;
+  if (!made) {
+    ds->dest_lru.splice(ds->dest_lru.end(), ds->dest_lru, it->second.used);  // used now
+    return it->second;
+  }
+  it->second.used = ds->dest_lru.insert(ds->dest_lru.end(), key);
+  if (ds->dests.size() > kMaxDests) {
+    auto old = ds->dests.find(ds->dest_lru.front());
+    ds->dest_lru.pop_front();
     if (old->second.ah) ibv_destroy_ah(old->second.ah);
     ds->dests.erase(old);
   }
@@ -34,7 +36,10 @@ void update_dest(Ds *ds, const sockaddr *from, const ibv_wc &wc, const ibv_ah_at
   Dest &d = dest_entry(ds, key_of(from));
   if (d.qpn == wc.src_qp && std::memcmp(&d.attr, &attr, sizeof(attr)) == 0) return;
   if (d.ah) ibv_destroy_ah(d.ah);
-  d = {attr, nullptr, wc.src_qp, RDMA_UDP_QKEY};
+  d.attr = attr;
+  d.ah = nullptr;
+  d.qpn = wc.src_qp;
+  d.qkey = RDMA_UDP_QKEY;
 }
 
 namespace {
@@ -103,13 +108,16 @@ int resolve(Ds *ds, const sockaddr *to, Dest *out) {
 
 Dest *dest_for(Ds *ds, const sockaddr *to, int *err) {
   const AddrKey key = key_of(to);
-  auto it = ds->dests.find(key);
-  Dest *d = it != ds->dests.end() ? &it->second : nullptr;
-  if (!d) {
+  Dest *d;
+  if (ds->dests.contains(key)) {
+    d = &dest_entry(ds, key);  // (used now)
+  } else {
     Dest found;
     if ((*err = resolve(ds, to, &found))) return nullptr;
     d = &dest_entry(ds, key);
-    *d = found;
+    d->attr = found.attr;
+    d->qpn = found.qpn;
+    d->qkey = found.qkey;
   }
   if (!d->ah && !(d->ah = ibv_create_ah(ds->dev->pd, &d->attr))) {
     *err = errno ? errno : ENOMEM;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <list>
 #include <map>
 #include <vector>
 
@@ -78,11 +79,12 @@ struct Dest {
   ibv_ah *ah = nullptr;
   uint32_t qpn = 0;
   uint32_t qkey = RDMA_UDP_QKEY;
+  std::list<AddrKey>::iterator used;  // its place in Ds::dest_lru
 };
 // Destinations a socket remembers. Every datagram names its sender's address (a header any
 // sender writes), so a sender could fill a table without bound, and an AH each would take a
-// call to vrnicd and the user's AH quota: past this many the oldest is forgotten (its AH
-// destroyed; a later datagram to it finds the path again). A kernel UDP socket keeps none.
+// call to vrnicd and the user's AH quota: past this many the least recently used is forgotten
+// (its AH destroyed; a later datagram to it finds the path again). A UDP socket keeps none.
 inline constexpr size_t kMaxDests = 1024;
 
 struct Ds {
@@ -110,7 +112,7 @@ struct Ds {
   uint64_t rcvbuf_drops = 0;   // datagrams dropped for a full receive buffer
   std::vector<int> free_send;
   std::map<AddrKey, Dest> dests;
-  std::deque<AddrKey> dest_order;  // oldest first, for forgetting past kMaxDests
+  std::list<AddrKey> dest_lru;  // least recently used first, for forgetting past kMaxDests
   bool connected = false;
   sockaddr_storage peer{};
   int sndbuf = kSendSlots * int(kSlotBytes), rcvbuf = default_rcvbuf();

@@ -20,17 +20,20 @@ round3_setup() {
   cp "$IMPORT_ATTACK" "$SHARED_FDS" "$XRC_FILE_OPEN" "$MCAST_CHURN" "$SHARE/tests/"
 }
 
-# Rows 1, 2, 3, 7: root exports a context (a PD, an RC QP, a secret on its heap it never
-# registered) to the account, which imports it: registering root's memory is refused, the
-# directory it is given holds none of root's regions (and the poster cells it holds odd are
-# its own user's: root's deregistration still returns), capture and faults are EPERM, it lists
-# none of root's QPs; registering its own memory in the imported PD works; after the import
-# closes, its own registration does not crash vrnicd.
+# Rows 1, 2, 3, 4, 7: root exports a context (a PD, an RC QP, a secret on its heap it never
+# registered) to the account, which imports it: registering root's memory is refused, on the
+# import's connection and on the exported socket itself, the directory it is given holds none
+# of root's regions (and the poster cells it holds odd are its own user's: root's
+# deregistration still returns), the wake eventfd it fills is its own (root's WRITE through a
+# sleeping worker completes), capture and faults are EPERM, it lists none of root's QPs, its
+# rdma_cm listener goes with its connection; registering its own memory in the imported PD
+# works; after the import closes, its own registration does not crash vrnicd.
 import_check() {
   local dir=$SHARE/import-$1 out=$VRNIC_TMP/import-$1 rc=0 hold pid pd addr
   rm -rf "$dir" && mkdir -p "$dir" && chmod 0777 "$dir" || return 1
   rm -f "$out.in" && mkfifo "$out.in" || return 1
-  "${VRUN[@]}" timeout -k 5 90 "$IMPORT_ATTACK" exporter "$dir/cmd.sock" <"$out.in" \
+  # (its WRITE at the end through the worker, which it wakes with its doorbell)
+  "${VRUN[@]}" VRNIC_DIRECT_PATH=0 timeout -k 5 90 "$IMPORT_ATTACK" exporter "$dir/cmd.sock" <"$out.in" \
     >"$out.exporter" 2>&1 &
   local epid=$!
   exec {hold}>"$out.in"

@@ -779,6 +779,13 @@ pair_idle_and_stop() {
 perftest_result_ok() {
   local rows
   rows=$(perftest_parse "$CLIENT_LOG")
+  # perftest times a run by its CPU's clock, which it samples first: on a loaded VM the
+  # samples can fail its own fit (r^2 < 0.9), and then it reports 0.00 for a run that
+  # completed (both sides exited 0, which verbs_pair checked). No figure, no failure.
+  if [[ -n $rows ]] && grep -q 'Correlation coefficient r^2' "$CLIENT_LOG"; then
+    CHECK_NOTE="completed; perftest could not time it (its clock sampling failed)"
+    return 0
+  fi
   [[ -n $rows ]] && awk '$3 + 0 <= 0 { bad = 1 } END { exit bad }' <<<"$rows" || {
     echo "FAIL: no non-zero result row from the client"
     return 1

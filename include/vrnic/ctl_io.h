@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +17,10 @@ struct Message {
   MsgHeader header{};
   uint8_t body[kMaxMessageBytes];
   std::vector<int> fds;  // received descriptors; the receiver owns them
+  // Who sent it, as the kernel says (SCM_CREDENTIALS: a receiver with SO_PASSCRED gets the
+  // sending process's own, whoever holds the socket), when it came with them.
+  bool has_sender = false;
+  ucred sender{};
 
   template <typename T>
   const T *as() const {

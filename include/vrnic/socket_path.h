@@ -30,36 +30,56 @@ inline bool is_private_dir(const std::string &dir) {
 // The private directory of the last default: /tmp/vrnicd-<euid>, made here mode 0700 if it
 // is not there. In /tmp another user can take that name first (issue 52, row 10); then the
 // user's directory is /tmp/vrnicd-<euid>.XXXXXX, one that only the user can have made (an
-// owner cannot be faked): the first such in name order, made with mkdtemp if there is none,
-// so that every process of the user -- vrnicd, auto-start, clients -- finds the same one.
+// owner cannot be faked), made with mkdtemp if there is none. Every process of the user --
+// vrnicd, auto-start, clients -- chooses the same: of the user's own directories (the first
+// choice, then the siblings by name), the first with vrnicd's socket in it, else the first.
 inline std::string first_private_socket_dir() {
   return "/tmp/vrnicd-" + std::to_string(::geteuid());
 }
+// Whether `dir` is one of the names private_socket_dir() chooses among.
+inline bool is_private_socket_dir_name(const std::string &dir) {
+  const std::string first = first_private_socket_dir();
+  return dir == first || (dir.size() == first.size() + 7 &&
+                          dir.compare(0, first.size(), first) == 0 && dir[first.size()] == '.');
+}
 inline std::string private_socket_dir() {
   const std::string primary = first_private_socket_dir();
-  if (::mkdir(primary.c_str(), 0700) == 0 || is_private_dir(primary)) return primary;
-  auto first_own = [&] {
+  // Ours, in order: the first choice, then its private siblings by name.
+  auto own_dirs = [&] {
     std::vector<std::string> own;
+    if (is_private_dir(primary)) own.push_back(primary);
+    std::vector<std::string> siblings;
     if (DIR *d = ::opendir("/tmp")) {
-      const std::string prefix = primary.substr(5) + ".";
       while (const dirent *e = ::readdir(d)) {
-        const std::string name = e->d_name;
-        if (name.size() == prefix.size() + 6 && name.compare(0, prefix.size(), prefix) == 0 &&
-            is_private_dir("/tmp/" + name))
-          own.push_back("/tmp/" + name);
+        const std::string path = std::string("/tmp/") + e->d_name;
+        if (path != primary && is_private_socket_dir_name(path) && is_private_dir(path))
+          siblings.push_back(path);
       }
       ::closedir(d);
     }
-    std::sort(own.begin(), own.end());
-    return own.empty() ? std::string() : own.front();
+    std::sort(siblings.begin(), siblings.end());
+    own.insert(own.end(), siblings.begin(), siblings.end());
+    return own;
   };
-  std::string dir = first_own();
-  if (!dir.empty()) return dir;
+  // The one whose vrnicd is there, if any: the first choice may come back (its squatter
+  // removed it) while the user's vrnicd still listens in a sibling.
+  auto with_socket = [](const std::vector<std::string> &dirs) {
+    for (const std::string &d : dirs) {
+      struct stat st;
+      if (::lstat((d + "/vrnicd.sock").c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return d;
+    }
+    return std::string();
+  };
+  std::vector<std::string> own = own_dirs();
+  if (std::string d = with_socket(own); !d.empty()) return d;
+  if (!own.empty()) return own.front();
+  if (::mkdir(primary.c_str(), 0700) == 0 || is_private_dir(primary)) return primary;
   std::string made = primary + ".XXXXXX";
   if (!::mkdtemp(made.data())) return primary;  // (vrnicd refuses it, naming its owner)
-  dir = first_own();  // another process of the user may have made one at the same time
-  if (dir != made) ::rmdir(made.c_str());
-  return dir.empty() ? primary : dir;
+  own = own_dirs();  // another process of the user may have made one at the same time
+  const std::string chosen = own.empty() ? primary : own.front();
+  if (chosen != made) ::rmdir(made.c_str());
+  return chosen;
 }
 
 inline std::string default_socket_path() {

@@ -606,7 +606,7 @@ attacks() {
     check "$k round 2, $rows: ${kind%% *} past the user's quota: ENOMEM, held; root makes its own" \
       quota_hold $kind
   done
-  check "$k round 3, rows 1, 2, 3, 7: an importer of root's context: root's memory, directory, cells and rights stay root's; its own registrations work; no crash" \
+  check "$k round 3, rows 1, 2, 3, 4, 7: an importer of root's context (on its own connection or root's socket): root's memory, directory, cells, wake and rights stay root's; its own registrations work; no crash" \
     import_check "$1"
   check "$k round 3, row 4: every descriptor vrnicd gave the account turned against it; vrnicd and root's ping-pong answer" \
     shared_fds_check

@@ -4,23 +4,29 @@
 // direct-path directory. Prints key=value lines; exits 0 when vrnicd held, 1 when an attack
 // got through, 2 on a usage or setup error.
 //
-//   exporter SOCK           (the victim, root) a context with a PD, an RC QP and a secret on
-//                           its heap that it never registers; prints pid, pd, qpn and the
-//                           secret's address, hands its cmd_fd to whoever connects to SOCK
-//                           (a Unix socket it makes), and on "check" from stdin: the secret
-//                           intact, and a registration and deregistration of its own done in
-//                           bounded time (the attacker set every poster cell it was given odd)
+//   exporter SOCK           (the victim, root) a context with a PD, an RC QP connected to
+//                           itself and a secret on its heap that it never registers; prints
+//                           pid, pd, qpn and the secret's address, hands its cmd_fd to
+//                           whoever connects to SOCK (a Unix socket it makes), and on "check"
+//                           from stdin: the secret intact, a registration and deregistration
+//                           of its own done in bounded time (the attacker set every poster
+//                           cell it was given odd), and a WRITE to itself through a sleeping
+//                           worker completed (the attacker filled the wake eventfd it got)
 //   importer SOCK DAEMON PID PD ADDR RESTORE  (the attacker) takes the cmd_fd from SOCK
 //                           and, on a connection of its own to vrnicd (DAEMON) importing it:
-//                           registers the exporter's memory at ADDR in its PD (refused), asks
-//                           for a capture and for faults as root (EPERM), lists QPs (none of
-//                           root's); imports through libibverbs as a program would and
+//                           registers the exporter's memory at ADDR in its PD (refused; also
+//                           written on the exported socket itself, with a capture: EFAULT,
+//                           EPERM), fills and blocks its wake eventfd, listens on an rdma_cm
+//                           port (free again once the connection goes), asks for a capture
+//                           and for faults as root (EPERM), lists QPs (none of root's);
+//                           imports through libibverbs as a program would and
 //                           registers its own memory in the imported PD (allowed); closes that
 //                           import and registers memory in a context of its own (row 2: vrnicd
 //                           crashed there); last, looks for the exporter's regions in the
 //                           directory its first import was given (none) and holds every
 //                           poster cell odd until the file RESTORE exists
 #include <fcntl.h>
+#include <sys/uio.h>
 #include <infiniband/verbs.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -40,6 +46,7 @@
 #include <vector>
 
 #include "first_device.h"
+#include "loopback_qp.h"
 #include "raw_session.h"
 #include "vrnic/ctl_io.h"
 #include "vrnic/direct_directory.h"
@@ -48,6 +55,7 @@ namespace {
 
 namespace ctl = vrnic::ctl;
 constexpr uint8_t kSecret = 0x5a;
+constexpr uint16_t kCmPort = 47111;
 constexpr size_t kSecretBytes = 4096;
 
 sockaddr_un unix_address(const char *path) {
@@ -56,6 +64,16 @@ sockaddr_un unix_address(const char *path) {
   std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
   return a;
 }
+
+// One byte and room for one descriptor (SCM_RIGHTS), as hand_over sends the cmd_fd.
+struct OneFdMessage {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr header{nullptr, 0, &iov, 1, control, sizeof(control), 0};
+  OneFdMessage() = default;
+  OneFdMessage(const OneFdMessage &) = delete;
+};
 
 // The cmd_fd, to the first process that connects to `path`.
 bool hand_over(const char *path, int cmd_fd) {
@@ -70,14 +88,8 @@ bool hand_over(const char *path, int cmd_fd) {
   const int c = ::accept4(l, nullptr, nullptr, SOCK_CLOEXEC);
   ::close(l);
   if (c < 0) return false;
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
+  OneFdMessage m;
+  msghdr &msg = m.header;
   cmsghdr *cm = CMSG_FIRSTHDR(&msg);
   cm->cmsg_level = SOL_SOCKET;
   cm->cmsg_type = SCM_RIGHTS;
@@ -92,14 +104,8 @@ int take_over(const char *path) {
   const int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un a = unix_address(path);
   if (s < 0 || ::connect(s, reinterpret_cast<sockaddr *>(&a), sizeof(a)) < 0) die("connect");
-  char byte;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
+  OneFdMessage m;
+  msghdr &msg = m.header;
   if (::recvmsg(s, &msg, 0) != 1) die("recvmsg");
   cmsghdr *cm = CMSG_FIRSTHDR(&msg);
   if (!cm || cm->cmsg_type != SCM_RIGHTS) die("no cmd_fd came");
@@ -121,7 +127,8 @@ int exporter(const char *path) {
   qa.qp_type = IBV_QPT_RC;
   ibv_qp *qp = cq ? ibv_create_qp(pd, &qa) : nullptr;
   auto *secret = static_cast<uint8_t *>(std::aligned_alloc(4096, kSecretBytes));
-  if (!qp || !secret) die("exporter's objects");
+  if (!qp || !secret || !connect_qp_to_itself(ctx, qp, IBV_ACCESS_REMOTE_WRITE))
+    die("exporter's objects");
   std::memset(secret, kSecret, kSecretBytes);
   std::printf("pid=%d\npd=%u\nqpn=%u\naddr=0x%" PRIxPTR "\n", int(::getpid()), pd->handle,
               qp->qp_num, reinterpret_cast<uintptr_t>(secret));
@@ -144,6 +151,36 @@ int exporter(const char *path) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::printf("reg_dereg_ms=%.1f dereg=%d\n", ms, dereg);
   if (!mr || dereg || ms > 2000) rc = 1;
+  // The importer filled the wake eventfd it was given and made it blocking: if it were ours,
+  // our next doorbell to a sleeping worker would block in write() for good. The worker
+  // sleeps after 20 ms idle; then a WRITE to ourselves, and its completion within 5 s.
+  ::usleep(200000);
+  static uint8_t src[64], dst[64];
+  ibv_mr *wm = ibv_reg_mr(pd, dst, sizeof(dst), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ibv_mr *sm = ibv_reg_mr(pd, src, sizeof(src), IBV_ACCESS_LOCAL_WRITE);
+  bool wrote = false;
+  if (wm && sm) {
+    std::memset(src, 0x77, sizeof(src));
+    ibv_sge sge{reinterpret_cast<uintptr_t>(src), sizeof(src), sm->lkey};
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(dst);
+    wr.wr.rdma.rkey = wm->rkey;
+    const auto t1 = std::chrono::steady_clock::now();
+    if (ibv_post_send(qp, &wr, &bad) == 0) {
+      ibv_wc wc{};
+      while (ibv_poll_cq(cq, 1, &wc) == 0 && std::chrono::steady_clock::now() - t1 < std::chrono::seconds(5)) {
+      }
+      wrote = wc.status == IBV_WC_SUCCESS && dst[0] == 0x77;
+    }
+  }
+  std::printf("write_after_wake_attack=%s\n", wrote ? "ok" : "failed");
+  if (!wrote) rc = 1;
+  if (sm) ibv_dereg_mr(sm);
+  if (wm) ibv_dereg_mr(wm);
   ibv_destroy_qp(qp);
   ibv_destroy_cq(cq);
   ibv_dealloc_pd(pd);
@@ -204,6 +241,48 @@ int importer(const char *path, const char *daemon, int victim_pid, uint32_t vict
                            sizeof(mr), nullptr);
   std::printf("row1_reg_exporter_memory=%s\n", errname(reg_err));
   if (!reg_err) rc = 1;
+  // The same, and a capture, written on the exported socket itself (the review of this
+  // round: vrnicd took every message there for the exporter's): the sender is still us.
+  const int direct_err = call(cmd_fd, ctl::Op::kRegMr, reg.get(),
+                              offsetof(ctl::RegMrReq, pieces) + sizeof(ctl::MrPiece), &mr,
+                              sizeof(mr), nullptr);
+  ctl::CaptureReq cap0{ctl::kCaptureAnyQp, 0};
+  ctl::CaptureResp cap0r{};
+  std::vector<int> cap0fds;
+  const int direct_cap = call(cmd_fd, ctl::Op::kCaptureStart, &cap0, sizeof(cap0), &cap0r,
+                              sizeof(cap0r), &cap0fds);
+  for (int fd : cap0fds) ::close(fd);
+  std::printf("row1_on_exported_socket_reg=%s capture=%s\n", errname(direct_err),
+              errname(direct_cap));
+  if (!direct_err || direct_cap != EPERM) rc = 1;
+  // The wake eventfd we were given, blocking and full: ours alone (the exporter checks).
+  if (fds.size() >= 3) {
+    ::fcntl(fds[2], F_SETFL, ::fcntl(fds[2], F_GETFL) & ~O_NONBLOCK);
+    const uint64_t full = 0xfffffffffffffffeull;
+    std::printf("wake_filled=%d\n", int(::write(fds[2], &full, sizeof(full)) == 8));
+  }
+  // rdma_cm on the import's connection: a listener on a port, gone with the connection.
+  int cm_fds[2];
+  if (ctl::make_event_channel(cm_fds)) die("CM channel");
+  ctl::CreateChannelReq chreq{};
+  ctl::HandleResp ch{};
+  ctl::HandleResp id{};
+  ctl::CmBindResp bound{};
+  ctl::CmCreateIdReq idreq{0, 0x0106 /* RDMA_PS_TCP */, IBV_QPT_RC, 0, 1};
+  int cm_err = call(sock, ctl::Op::kCmCreateChannel, &chreq, sizeof(chreq), &ch, sizeof(ch),
+                    nullptr, &cm_fds[1], 1);
+  idreq.channel = ch.handle;
+  if (!cm_err)
+    cm_err = call(sock, ctl::Op::kCmCreateId, &idreq, sizeof(idreq), &id, sizeof(id), nullptr);
+  ctl::CmBindReq bind{id.handle, 0, {}};
+  bind.addr.port = kCmPort;
+  if (!cm_err)
+    cm_err = call(sock, ctl::Op::kCmBind, &bind, sizeof(bind), &bound, sizeof(bound), nullptr);
+  ctl::CmListenReq listen{id.handle, 8};
+  if (!cm_err) cm_err = call(sock, ctl::Op::kCmListen, &listen, sizeof(listen), nullptr, 0, nullptr);
+  std::printf("cm_listen_on_import=%s\n", errname(cm_err));
+  ::close(cm_fds[0]);
+  ::close(cm_fds[1]);
 
   // Row 7: management as the exporter (root) would be allowed.
   ctl::CaptureReq cap{ctl::kCaptureAnyQp, 0};
@@ -277,6 +356,23 @@ int importer(const char *path, const char *daemon, int victim_pid, uint32_t vict
 
   for (int fd : fds) ::close(fd);
   ::close(sock);
+  // The import's connection is gone, and its listener with it: the port is free again.
+  int again = EADDRINUSE;
+  for (int i = 0; i < 100 && again == EADDRINUSE; i++) {
+    ::usleep(10000);
+    RawSession raw;
+    const uint32_t channel = raw.open_with_cm_channel(daemon);
+    ctl::CmCreateIdReq r{channel, 0x0106, IBV_QPT_RC, 0, 1};
+    ctl::HandleResp nid{};
+    if (raw.call(ctl::Op::kCmCreateId, &r, sizeof(r), &nid, sizeof(nid))) die("CM id");
+    ctl::CmBindReq b{nid.handle, 0, {}};
+    b.addr.port = kCmPort;
+    ctl::CmBindResp br{};
+    again = raw.call(ctl::Op::kCmBind, &b, sizeof(b), &br, sizeof(br));
+    ::close(raw.sock);
+  }
+  std::printf("cm_port_after_import_closed=%s\n", errname(again));
+  if (again) rc = 1;
   ::close(cmd_fd);
   return rc;
 }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "first_device.h"
+#include "loopback_qp.h"
 
 namespace {
 
@@ -120,34 +121,7 @@ Loopback make_loopback() {
   ia.cap = {16, 16, 1, 1, 0};
   l.qp = l.cq ? ibv_create_qp(l.pd, &ia) : nullptr;
   if (!l.qp) setup_error("loopback QP");
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_READ;
-  if (ibv_modify_qp(l.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-    setup_error("INIT");
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_4096;
-  a.dest_qp_num = l.qp->qp_num;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.port_num = 1;
-  a.ah_attr.grh.hop_limit = 1;
-  if (ibv_query_gid(l.ctx, 1, 0, &a.ah_attr.grh.dgid)) setup_error("GID");
-  if (ibv_modify_qp(l.qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    setup_error("RTR");
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 1;
-  if (ibv_modify_qp(l.qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-    setup_error("RTS");
+  if (!connect_qp_to_itself(l.ctx, l.qp, IBV_ACCESS_REMOTE_READ)) setup_error("connecting it");
   return l;
 }
 
