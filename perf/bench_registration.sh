@@ -31,16 +31,19 @@ if [[ -n ${BASELINE_BUILD:-} ]]; then
   builds=(baseline this)
 fi
 sizes=(4096 1048576)
-main_vrnicd=$VRNICD main_vrun=("${VRUN[@]}") main_ops=$VRNIC_BUILD_DIR/perf/control_ops
+main_vrnicd=$VRNICD main_vrnicctl=$VRNICCTL main_vrun=("${VRUN[@]}")
+main_ops=$VRNIC_BUILD_DIR/perf/control_ops
 
 BENCH_ROUNDS=$rounds
 BENCH_STEPS=$((rounds * ${#builds[@]} * ${#sizes[@]}))
 declare -A us
 for ((r = 1; r <= rounds; r++)); do
   for b in "${builds[@]}"; do
-    VRNICD=$main_vrnicd VRUN=("${main_vrun[@]}") ops=$main_ops
+    VRNICD=$main_vrnicd VRNICCTL=$main_vrnicctl VRUN=("${main_vrun[@]}") ops=$main_ops
     if [[ $b == baseline ]]; then
-      VRNICD=$BASELINE_BUILD/control/vrnicd ops=$BASELINE_BUILD/perf/control_ops
+      # (its own vrnicctl too: the control protocol may differ between the builds)
+      VRNICD=$BASELINE_BUILD/control/vrnicd VRNICCTL=$BASELINE_BUILD/control/vrnicctl
+      ops=$BASELINE_BUILD/perf/control_ops
       VRUN=(env "LD_LIBRARY_PATH=$BASELINE_BUILD/provider")
     fi
     log=$out/$b.$r.log
@@ -69,7 +72,9 @@ med() { bench_median ${us[$1]:-}; }
   echo "Command: \`perf/bench_registration.sh $rounds\`${BASELINE_BUILD:+ with BASELINE_BUILD=<build of the commit before>}"
   echo "(ibv_reg_mr of a fresh, touched buffer: 500 a round; medians of the rounds' medians, us)."
   echo
-  echo "| buffer | ${builds[*]// / | } | ratio |"
+  header="| buffer"
+  for b in "${builds[@]}"; do header+=" | $b"; done
+  echo "$header | ratio |"
   echo "|---|$(printf -- '---|%.0s' "${builds[@]}")---|"
   for size in "${sizes[@]}"; do
     row="| $size bytes"
