@@ -5,13 +5,17 @@
 // rrecvmsg's MSG_TRUNC and MSG_PEEK; rpoll; AF_INET6; two sockets of one thread (their
 // addressing answered by the library's thread, not by a call of the receiver's). Errors: a port nobody bound
 // (ECONNREFUSED), too long (EMSGSIZE), no destination (EDESTADDRREQ), not connected
-// (ENOTCONN), non-blocking with nothing there (EAGAIN), rlisten (EOPNOTSUPP).
+// (ENOTCONN), non-blocking with nothing there (EAGAIN), rlisten (EOPNOTSUPP). The receive
+// buffer: SO_RCVBUF as the kernel's, and what it keeps of a burst nobody reads.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <rdma/rsocket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -202,7 +206,39 @@ int main(int argc, char **argv) {
   expect(n == 1234 && std::memcmp(buf.data(), reply.data(), 1234) == 0 && from.ss_family == AF_INET6,
          "AF_INET6: the datagram, from an IPv6 address");
 
-  for (int s : {server, client, connected, six, six_client})
+  // The receive buffer, as a UDP socket's (issue 53): SO_RCVBUF as the kernel has it, and
+  // what comes while nobody reads kept up to it -- 256 datagrams of 64 bytes in the default
+  // 212,992 bytes, as a kernel UDP socket keeps on loopback -- the rest dropped.
+  const int slow = dgram(), fast = dgram();
+  int rcvbuf = 0;
+  socklen_t rlen = sizeof(rcvbuf);
+  expect(rgetsockopt(slow, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &rlen) == 0 && rcvbuf == 212992,
+         "SO_RCVBUF: 212992 by default (net.core.rmem_default)");
+  sockaddr_in slow_addr = loopback(uint16_t(port + 3));
+  expect(rbind(slow, sa(&slow_addr), sizeof(slow_addr)) == 0, "rbind 127.0.0.1:PORT+3");
+  const std::vector<uint8_t> tiny = pattern(64, 9);
+  int sent = 0;
+  for (int i = 0; i < 600; i++)
+    sent += rsendto(fast, tiny.data(), tiny.size(), 0, sa(&slow_addr), sizeof(slow_addr)) == 64;
+  expect(sent == 600, "600 datagrams of 64 bytes sent to a socket that does not read");
+  ::usleep(300000);  // (delivered or dropped by now)
+  rfcntl(slow, F_SETFL, O_NONBLOCK);
+  int kept = 0;
+  while (rrecv(slow, buf.data(), buf.size(), 0) == 64) kept++;
+  std::printf("kept %d of 600 datagrams of 64 bytes\n", kept);
+  expect(kept == 256, "256 kept, as a UDP socket's 212992 bytes keep on loopback");
+  int asked = 1 << 19, rmem_max = 212992;
+  if (FILE *f = std::fopen("/proc/sys/net/core/rmem_max", "r")) {
+    if (std::fscanf(f, "%d", &rmem_max) != 1) rmem_max = 212992;
+    std::fclose(f);
+  }
+  rlen = sizeof(rcvbuf);
+  expect(rsetsockopt(fast, SOL_SOCKET, SO_RCVBUF, &asked, sizeof(asked)) == 0 &&
+             rgetsockopt(fast, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &rlen) == 0 &&
+             rcvbuf == 2 * std::min(asked, rmem_max),
+         "SO_RCVBUF 524288 set: doubled, bounded by net.core.rmem_max, as the kernel keeps it");
+
+  for (int s : {server, client, connected, six, six_client, slow, fast})
     expect(rclose(s) == 0, "rclose");
   std::printf("%d failed\n", cm_tool::failures);
   return cm_tool::failures ? 1 : 0;
