@@ -151,8 +151,8 @@ reg_race_unprivileged() {
 # shellcheck source=tests/lib_churn.sh
 source "$VRNIC_ROOT/tests/lib_churn.sh"
 churn_here() { ensure_vrnicd && srq_churn_run "$@"; }
-check "RC connections on one SRQ opened and torn down by 3 processes for 60 s: no stray error or event, every byte checked" \
-  churn_here 60
+check "RC connections on one SRQ opened and torn down by 3 processes for 40 s: no stray error or event, every byte checked" \
+  churn_here 40
 run_catch2_binary wr_api_test
 run_catch2_binary unsupported_test
 run_catch2_binary api_test
